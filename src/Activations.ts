@@ -1,0 +1,37 @@
+import { Clock, Context, DateTime, Effect, Layer } from "effect"
+import { ActivationsRepo } from "./Activations/ActivationsRepo.ts"
+import type { Activation, ActivateRequest } from "./Domain/Activation.ts"
+import type { ApiKeyIdentity } from "./Domain/ApiKey.ts"
+import { Ids } from "./Ids.ts"
+
+export class Activations extends Context.Tag("Activations")<Activations, {
+  readonly activate: (input: {
+    readonly creatorId: string
+    readonly campaignId: string
+    readonly request: ActivateRequest
+    readonly by: ApiKeyIdentity
+  }) => Effect.Effect<Activation>
+}>() {
+  static readonly Live = Layer.effect(
+    Activations,
+    Effect.gen(function*() {
+      const repo = yield* ActivationsRepo
+      const ids = yield* Ids
+      return {
+        activate: Effect.fn("Activations.activate")(function*({ by, campaignId, creatorId, request }) {
+          const activation: Activation = {
+            id: yield* ids.uuid,
+            campaignId,
+            creatorId,
+            status: "ACTIVE",
+            socialUsername: request.socialUsername,
+            plannedPostAt: request.plannedPostAt,
+            activatedAt: DateTime.formatIso(DateTime.unsafeMake(yield* Clock.currentTimeMillis))
+          }
+          yield* repo.insert(activation, { brandId: by.brandId, keyId: by.keyId })
+          return activation
+        })
+      }
+    })
+  )
+}

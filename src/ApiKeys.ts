@@ -1,0 +1,112 @@
+import { Clock, Context, DateTime, Duration, Effect, Layer, Option } from "effect"
+import { createHash, timingSafeEqual } from "node:crypto"
+import { ApiKeysRepo, type ApiKeyRow } from "./ApiKeys/ApiKeysRepo.ts"
+import { ApiKeyIdentity, ApiKeyInfo, type BrandId, type KeyId, type Scope } from "./Domain/ApiKey.ts"
+import { Unauthorized } from "./Domain/Errors.ts"
+import { Ids } from "./Ids.ts"
+
+/** `cak_<keyId>_<secret>`: a public 16-character id and 256 random bits as hex. */
+const keyFormat = /^cak_([a-z0-9]{16})_([0-9a-f]{64})$/
+const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+const sha256 = (text: string): Buffer => createHash("sha256").update(text).digest()
+
+/** Compared against when the key id is unknown, so that case costs the same time as a wrong secret. */
+const decoyDigest = sha256("decoy")
+
+export const unauthorized = new Unauthorized({ message: "The API key is missing or invalid." })
+
+export interface CreatedKey {
+  readonly apiKey: string
+  readonly info: ApiKeyInfo
+}
+
+const toInfo = (row: ApiKeyRow): ApiKeyInfo =>
+  new ApiKeyInfo({
+    keyId: row.keyId as KeyId,
+    brandId: row.brandId as BrandId,
+    name: row.name,
+    scopes: row.scopes as ReadonlyArray<Scope>,
+    createdAt: DateTime.unsafeMake(row.createdAt),
+    expiresAt: row.expiresAt === null ? null : DateTime.unsafeMake(row.expiresAt),
+    revokedAt: row.revokedAt === null ? null : DateTime.unsafeMake(row.revokedAt)
+  })
+
+export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
+  /** Resolves a presented bearer token; every kind of refusal is the same 401. */
+  readonly authenticate: (token: string) => Effect.Effect<ApiKeyIdentity, Unauthorized>
+  readonly create: (options: {
+    readonly brandId: BrandId
+    readonly scopes: ReadonlyArray<Scope>
+    readonly name: Option.Option<string>
+    readonly expiresIn: Option.Option<Duration.Duration>
+  }) => Effect.Effect<CreatedKey>
+  readonly list: Effect.Effect<ReadonlyArray<ApiKeyInfo>>
+  readonly revoke: (keyId: string) => Effect.Effect<boolean>
+}>() {
+  static readonly Live = Layer.effect(
+    ApiKeys,
+    Effect.gen(function*() {
+      const repo = yield* ApiKeysRepo
+      const ids = yield* Ids
+
+      const authenticate = (token: string) =>
+        Effect.gen(function*() {
+          const match = keyFormat.exec(token)
+          if (match === null) return yield* unauthorized
+          const [, keyId, secret] = match as unknown as [string, string, string]
+          const stored = yield* repo.findById(keyId)
+          const presented = sha256(secret)
+          const expected = Option.match(stored, {
+            onNone: () => decoyDigest,
+            onSome: (row) => Buffer.from(row.secretSha256, "hex")
+          })
+          const secretMatches = timingSafeEqual(presented, expected)
+          const now = yield* Clock.currentTimeMillis
+          if (
+            !secretMatches || Option.isNone(stored) || stored.value.revokedAt !== null ||
+            (stored.value.expiresAt !== null && stored.value.expiresAt <= now)
+          ) {
+            return yield* unauthorized
+          }
+          const row = stored.value
+          return new ApiKeyIdentity({
+            keyId: row.keyId as KeyId,
+            brandId: row.brandId as BrandId,
+            scopes: row.scopes as ReadonlyArray<Scope>
+          })
+        }).pipe(Effect.withSpan("ApiKeys.authenticate"))
+
+      const create = Effect.fn("ApiKeys.create")(function*(options: {
+        readonly brandId: BrandId
+        readonly scopes: ReadonlyArray<Scope>
+        readonly name: Option.Option<string>
+        readonly expiresIn: Option.Option<Duration.Duration>
+      }) {
+        const idBytes = yield* ids.randomBytes(16)
+        const keyId = Array.from(idBytes, (byte) => idAlphabet[byte % idAlphabet.length]).join("")
+        const secret = Buffer.from(yield* ids.randomBytes(32)).toString("hex")
+        const now = yield* Clock.currentTimeMillis
+        const row: ApiKeyRow = {
+          keyId,
+          brandId: options.brandId.toLowerCase(),
+          name: Option.getOrNull(options.name),
+          scopes: Array.from(new Set(options.scopes)),
+          secretSha256: sha256(secret).toString("hex"),
+          createdAt: now,
+          expiresAt: Option.getOrNull(Option.map(options.expiresIn, (d) => now + Duration.toMillis(d))),
+          revokedAt: null
+        }
+        yield* repo.insert(row)
+        return { apiKey: `cak_${keyId}_${secret}`, info: toInfo(row) }
+      })
+
+      return {
+        authenticate,
+        create,
+        list: Effect.map(repo.list, (rows) => rows.map(toInfo)),
+        revoke: (keyId) => Effect.flatMap(Clock.currentTimeMillis, (now) => repo.revoke(keyId, now))
+      }
+    })
+  )
+}

@@ -1,0 +1,48 @@
+import { Config, Context, Duration, Effect, Layer, LogLevel } from "effect"
+
+const positiveInt = (name: string, fallback: number) =>
+  Config.integer(name).pipe(
+    Config.validate({ message: "Expected a whole number greater than 0", validation: (n) => n > 0 }),
+    Config.withDefault(fallback)
+  )
+
+/** DATABASE_URL is a file path, with an optional `sqlite:` prefix. */
+const databaseFile = Config.string("DATABASE_URL").pipe(
+  Config.withDefault("data/campaign-api.sqlite"),
+  Config.map((url) => url.replace(/^sqlite:(\/\/)?/, "")),
+  Config.validate({ message: "Expected a SQLite file path", validation: (path) => path.trim().length > 0 })
+)
+
+export const DatabaseConfig = Config.all({ filename: databaseFile })
+
+export const ServerConfig = Config.all({
+  // 0 asks the system for a free port (the tests use it); the address is logged at start.
+  port: Config.integer("PORT").pipe(
+    Config.validate({ message: "Expected a port number from 0 to 65535", validation: (p) => p >= 0 && p <= 65535 }),
+    Config.withDefault(3000)
+  ),
+  host: Config.string("HOST").pipe(
+    Config.withDefault("0.0.0.0"),
+    Config.validate({ message: "Expected a host name or address", validation: (h) => h.trim().length > 0 })
+  )
+})
+
+export const LogLevelConfig = Config.logLevel("LOG_LEVEL").pipe(Config.withDefault(LogLevel.Info))
+
+export class AppConfig extends Context.Tag("Config/AppConfig")<AppConfig, {
+  readonly rateLimit: { readonly max: number; readonly window: Duration.Duration }
+  readonly idempotencyTtl: Duration.Duration
+}>() {
+  static readonly Live = Layer.effect(
+    AppConfig,
+    Effect.gen(function*() {
+      const max = yield* positiveInt("RATE_LIMIT_MAX", 120)
+      const windowSeconds = yield* positiveInt("RATE_LIMIT_WINDOW_SECONDS", 60)
+      const ttlHours = yield* positiveInt("IDEMPOTENCY_TTL_HOURS", 24)
+      return {
+        rateLimit: { max, window: Duration.seconds(windowSeconds) },
+        idempotencyTtl: Duration.hours(ttlHours)
+      }
+    })
+  )
+}

@@ -1,0 +1,58 @@
+import { Schema } from "effect"
+
+const message = (text: string) => ({ message: () => text })
+
+const Uuid = (field: string) =>
+  Schema.String.pipe(
+    Schema.pattern(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, message(`${field} must be a UUID`))
+  ).annotations({ ...message(`${field} must be a UUID`), format: "uuid" })
+
+export const ActivatePath = Schema.Struct({
+  creatorId: Uuid("creatorId"),
+  campaignId: Uuid("campaignId")
+})
+
+const isCalendarDate = (value: string): boolean => {
+  const [year, month, day] = value.split("-").map(Number) as [number, number, number]
+  const date = new Date(0)
+  date.setUTCFullYear(year, month - 1, day)
+  return date.getUTCFullYear() === year && date.getUTCMonth() === month - 1 && date.getUTCDate() === day
+}
+
+export const PlannedPostDate = Schema.String.annotations(message("plannedPostAt must be a date string YYYY-MM-DD"))
+  .pipe(
+    Schema.pattern(/^\d{4}-\d{2}-\d{2}$/, message("plannedPostAt must be a date in the form YYYY-MM-DD")),
+    Schema.filter(isCalendarDate, message("plannedPostAt must be a real calendar date"))
+  )
+  .annotations({ format: "date", examples: ["2026-12-01"] })
+
+export const SocialUsername = Schema.String.annotations(message("socialUsername must be a string")).pipe(
+  Schema.startsWith("@", message(`socialUsername must start with "@"`)),
+  Schema.filter((s) => s.length >= 2, message(`socialUsername must have at least one character after "@"`)),
+  Schema.filter((s) => [...s].length <= 100, message("socialUsername must be at most 100 characters"))
+).annotations({ examples: ["@janedoe"] })
+
+export const ActivateRequest = Schema.Struct({
+  socialUsername: SocialUsername,
+  plannedPostAt: Schema.optionalWith(Schema.NullOr(PlannedPostDate), { default: () => null })
+}).annotations({
+  identifier: "ActivateRequest",
+  parseOptions: { onExcessProperty: "error" }
+})
+export type ActivateRequest = typeof ActivateRequest.Type
+
+export const Activation = Schema.Struct({
+  id: Schema.UUID,
+  campaignId: Schema.String,
+  creatorId: Schema.String,
+  status: Schema.Literal("ACTIVE"),
+  socialUsername: Schema.String,
+  plannedPostAt: Schema.NullOr(Schema.String),
+  activatedAt: Schema.String
+}).annotations({ identifier: "Activation" })
+export type Activation = typeof Activation.Type
+
+export const ActivateResponse = Schema.Struct({
+  ok: Schema.Literal(true),
+  activation: Activation
+}).annotations({ identifier: "ActivateResponse" })

@@ -1,0 +1,36 @@
+import { Schema } from "effect"
+
+export const Scope = Schema.Literal("campaigns:read", "campaigns:write", "analytics:read")
+export type Scope = typeof Scope.Type
+export const allScopes: ReadonlyArray<Scope> = Scope.literals
+
+export const KeyId = Schema.String.pipe(Schema.pattern(/^[a-z0-9]{16}$/), Schema.brand("KeyId"))
+export type KeyId = typeof KeyId.Type
+
+export const BrandId = Schema.UUID.pipe(Schema.brand("BrandId"))
+export type BrandId = typeof BrandId.Type
+
+/** What a verified key resolves to; never carries the secret or its digest. */
+export class ApiKeyIdentity extends Schema.Class<ApiKeyIdentity>("ApiKeyIdentity")({
+  keyId: KeyId,
+  brandId: BrandId,
+  scopes: Schema.Array(Scope)
+}) {}
+
+/** A stored key as the key CLI lists it. */
+export class ApiKeyInfo extends Schema.Class<ApiKeyInfo>("ApiKeyInfo")({
+  keyId: KeyId,
+  brandId: BrandId,
+  name: Schema.NullOr(Schema.String),
+  scopes: Schema.Array(Scope),
+  createdAt: Schema.DateTimeUtc,
+  expiresAt: Schema.NullOr(Schema.DateTimeUtc),
+  revokedAt: Schema.NullOr(Schema.DateTimeUtc)
+}) {}
+
+export const Identity = Schema.Struct({
+  ok: Schema.Literal(true),
+  keyId: Schema.String,
+  brandId: Schema.String,
+  scopes: Schema.Array(Scope)
+}).annotations({ identifier: "Identity" })

@@ -1,0 +1,100 @@
+import { HttpApiSchema, HttpServerResponse } from "@effect/platform"
+import { Schema } from "effect"
+
+/**
+ * Every failure the API can answer with. The code fails with these tagged
+ * errors; on the wire each one is the envelope `{ ok: false, code, message }`.
+ */
+const fields = { message: Schema.String }
+
+export class ValidationError extends Schema.TaggedError<ValidationError>()("ValidationError", fields) {}
+export class MalformedJson extends Schema.TaggedError<MalformedJson>()("MalformedJson", fields) {}
+export class IdempotencyKeyRequired
+  extends Schema.TaggedError<IdempotencyKeyRequired>()("IdempotencyKeyRequired", fields)
+{}
+export class Unauthorized extends Schema.TaggedError<Unauthorized>()("Unauthorized", fields) {}
+export class Forbidden extends Schema.TaggedError<Forbidden>()("Forbidden", fields) {}
+export class NotFound extends Schema.TaggedError<NotFound>()("NotFound", fields) {}
+export class MethodNotAllowed extends Schema.TaggedError<MethodNotAllowed>()("MethodNotAllowed", fields) {}
+export class IdempotencyConflict extends Schema.TaggedError<IdempotencyConflict>()("IdempotencyConflict", fields) {}
+export class IdempotencyInProgress
+  extends Schema.TaggedError<IdempotencyInProgress>()("IdempotencyInProgress", fields)
+{}
+export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>()("PayloadTooLarge", fields) {}
+export class UnsupportedMediaType
+  extends Schema.TaggedError<UnsupportedMediaType>()("UnsupportedMediaType", fields)
+{}
+export class RateLimited extends Schema.TaggedError<RateLimited>()("RateLimited", fields) {}
+export class InternalError extends Schema.TaggedError<InternalError>()("InternalError", fields) {}
+export class ServiceUnavailable extends Schema.TaggedError<ServiceUnavailable>()("ServiceUnavailable", fields) {}
+
+export type ApiError =
+  | ValidationError
+  | MalformedJson
+  | IdempotencyKeyRequired
+  | Unauthorized
+  | Forbidden
+  | NotFound
+  | MethodNotAllowed
+  | IdempotencyConflict
+  | IdempotencyInProgress
+  | PayloadTooLarge
+  | UnsupportedMediaType
+  | RateLimited
+  | InternalError
+  | ServiceUnavailable
+
+/** The status and code of every error: the one table CONTRACT.md's error rows live in. */
+export const wireCodes = {
+  ValidationError: [400, "VALIDATION_ERROR"],
+  MalformedJson: [400, "MALFORMED_JSON"],
+  IdempotencyKeyRequired: [400, "IDEMPOTENCY_KEY_REQUIRED"],
+  Unauthorized: [401, "UNAUTHORIZED"],
+  Forbidden: [403, "FORBIDDEN"],
+  NotFound: [404, "NOT_FOUND"],
+  MethodNotAllowed: [405, "METHOD_NOT_ALLOWED"],
+  IdempotencyConflict: [409, "IDEMPOTENCY_CONFLICT"],
+  IdempotencyInProgress: [409, "IDEMPOTENCY_IN_PROGRESS"],
+  PayloadTooLarge: [413, "PAYLOAD_TOO_LARGE"],
+  UnsupportedMediaType: [415, "UNSUPPORTED_MEDIA_TYPE"],
+  RateLimited: [429, "RATE_LIMITED"],
+  InternalError: [500, "INTERNAL_ERROR"],
+  ServiceUnavailable: [503, "SERVICE_UNAVAILABLE"]
+} as const satisfies { readonly [K in ApiError["_tag"]]: readonly [number, string] }
+
+export const envelopeOf = (error: ApiError) => ({
+  ok: false as const,
+  code: wireCodes[error._tag][1],
+  message: error.message
+})
+
+/** Renders an error that never passed through an endpoint's error schema (unknown route, decode failure, defect). */
+export const errorResponse = (error: ApiError): HttpServerResponse.HttpServerResponse =>
+  HttpServerResponse.unsafeJson(envelopeOf(error), { status: wireCodes[error._tag][0] })
+
+type ErrorClass<E extends ApiError> = Schema.Schema<E, { readonly _tag: E["_tag"]; readonly message: string }> & {
+  readonly _tag: E["_tag"]
+  new(props: { readonly message: string }): E
+}
+
+/**
+ * The wire form of an error for an endpoint's error list: the envelope struct
+ * transformed into the tagged error, carrying its HTTP status, so the OpenAPI
+ * document shows exactly the bytes that are sent.
+ */
+export const Envelope = <E extends ApiError>(cls: ErrorClass<E>) => {
+  const [status, code] = wireCodes[cls._tag as E["_tag"]]
+  return Schema.transform(
+    Schema.Struct({
+      ok: Schema.Literal(false),
+      code: Schema.Literal(code),
+      message: Schema.String
+    }),
+    Schema.typeSchema(cls),
+    {
+      strict: false,
+      decode: ({ message }) => new cls({ message }),
+      encode: (error) => ({ ok: false as const, code, message: error.message })
+    }
+  ).annotations({ ...HttpApiSchema.annotations({ status }), identifier: code, title: code })
+}

@@ -1,0 +1,144 @@
+import { HttpServerResponse } from "@effect/platform"
+import { SqlClient } from "@effect/sql"
+import { Clock, Context, Deferred, Duration, Effect, FiberId, Layer, Option, Schedule } from "effect"
+import { createHash } from "node:crypto"
+import { AppConfig } from "./Config.ts"
+import { IdempotencyConflict, IdempotencyInProgress } from "./Domain/Errors.ts"
+import { IdempotencyRepo, type IdempotencyRow } from "./Idempotency/IdempotencyRepo.ts"
+
+export interface IdempotentRequest {
+  readonly brandId: string
+  readonly key: string
+  readonly method: string
+  readonly path: string
+  readonly body: unknown
+}
+
+/** The response an operation produced, stored byte for byte for replays. */
+export interface StoredResponse {
+  readonly status: number
+  readonly body: string
+  readonly resourceId: string | null
+}
+
+/** How long a duplicate waits for the original before 409 IDEMPOTENCY_IN_PROGRESS. */
+export const inProgressBound = Duration.seconds(5)
+
+/** JSON with object keys sorted at every depth: key order and whitespace do not change it. */
+export const canonicalJson = (value: unknown): string =>
+  JSON.stringify(value, (_, v) =>
+    v !== null && typeof v === "object" && !Array.isArray(v)
+      ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, (v as Record<string, unknown>)[k]]))
+      : v)
+
+export const fingerprintOf = (request: IdempotentRequest): string =>
+  createHash("sha256")
+    .update(`${request.method.toUpperCase()}\n${request.path}\n${canonicalJson(request.body)}`)
+    .digest("hex")
+
+export const toResponse = (stored: { readonly status: number; readonly body: string }, replayed: boolean) => {
+  const response = HttpServerResponse.text(stored.body, { status: stored.status, contentType: "application/json" })
+  return replayed ? HttpServerResponse.setHeader(response, "idempotent-replayed", "true") : response
+}
+
+export const conflict = new IdempotencyConflict({
+  message: "This Idempotency-Key was already used with a different request; use a new key for a new request."
+})
+const inProgress = new IdempotencyInProgress({
+  message: "A request with this Idempotency-Key is still being processed; retry shortly."
+})
+
+/** Another instance stored the same key between our read and our write: read again. */
+class LostRace {
+  readonly _tag = "LostRace"
+}
+
+export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
+  /**
+   * Runs `operation` once per (brand, key): the first request runs it and stores its
+   * response in the same transaction as its writes; a repeat with the same fingerprint
+   * gets that response back, one with another fingerprint 409.
+   */
+  readonly run: <E, R>(
+    request: IdempotentRequest,
+    operation: Effect.Effect<StoredResponse, E, R>
+  ) => Effect.Effect<HttpServerResponse.HttpServerResponse, E | IdempotencyConflict | IdempotencyInProgress, R>
+}>() {
+  static readonly Live = Layer.scoped(
+    Idempotency,
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const repo = yield* IdempotencyRepo
+      const { idempotencyTtl } = yield* AppConfig
+      const ttlMillis = Duration.toMillis(idempotencyTtl)
+      // Requests of this process under way, by brand and key: duplicates wait here instead of racing.
+      const inFlight = new Map<string, Deferred.Deferred<void>>()
+
+      yield* Clock.currentTimeMillis.pipe(
+        Effect.flatMap(repo.purgeExpired),
+        Effect.tap((purged) => purged > 0 ? Effect.logDebug("purged idempotency keys", { purged }) : Effect.void),
+        Effect.catchAllCause((cause) => Effect.logWarning("idempotency purge failed", cause)),
+        Effect.repeat(Schedule.spaced(Duration.min(idempotencyTtl, Duration.minutes(1)))),
+        Effect.forkScoped
+      )
+
+      const attempt = <E, R>(
+        request: IdempotentRequest,
+        fingerprint: string,
+        operation: Effect.Effect<StoredResponse, E, R>
+      ) =>
+        Effect.gen(function*() {
+          const now = yield* Clock.currentTimeMillis
+          const existing = yield* repo.claim(request.brandId, request.key, now)
+          if (Option.isSome(existing)) {
+            return existing.value.fingerprint === fingerprint
+              ? toResponse({ status: existing.value.statusCode, body: existing.value.responseBody }, true)
+              : yield* conflict
+          }
+          const response = yield* operation
+          const row: IdempotencyRow = {
+            brandId: request.brandId,
+            key: request.key,
+            fingerprint,
+            resourceId: response.resourceId,
+            statusCode: response.status,
+            responseBody: response.body,
+            createdAt: now,
+            expiresAt: now + ttlMillis
+          }
+          if (!(yield* repo.insert(row))) return yield* Effect.fail(new LostRace())
+          return toResponse(response, false)
+        }).pipe(
+          sql.withTransaction,
+          Effect.catchTag("SqlError", Effect.die),
+          Effect.retry({ while: (e) => e instanceof LostRace, times: 3 }),
+          Effect.catchIf((e): e is LostRace => e instanceof LostRace, () => Effect.die("idempotency insert kept losing races"))
+        )
+
+      const run = <E, R>(
+        request: IdempotentRequest,
+        operation: Effect.Effect<StoredResponse, E, R>
+      ): Effect.Effect<HttpServerResponse.HttpServerResponse, E | IdempotencyConflict | IdempotencyInProgress, R> =>
+        Effect.suspend(() => {
+          const slot = `${request.brandId}\n${request.key}`
+          const original = inFlight.get(slot)
+          if (original !== undefined) {
+            return Deferred.await(original).pipe(
+              Effect.timeoutFail({ duration: inProgressBound, onTimeout: () => inProgress }),
+              Effect.zipRight(run(request, operation))
+            )
+          }
+          const done = Deferred.unsafeMake<void>(FiberId.none)
+          inFlight.set(slot, done)
+          return attempt(request, fingerprintOf(request), operation).pipe(
+            Effect.ensuring(Effect.suspend(() => {
+              inFlight.delete(slot)
+              return Deferred.succeed(done, undefined)
+            }))
+          )
+        }).pipe(Effect.withSpan("Idempotency.run"))
+
+      return { run }
+    })
+  )
+}

@@ -1,0 +1,17 @@
+import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
+import { Identity } from "../Domain/ApiKey.ts"
+import { Authentication } from "../Middleware/Api.ts"
+
+export class IdentityApi extends HttpApiGroup.make("identity")
+  .add(
+    HttpApiEndpoint.get("whoami", "/whoami")
+      .addSuccess(Identity)
+      .middleware(Authentication)
+      .annotate(OpenApi.Summary, "Resolve the API key")
+      .annotate(
+        OpenApi.Description,
+        "Returns the key id, brand and scopes of the API key in the `Authorization` header. Any valid key may call it; it is rate limited like every authenticated call, so it is the first call to make when setting up an integration."
+      )
+  )
+  .annotate(OpenApi.Title, "Identity")
+{}

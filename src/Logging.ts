@@ -1,0 +1,17 @@
+import { Effect, Layer, Logger } from "effect"
+import { LogLevelConfig } from "./Config.ts"
+
+/**
+ * Logs go to stderr, so stdout carries only what a command prints (`keys create --json`
+ * is one line of JSON): JSON lines for machines, pretty lines on a terminal.
+ */
+export const LoggingLive = Layer.unwrapEffect(
+  Effect.map(LogLevelConfig, (level) =>
+    Layer.mergeAll(
+      Logger.replace(
+        Logger.defaultLogger,
+        process.stderr.isTTY ? Logger.prettyLogger({ stderr: true }) : Logger.withConsoleError(Logger.jsonLogger)
+      ),
+      Logger.minimumLogLevel(level)
+    ))
+)

@@ -1,0 +1,60 @@
+import { RateLimiter } from "@effect/experimental"
+import { Context, Duration, Effect, Layer } from "effect"
+import { AppConfig } from "./Config.ts"
+
+/** What one request's charge left over, in the terms of the RateLimit headers. */
+export interface RateLimitDecision {
+  readonly allowed: boolean
+  readonly remaining: number
+  /** Whole seconds until a request is available again: 0 while tokens remain. */
+  readonly retryAfterSeconds: number
+}
+
+/** A token bucket per API key, on `@effect/experimental`'s RateLimiter. */
+export class RateLimit extends Context.Tag("RateLimit")<RateLimit, {
+  readonly policy: { readonly max: number; readonly windowSeconds: number }
+  readonly consume: (keyId: string) => Effect.Effect<RateLimitDecision>
+}>() {
+  static readonly layer = Layer.effect(
+    RateLimit,
+    Effect.gen(function*() {
+      const limiter = yield* RateLimiter.RateLimiter
+      const { rateLimit } = yield* AppConfig
+      const refillMillis = Duration.toMillis(rateLimit.window) / rateLimit.max
+      const seconds = (d: Duration.Duration) => Math.max(1, Math.ceil(Duration.toMillis(d) / 1000))
+      return {
+        policy: { max: rateLimit.max, windowSeconds: Math.round(Duration.toSeconds(rateLimit.window)) },
+        consume: (keyId) =>
+          limiter.consume({
+            algorithm: "token-bucket",
+            onExceeded: "fail",
+            window: rateLimit.window,
+            limit: rateLimit.max,
+            key: keyId
+          }).pipe(
+            Effect.map((result): RateLimitDecision => ({
+              allowed: true,
+              remaining: result.remaining,
+              retryAfterSeconds: result.remaining > 0 ? 0 : seconds(Duration.millis(refillMillis))
+            })),
+            Effect.catchTag("RateLimiterError", (error) =>
+              // Both RateLimiter errors share the tag: only "Exceeded" is a refusal, a store failure is a defect.
+              error.reason === "Exceeded"
+                ? Effect.succeed<RateLimitDecision>({
+                  allowed: false,
+                  remaining: 0,
+                  retryAfterSeconds: seconds(error.retryAfter)
+                })
+                : Effect.die(error)),
+            Effect.withSpan("RateLimit.consume")
+          )
+      }
+    })
+  )
+
+  /** The in-process store: limits hold per instance until a shared store is configured. */
+  static readonly Live = RateLimit.layer.pipe(
+    Layer.provide(RateLimiter.layer),
+    Layer.provide(RateLimiter.layerStoreMemory)
+  )
+}

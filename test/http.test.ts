@@ -1,0 +1,518 @@
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { Database } from "bun:sqlite"
+import { createKey, type CreatedTestKey, revokeKey, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
+
+const creatorId = "11111111-1111-4111-8111-111111111111"
+const campaignId = "22222222-2222-4222-8222-222222222222"
+const activatePath = (creator = creatorId, campaign = campaignId) =>
+  `/v1/creators/${creator}/campaigns/${campaign}/activate`
+
+let database: string
+let server: RunningServer
+let writer: CreatedTestKey
+let reader: CreatedTestKey
+
+beforeAll(async () => {
+  database = tempDatabase()
+  server = await startServer(database)
+  writer = await createKey(database, { scopes: ["campaigns:write", "campaigns:read"] })
+  reader = await createKey(database, { scopes: ["campaigns:read", "analytics:read"] })
+})
+
+afterAll(async () => {
+  await server?.stop()
+})
+
+const uniqueKey = () => `test-${crypto.randomUUID()}`
+
+interface Call {
+  readonly method?: string
+  readonly path: string
+  readonly apiKey?: string | undefined
+  readonly headers?: Record<string, string>
+  readonly body?: string | undefined
+  readonly base?: string
+}
+
+/** A raw HTTP call: status, headers and the body text exactly as sent. */
+const call = async ({ apiKey, base, body, headers = {}, method = "GET", path }: Call) => {
+  const response = await fetch(`${base ?? server.url}${path}`, {
+    method,
+    headers: { ...(apiKey === undefined ? {} : { authorization: `Bearer ${apiKey}` }), ...headers },
+    ...(body === undefined ? {} : { body })
+  })
+  const text = await response.text()
+  return { status: response.status, headers: response.headers, text, json: JSON.parse(text) as any }
+}
+
+const activate = (options: {
+  readonly apiKey?: string | undefined
+  readonly key?: string | undefined
+  readonly body?: unknown
+  readonly rawBody?: string
+  readonly path?: string
+  readonly contentType?: string | undefined
+  readonly base?: string
+}) =>
+  call({
+    method: "POST",
+    path: options.path ?? activatePath(),
+    apiKey: "apiKey" in options ? options.apiKey : writer.apiKey,
+    ...(options.base === undefined ? {} : { base: options.base }),
+    headers: {
+      ...(options.key === undefined ? {} : { "idempotency-key": options.key }),
+      ...("contentType" in options
+        ? options.contentType === undefined ? {} : { "content-type": options.contentType }
+        : { "content-type": "application/json" })
+    },
+    body: options.rawBody ?? JSON.stringify(options.body ?? { socialUsername: "@jane" })
+  })
+
+const expectEnvelope = (result: Awaited<ReturnType<typeof call>>, status: number, code: string) => {
+  expect(result.status).toBe(status)
+  expect(result.headers.get("content-type")).toMatch(/^application\/json/)
+  expect(Object.keys(result.json).sort()).toEqual(["code", "message", "ok"])
+  expect(result.json.ok).toBe(false)
+  expect(result.json.code).toBe(code)
+  expect(typeof result.json.message).toBe("string")
+  expect(result.json.message.length).toBeGreaterThan(0)
+}
+
+const countActivations = (where = "1 = 1", ...params: Array<string>) => {
+  const db = new Database(database, { readonly: true })
+  try {
+    return (db.query(`SELECT COUNT(*) AS n FROM activations WHERE ${where}`).get(...params) as { n: number }).n
+  } finally {
+    db.close()
+  }
+}
+
+describe("GET /v1/whoami", () => {
+  it("returns exactly ok, keyId, brandId and scopes of the key", async () => {
+    const result = await call({ path: "/v1/whoami", apiKey: reader.apiKey })
+    expect(result.status).toBe(200)
+    expect(result.headers.get("content-type")).toMatch(/^application\/json/)
+    expect(result.json).toStrictEqual({
+      ok: true,
+      keyId: reader.keyId,
+      brandId: reader.brandId,
+      scopes: ["campaigns:read", "analytics:read"]
+    })
+  })
+
+  it("carries RateLimit-Policy and RateLimit headers (draft-10)", async () => {
+    const key = await createKey(database)
+    const first = await call({ path: "/v1/whoami", apiKey: key.apiKey })
+    expect(first.headers.get("ratelimit-policy")).toBe(`"default";q=120;w=60`)
+    expect(first.headers.get("ratelimit")).toBe(`"default";r=119;t=0`)
+    const second = await call({ path: "/v1/whoami", apiKey: key.apiKey })
+    expect(second.headers.get("ratelimit")).toBe(`"default";r=118;t=0`)
+  })
+
+  it("accepts the Bearer scheme in any case (RFC 9110)", async () => {
+    const result = await call({ path: "/v1/whoami", headers: { authorization: `bEaReR ${reader.apiKey}` } })
+    expect(result.status).toBe(200)
+  })
+
+  it.each([
+    ["no Authorization header", {}],
+    ["an empty bearer token", { authorization: "Bearer " }],
+    ["another scheme", { authorization: "Basic dXNlcjpwYXNz" }],
+    ["a malformed key", { authorization: "Bearer not-a-key" }],
+    ["an unknown key id", { authorization: `Bearer cak_aaaaaaaaaaaaaaaa_${"0".repeat(64)}` }],
+    ["two tokens", { authorization: "Bearer a b" }]
+  ])("is 401 UNAUTHORIZED with WWW-Authenticate for %s", async (_, headers) => {
+    const result = await call({ path: "/v1/whoami", headers })
+    expectEnvelope(result, 401, "UNAUTHORIZED")
+    expect(result.json.message).toMatch(/API key is missing or invalid/)
+    expect(result.headers.get("www-authenticate")).toBe("Bearer")
+    expect(result.headers.get("ratelimit")).toBeNull()
+  })
+
+  it("is 401 for a known key id with a wrong secret, with the same message as an unknown id", async () => {
+    const wrong = reader.apiKey.slice(0, -4) + (reader.apiKey.endsWith("0000") ? "1111" : "0000")
+    const result = await call({ path: "/v1/whoami", apiKey: wrong })
+    const unknown = await call({ path: "/v1/whoami", apiKey: `cak_zzzzzzzzzzzzzzzz_${"1".repeat(64)}` })
+    expectEnvelope(result, 401, "UNAUTHORIZED")
+    expect(result.text).toBe(unknown.text)
+  })
+
+  it("refuses a revoked key on the very next request", async () => {
+    const key = await createKey(database)
+    expect((await call({ path: "/v1/whoami", apiKey: key.apiKey })).status).toBe(200)
+    expect(await revokeKey(database, key.keyId)).toBe(true)
+    expectEnvelope(await call({ path: "/v1/whoami", apiKey: key.apiKey }), 401, "UNAUTHORIZED")
+  })
+
+  it("refuses an expired key", async () => {
+    const key = await createKey(database, { expiresInDays: 1 })
+    expect((await call({ path: "/v1/whoami", apiKey: key.apiKey })).status).toBe(200)
+    const db = new Database(database)
+    db.query("UPDATE api_keys SET expires_at = ? WHERE key_id = ?").run(Date.now() - 1000, key.keyId)
+    db.close()
+    expectEnvelope(await call({ path: "/v1/whoami", apiKey: key.apiKey }), 401, "UNAUTHORIZED")
+  })
+})
+
+describe("routing", () => {
+  it("answers an unknown route with a 404 envelope, before authentication", async () => {
+    expectEnvelope(await call({ path: "/v1/nope" }), 404, "NOT_FOUND")
+    expectEnvelope(await call({ path: "/" }), 404, "NOT_FOUND")
+    expectEnvelope(await call({ path: "/v1/whoami/extra", apiKey: reader.apiKey }), 404, "NOT_FOUND")
+  })
+
+  it("answers a known route with another method with 405 and Allow", async () => {
+    const post = await call({ method: "POST", path: "/v1/whoami", body: "{}" })
+    expectEnvelope(post, 405, "METHOD_NOT_ALLOWED")
+    expect(post.headers.get("allow")).toBe("GET")
+    const get = await call({ path: activatePath() })
+    expectEnvelope(get, 405, "METHOD_NOT_ALLOWED")
+    expect(get.headers.get("allow")).toBe("POST")
+  })
+})
+
+describe("POST /v1/creators/{creatorId}/campaigns/{campaignId}/activate", () => {
+  it("creates an ACTIVE record with exactly the SPEC.md fields", async () => {
+    const result = await activate({ key: uniqueKey(), body: { socialUsername: "@jane.doe", plannedPostAt: "2026-12-01" } })
+    expect(result.status).toBe(200)
+    expect(result.headers.get("content-type")).toMatch(/^application\/json/)
+    expect(result.headers.get("idempotent-replayed")).toBeNull()
+    expect(Object.keys(result.json)).toEqual(["ok", "activation"])
+    const activation = result.json.activation
+    expect(Object.keys(activation).sort()).toEqual(
+      ["activatedAt", "campaignId", "creatorId", "id", "plannedPostAt", "socialUsername", "status"]
+    )
+    expect(result.json.ok).toBe(true)
+    expect(activation.id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
+    expect(activation.campaignId).toBe(campaignId)
+    expect(activation.creatorId).toBe(creatorId)
+    expect(activation.status).toBe("ACTIVE")
+    expect(activation.socialUsername).toBe("@jane.doe")
+    expect(activation.plannedPostAt).toBe("2026-12-01")
+    expect(activation.activatedAt).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/)
+    expect(Math.abs(Date.parse(activation.activatedAt) - Date.now())).toBeLessThan(60_000)
+    expect(result.headers.get("ratelimit")).toMatch(/^"default";r=\d+;t=\d+$/)
+    expect(countActivations("id = ?", activation.id)).toBe(1)
+  })
+
+  it("sets plannedPostAt to null when it is omitted or null", async () => {
+    const omitted = await activate({ key: uniqueKey(), body: { socialUsername: "@a" } })
+    expect(omitted.json.activation.plannedPostAt).toBeNull()
+    expect(omitted.text).toContain(`"plannedPostAt":null`)
+    const explicitNull = await activate({ key: uniqueKey(), body: { socialUsername: "@a", plannedPostAt: null } })
+    expect(explicitNull.json.activation.plannedPostAt).toBeNull()
+  })
+
+  it("returns socialUsername exactly as submitted and path ids as given", async () => {
+    const upper = "AAAAAAAA-BBBB-4CCC-8DDD-EEEEEEEEEEEE"
+    const handle = "@Ünïcödé_Näme 🎉"
+    const result = await activate({ key: uniqueKey(), path: activatePath(upper, upper), body: { socialUsername: handle } })
+    expect(result.status).toBe(200)
+    expect(result.json.activation.socialUsername).toBe(handle)
+    expect(result.json.activation.creatorId).toBe(upper)
+    expect(result.json.activation.campaignId).toBe(upper)
+  })
+
+  describe("idempotency", () => {
+    it("replays the original response byte for byte, whatever the key order and whitespace", async () => {
+      const key = uniqueKey()
+      const original = await activate({ key, rawBody: `{"socialUsername":"@sam","plannedPostAt":"2027-01-31"}` })
+      const replay = await activate({ key, rawBody: `{ "plannedPostAt" : "2027-01-31",\n  "socialUsername": "@sam" }` })
+      expect(original.status).toBe(200)
+      expect(replay.status).toBe(200)
+      expect(replay.text).toBe(original.text)
+      expect(replay.headers.get("idempotent-replayed")).toBe("true")
+      expect(countActivations("id = ?", original.json.activation.id)).toBe(1)
+    })
+
+    it("treats plannedPostAt null and omitted as the same body", async () => {
+      const key = uniqueKey()
+      const original = await activate({ key, body: { socialUsername: "@sam" } })
+      const replay = await activate({ key, body: { socialUsername: "@sam", plannedPostAt: null } })
+      expect(replay.text).toBe(original.text)
+    })
+
+    it("is 409 IDEMPOTENCY_CONFLICT for the same key with another body, and stores nothing", async () => {
+      const key = uniqueKey()
+      const original = await activate({ key, body: { socialUsername: "@sam" } })
+      const before = countActivations()
+      const conflict = await activate({ key, body: { socialUsername: "@other" } })
+      expectEnvelope(conflict, 409, "IDEMPOTENCY_CONFLICT")
+      expect(countActivations()).toBe(before)
+      const replay = await activate({ key, body: { socialUsername: "@sam" } })
+      expect(replay.text).toBe(original.text)
+    })
+
+    it("is 409 IDEMPOTENCY_CONFLICT for the same key and body on another path", async () => {
+      const key = uniqueKey()
+      expect((await activate({ key })).status).toBe(200)
+      const otherPath = activatePath(creatorId, "33333333-3333-4333-8333-333333333333")
+      expectEnvelope(await activate({ key, path: otherPath }), 409, "IDEMPOTENCY_CONFLICT")
+    })
+
+    it("shares the key space between keys of one brand, never between brands", async () => {
+      const brandId = crypto.randomUUID()
+      const first = await createKey(database, { brandId })
+      const second = await createKey(database, { brandId })
+      const stranger = await createKey(database)
+      const key = uniqueKey()
+      const original = await activate({ apiKey: first.apiKey, key })
+      const sameBrand = await activate({ apiKey: second.apiKey, key })
+      const otherBrand = await activate({ apiKey: stranger.apiKey, key })
+      expect(sameBrand.text).toBe(original.text)
+      expect(sameBrand.headers.get("idempotent-replayed")).toBe("true")
+      expect(otherBrand.status).toBe(200)
+      expect(otherBrand.headers.get("idempotent-replayed")).toBeNull()
+      expect(otherBrand.json.activation.id).not.toBe(original.json.activation.id)
+    })
+
+    it("unquotes an RFC 9651 string key", async () => {
+      const key = uniqueKey()
+      const quoted = await activate({ key: `"${key}"` })
+      const bare = await activate({ key })
+      expect(bare.text).toBe(quoted.text)
+      expect(bare.headers.get("idempotent-replayed")).toBe("true")
+    })
+
+    it("lets a key be used again after a rejected request (rejections are never stored)", async () => {
+      const key = uniqueKey()
+      expectEnvelope(await activate({ key, body: { socialUsername: "no-at" } }), 400, "VALIDATION_ERROR")
+      expectEnvelope(await activate({ key, rawBody: "{" }), 400, "MALFORMED_JSON")
+      const accepted = await activate({ key, body: { socialUsername: "@fixed" } })
+      expect(accepted.status).toBe(200)
+      expect(accepted.headers.get("idempotent-replayed")).toBeNull()
+    })
+
+    it("answers 50 concurrent duplicates with one record and the same bytes", async () => {
+      const key = uniqueKey()
+      const creator = crypto.randomUUID()
+      const results = await Promise.all(
+        Array.from({ length: 50 }, () => activate({ key, path: activatePath(creator), body: { socialUsername: "@crowd" } }))
+      )
+      expect(results.map((r) => r.status)).toEqual(Array(50).fill(200))
+      expect(new Set(results.map((r) => r.text)).size).toBe(1)
+      expect(results.filter((r) => r.headers.get("idempotent-replayed") === null)).toHaveLength(1)
+      expect(countActivations("creator_id = ?", creator)).toBe(1)
+    })
+
+    it("is 400 IDEMPOTENCY_KEY_REQUIRED without the header or with an empty one", async () => {
+      expectEnvelope(await activate({}), 400, "IDEMPOTENCY_KEY_REQUIRED")
+      expectEnvelope(await activate({ key: "" }), 400, "IDEMPOTENCY_KEY_REQUIRED")
+      expectEnvelope(await activate({ key: `""` }), 400, "IDEMPOTENCY_KEY_REQUIRED")
+    })
+
+    it("is 400 VALIDATION_ERROR for a key that is too long or not visible ASCII", async () => {
+      const long = await activate({ key: "k".repeat(256) })
+      expectEnvelope(long, 400, "VALIDATION_ERROR")
+      expect(long.json.message).toMatch(/Idempotency-Key/)
+      expectEnvelope(await activate({ key: "has space" }), 400, "VALIDATION_ERROR")
+      expect((await activate({ key: "k".repeat(255) })).status).toBe(200)
+    })
+  })
+
+  describe("scope", () => {
+    it("is 403 FORBIDDEN naming the scope, with WWW-Authenticate insufficient_scope", async () => {
+      const result = await activate({ apiKey: reader.apiKey, key: uniqueKey() })
+      expectEnvelope(result, 403, "FORBIDDEN")
+      expect(result.json.message).toContain("campaigns:write")
+      expect(result.headers.get("www-authenticate")).toBe(`Bearer error="insufficient_scope", scope="campaigns:write"`)
+    })
+
+    it("lets any valid key call whoami", async () => {
+      const key = await createKey(database, { scopes: ["analytics:read"] })
+      expect((await call({ path: "/v1/whoami", apiKey: key.apiKey })).status).toBe(200)
+    })
+  })
+
+  describe("body", () => {
+    it("is 415 for another media type, and accepts parameters or no Content-Type", async () => {
+      expectEnvelope(await activate({ key: uniqueKey(), contentType: "text/plain" }), 415, "UNSUPPORTED_MEDIA_TYPE")
+      expectEnvelope(
+        await activate({ key: uniqueKey(), contentType: "application/x-www-form-urlencoded" }),
+        415,
+        "UNSUPPORTED_MEDIA_TYPE"
+      )
+      expect((await activate({ key: uniqueKey(), contentType: "application/json; charset=utf-8" })).status).toBe(200)
+      expect((await activate({ key: uniqueKey(), contentType: "Application/JSON" })).status).toBe(200)
+      expect((await activate({ key: uniqueKey(), contentType: undefined })).status).toBe(200)
+    })
+
+    it("is 413 PAYLOAD_TOO_LARGE over 16 KiB", async () => {
+      const big = JSON.stringify({ socialUsername: "@big", padding: "x".repeat(16 * 1024) })
+      expectEnvelope(await activate({ key: uniqueKey(), rawBody: big }), 413, "PAYLOAD_TOO_LARGE")
+    })
+
+    it.each(["{", "", "not json", `{"socialUsername":"@a",}`])("is 400 MALFORMED_JSON for %j", async (rawBody) => {
+      expectEnvelope(await activate({ key: uniqueKey(), rawBody }), 400, "MALFORMED_JSON")
+    })
+
+    it.each([
+      [{ socialUsername: "jane" }, `socialUsername must start with "@"`],
+      [{}, "socialUsername is required."],
+      [{ socialUsername: "@" }, "socialUsername"],
+      [{ socialUsername: "@" + "x".repeat(100) }, "socialUsername must be at most 100 characters"],
+      [{ socialUsername: 42 }, "socialUsername must be a string"],
+      [{ socialUsername: "@a", plannedPostAt: "2026-2-1" }, "plannedPostAt"],
+      [{ socialUsername: "@a", plannedPostAt: "2026-02-30" }, "plannedPostAt must be a real calendar date"],
+      [{ socialUsername: "@a", plannedPostAt: "2026-12-01T00:00:00Z" }, "plannedPostAt"],
+      [{ socialUsername: "@a", plannedPostAt: 20261201 }, "plannedPostAt"],
+      [{ socialUsername: "@a", plannedPostat: "2026-12-01" }, "plannedPostat is not a known field."],
+      [[], "The request body must be a JSON object."],
+      [null, "The request body must be a JSON object."],
+      ["@jane", "The request body must be a JSON object."]
+    ])("is 400 VALIDATION_ERROR for %j, naming the field", async (body, message) => {
+      const before = countActivations()
+      const result = await activate({ key: uniqueKey(), rawBody: JSON.stringify(body) })
+      expectEnvelope(result, 400, "VALIDATION_ERROR")
+      expect(result.json.message).toContain(message)
+      expect(countActivations()).toBe(before)
+    })
+
+    it("accepts socialUsername of exactly 100 characters", async () => {
+      const result = await activate({ key: uniqueKey(), body: { socialUsername: "@" + "x".repeat(99) } })
+      expect(result.status).toBe(200)
+    })
+
+    it("is 400 VALIDATION_ERROR for path ids that are not UUIDs", async () => {
+      const result = await activate({ key: uniqueKey(), path: activatePath("not-a-uuid") })
+      expectEnvelope(result, 400, "VALIDATION_ERROR")
+      expect(result.json.message).toBe("creatorId must be a UUID")
+      const campaign = await activate({ key: uniqueKey(), path: activatePath(creatorId, "123") })
+      expect(campaign.json.message).toBe("campaignId must be a UUID")
+    })
+  })
+
+  describe("order of checks", () => {
+    it("route before authentication", async () => {
+      expectEnvelope(await call({ method: "POST", path: "/v1/creators/x/activate" }), 404, "NOT_FOUND")
+      expectEnvelope(await call({ method: "DELETE", path: activatePath() }), 405, "METHOD_NOT_ALLOWED")
+    })
+
+    it("authentication before scope, Idempotency-Key and body", async () => {
+      const result = await activate({ apiKey: undefined, contentType: "text/plain", rawBody: "{" })
+      expectEnvelope(result, 401, "UNAUTHORIZED")
+    })
+
+    it("scope before Idempotency-Key", async () => {
+      expectEnvelope(await activate({ apiKey: reader.apiKey, rawBody: "{" }), 403, "FORBIDDEN")
+    })
+
+    it("Idempotency-Key before media type", async () => {
+      expectEnvelope(await activate({ contentType: "text/plain", rawBody: "{" }), 400, "IDEMPOTENCY_KEY_REQUIRED")
+    })
+
+    it("media type before size", async () => {
+      const big = "x".repeat(20_000)
+      expectEnvelope(await activate({ key: uniqueKey(), contentType: "text/plain", rawBody: big }), 415, "UNSUPPORTED_MEDIA_TYPE")
+    })
+
+    it("size before JSON", async () => {
+      expectEnvelope(await activate({ key: uniqueKey(), rawBody: "{" + "x".repeat(20_000) }), 413, "PAYLOAD_TOO_LARGE")
+    })
+
+    it("JSON before validation of body and path", async () => {
+      expectEnvelope(await activate({ key: uniqueKey(), path: activatePath("nope"), rawBody: "{" }), 400, "MALFORMED_JSON")
+    })
+
+    it("validation before idempotency", async () => {
+      const key = uniqueKey()
+      expect((await activate({ key })).status).toBe(200)
+      expectEnvelope(await activate({ key, body: { socialUsername: "bad" } }), 400, "VALIDATION_ERROR")
+    })
+  })
+})
+
+describe("rate limiting", () => {
+  let limited: RunningServer
+  let limitedDb: string
+
+  beforeAll(async () => {
+    limitedDb = tempDatabase()
+    limited = await startServer(limitedDb, { RATE_LIMIT_MAX: "3", RATE_LIMIT_WINDOW_SECONDS: "3600" })
+  })
+  afterAll(async () => {
+    await limited?.stop()
+  })
+
+  it("is 429 RATE_LIMITED with Retry-After past the limit, per key, and never for an unauthenticated call", async () => {
+    const key = await createKey(limitedDb, { scopes: ["campaigns:read"] })
+    const other = await createKey(limitedDb, { scopes: ["campaigns:read"] })
+    const base = limited.url
+    const statuses = []
+    for (let i = 0; i < 3; i++) statuses.push((await call({ base, path: "/v1/whoami", apiKey: key.apiKey })).status)
+    expect(statuses).toEqual([200, 200, 200])
+    const refused = await call({ base, path: "/v1/whoami", apiKey: key.apiKey })
+    expectEnvelope(refused, 429, "RATE_LIMITED")
+    expect(Number(refused.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
+    expect(refused.headers.get("ratelimit-policy")).toBe(`"default";q=3;w=3600`)
+    expect(refused.headers.get("ratelimit")).toBe(`"default";r=0;t=${refused.headers.get("retry-after")}`)
+    expect((await call({ base, path: "/v1/whoami", apiKey: other.apiKey })).status).toBe(200)
+    expectEnvelope(await call({ base, path: "/v1/whoami" }), 401, "UNAUTHORIZED")
+  })
+
+  it("checks the rate limit before the scope", async () => {
+    const key = await createKey(limitedDb, { scopes: ["campaigns:read"] })
+    for (let i = 0; i < 3; i++) await call({ base: limited.url, path: "/v1/whoami", apiKey: key.apiKey })
+    expectEnvelope(await activate({ base: limited.url, apiKey: key.apiKey, key: uniqueKey() }), 429, "RATE_LIMITED")
+  })
+})
+
+describe("durability", () => {
+  it("replays an activation after the server restarts on the same database file", async () => {
+    const db = tempDatabase()
+    const first = await startServer(db)
+    const key = await createKey(db)
+    const idempotencyKey = uniqueKey()
+    const original = await activate({ base: first.url, apiKey: key.apiKey, key: idempotencyKey })
+    expect(original.status).toBe(200)
+    expect(await first.stop("SIGTERM")).toBe(0)
+
+    const second = await startServer(db)
+    try {
+      const replay = await activate({ base: second.url, apiKey: key.apiKey, key: idempotencyKey })
+      expect(replay.status).toBe(200)
+      expect(replay.text).toBe(original.text)
+      expect(replay.headers.get("idempotent-replayed")).toBe("true")
+    } finally {
+      await second.stop()
+    }
+  })
+})
+
+describe("failures", () => {
+  it("is 503 SERVICE_UNAVAILABLE while another process holds the write lock, and recovers", async () => {
+    const db = tempDatabase()
+    const local = await startServer(db)
+    const key = await createKey(db)
+    const lock = new Database(db)
+    try {
+      lock.run("BEGIN IMMEDIATE")
+      const result = await activate({ base: local.url, apiKey: key.apiKey, key: uniqueKey() })
+      expectEnvelope(result, 503, "SERVICE_UNAVAILABLE")
+      lock.run("ROLLBACK")
+      const retried = await activate({ base: local.url, apiKey: key.apiKey, key: uniqueKey() })
+      expect(retried.status).toBe(200)
+    } finally {
+      lock.close()
+      await local.stop()
+    }
+  })
+
+  it("is 500 INTERNAL_ERROR with a generic message and no SQL when the schema is broken", async () => {
+    const db = tempDatabase()
+    const local = await startServer(db)
+    const key = await createKey(db)
+    const admin = new Database(db)
+    admin.run("DROP TABLE activations")
+    admin.close()
+    try {
+      const result = await activate({ base: local.url, apiKey: key.apiKey, key: uniqueKey() })
+      expectEnvelope(result, 500, "INTERNAL_ERROR")
+      expect(result.json.message).toBe("An unexpected error occurred.")
+      expect(result.text).not.toMatch(/activations|SQL|sqlite|at /i)
+      expect(local.logs()).toMatch(/no such table/)
+    } finally {
+      await local.stop()
+    }
+  })
+})
