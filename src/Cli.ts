@@ -14,9 +14,13 @@ const serve = Command.make("serve", {}, () => Layer.launch(HttpLive)).pipe(
   Command.withDescription("Start the HTTP API (PORT, HOST, DATABASE_URL, RATE_LIMIT_*, IDEMPOTENCY_TTL_HOURS, LOG_LEVEL).")
 )
 
+const scopesMessage = `--scopes takes a comma-separated list of ${Scope.literals.join(", ")}`
+
 const ScopeList = Schema.transform(
   Schema.String,
-  Schema.Array(Scope).pipe(Schema.minItems(1)),
+  Schema.Array(Scope).pipe(Schema.minItems(1)).annotations({
+    message: () => ({ message: scopesMessage, override: true })
+  }),
   {
     strict: false,
     decode: (text) => text.split(",").map((s) => s.trim()).filter((s) => s !== ""),
@@ -30,7 +34,7 @@ const isoOrNever = (date: DateTime.Utc | null) => date === null ? "never" : Date
 
 const create = Command.make("create", {
   brand: Options.text("brand").pipe(
-    Options.withSchema(BrandId),
+    Options.withSchema(BrandId.annotations({ message: () => "--brand takes the brand's UUID" })),
     Options.withDescription("The brand the key acts for (a UUID).")
   ),
   scopes: Options.text("scopes").pipe(
@@ -39,7 +43,7 @@ const create = Command.make("create", {
   ),
   name: Options.text("name").pipe(Options.optional, Options.withDescription("A label to recognise the key by.")),
   expiresIn: Options.integer("expires-in").pipe(
-    Options.withSchema(Schema.Int.pipe(Schema.positive())),
+    Options.withSchema(Schema.Int.pipe(Schema.positive({ message: () => "--expires-in takes a number of days above 0" }))),
     Options.optional,
     Options.withDescription("Days until the key expires; without it the key does not expire.")
   ),

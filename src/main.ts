@@ -1,3 +1,4 @@
+import { ValidationError } from "@effect/cli"
 import { BunContext, BunRuntime } from "@effect/platform-bun"
 import { Console, Effect, Layer } from "effect"
 import * as ConfigError from "effect/ConfigError"
@@ -6,6 +7,8 @@ import { LoggingLive } from "./Logging.ts"
 
 cli(process.argv).pipe(
   Effect.provide(Layer.mergeAll(BunContext.layer, LoggingLive)),
+  // @effect/cli has already printed what was wrong with the command line: exit 2, as usage errors do.
+  Effect.catchIf(ValidationError.isValidationError, () => Effect.sync(() => process.exit(2))),
   Effect.catchIf(ConfigError.isConfigError, (error) =>
     Effect.zipRight(Console.error(`Invalid configuration: ${error}`), Effect.sync(() => process.exit(78)))),
   BunRuntime.runMain({ disablePrettyLogger: true })

@@ -1,0 +1,100 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Database } from "bun:sqlite"
+import { runCli, startServer, tempDatabase } from "./support/server.ts"
+
+const brandId = "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f"
+
+describe("keys command line", () => {
+  it("creates a key with --json as one line of JSON that the running server accepts", async () => {
+    const database = tempDatabase()
+    const env = { DATABASE_URL: database }
+    const server = await startServer(database)
+    try {
+      const created = await runCli(
+        ["keys", "create", "--brand", brandId, "--scopes", "campaigns:write,analytics:read", "--name", "ci", "--json"],
+        env
+      )
+      expect(created.code).toBe(0)
+      const lines = created.stdout.trim().split("\n")
+      expect(lines).toHaveLength(1)
+      const key = JSON.parse(lines[0]!)
+      expect(Object.keys(key)).toEqual(["apiKey", "keyId", "brandId", "scopes"])
+      expect(key.apiKey).toMatch(new RegExp(`^cak_${key.keyId}_[0-9a-f]{64}$`))
+      expect(key.brandId).toBe(brandId)
+      expect(key.scopes).toEqual(["campaigns:write", "analytics:read"])
+
+      const whoami = await fetch(`${server.url}/v1/whoami`, { headers: { authorization: `Bearer ${key.apiKey}` } })
+      expect(whoami.status).toBe(200)
+      expect(await whoami.json()).toStrictEqual({ ok: true, keyId: key.keyId, brandId, scopes: key.scopes })
+
+      const revoked = await runCli(["keys", "revoke", key.keyId], env)
+      expect(revoked.code).toBe(0)
+      const after = await fetch(`${server.url}/v1/whoami`, { headers: { authorization: `Bearer ${key.apiKey}` } })
+      expect(after.status).toBe(401)
+    } finally {
+      await server.stop()
+    }
+  })
+
+  it("prints the key once in text form and stores only its digest", async () => {
+    const database = tempDatabase()
+    const created = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read"], {
+      DATABASE_URL: database
+    })
+    expect(created.code).toBe(0)
+    const apiKey = /cak_[a-z0-9]{16}_[0-9a-f]{64}/.exec(created.stdout)?.[0]
+    expect(apiKey).toBeDefined()
+    expect(created.stdout).toContain("shown only this once")
+    const secret = apiKey!.split("_")[2]!
+    const db = new Database(database, { readonly: true })
+    const rows = db.query("SELECT * FROM api_keys").all()
+    db.close()
+    expect(JSON.stringify(rows)).not.toContain(secret)
+    const digest = new Bun.CryptoHasher("sha256").update(secret).digest("hex")
+    expect(rows).toEqual([expect.objectContaining({ secret_sha256: digest, brand_id: brandId, revoked_at: null })])
+  })
+
+  it("lists keys as a table and as JSON, never with secrets, and shows revocation", async () => {
+    const database = tempDatabase()
+    const env = { DATABASE_URL: database }
+    const created = JSON.parse(
+      (await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--expires-in", "30", "--json"], env))
+        .stdout
+    )
+    await runCli(["keys", "revoke", created.keyId], env)
+    const table = await runCli(["keys", "list"], env)
+    expect(table.code).toBe(0)
+    expect(table.stdout).toMatch(/KEY ID\s+BRAND\s+NAME\s+SCOPES\s+STATUS/)
+    expect(table.stdout).toContain(created.keyId)
+    expect(table.stdout).toContain("revoked")
+    const json = await runCli(["keys", "list", "--json"], env)
+    const listed = JSON.parse(json.stdout)
+    expect(listed).toEqual([
+      expect.objectContaining({ keyId: created.keyId, brandId, scopes: ["campaigns:read"], status: "revoked" })
+    ])
+    expect(Date.parse(listed[0].expiresAt) - Date.parse(listed[0].createdAt)).toBe(30 * 24 * 3600 * 1000)
+    expect(json.stdout).not.toContain(created.apiKey.split("_")[2])
+  })
+
+  it("refuses bad input with a message and a non-zero exit, creating nothing", async () => {
+    const database = tempDatabase()
+    const env = { DATABASE_URL: database }
+    const badBrand = await runCli(["keys", "create", "--brand", "nope", "--scopes", "campaigns:read"], env)
+    expect(badBrand.code).not.toBe(0)
+    const badScope = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:delete"], env)
+    expect(badScope.code).not.toBe(0)
+    const unknown = await runCli(["keys", "revoke", "aaaaaaaaaaaaaaaa"], env)
+    expect(unknown.code).toBe(1)
+    expect(unknown.stderr).toContain("No active API key with id aaaaaaaaaaaaaaaa")
+    const list = await runCli(["keys", "list", "--json"], env)
+    expect(JSON.parse(list.stdout)).toEqual([])
+  })
+
+  it("stops the server at start on a bad configuration value, naming the variable", async () => {
+    for (const [name, value] of [["PORT", "abc"], ["RATE_LIMIT_MAX", "0"], ["IDEMPOTENCY_TTL_HOURS", "x"], ["LOG_LEVEL", "loud"]]) {
+      const result = await runCli(["serve"], { DATABASE_URL: tempDatabase(), [name!]: value! })
+      expect(result.code).toBe(78)
+      expect(result.stderr).toContain(name)
+    }
+  })
+})
