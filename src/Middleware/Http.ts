@@ -12,6 +12,7 @@ import {
 } from "../Domain/Errors.ts"
 import { parseIdempotencyKey } from "../Domain/IdempotencyKey.ts"
 import { RateLimit } from "../RateLimit.ts"
+import { RequestBody } from "../RequestBody.ts"
 import {
   Authentication,
   CurrentApiKey,
@@ -98,6 +99,11 @@ export const RequireIdempotencyKeyLive = Layer.succeed(
 
 const mediaType = (contentType: string) => contentType.split(";")[0]!.trim().toLowerCase()
 
+const tooLarge = new PayloadTooLarge({ message: `The request body must be at most ${maxBodyBytes} bytes.` })
+const incomplete = new MalformedJson({ message: "The request body did not arrive completely in time." })
+const notJson = new MalformedJson({ message: "The request body is not valid JSON." })
+const utf8 = new TextDecoder("utf-8", { fatal: true })
+
 export const JsonBodyLive = Layer.succeed(
   JsonBody,
   Effect.gen(function*() {
@@ -106,16 +112,14 @@ export const JsonBodyLive = Layer.succeed(
     if (contentType !== undefined && contentType.trim() !== "" && mediaType(contentType) !== "application/json") {
       return yield* new UnsupportedMediaType({ message: "Content-Type must be application/json." })
     }
-    const tooLarge = new PayloadTooLarge({ message: `The request body must be at most ${maxBodyBytes} bytes.` })
-    const declared = Number(request.headers["content-length"] ?? 0)
-    if (declared > maxBodyBytes) return yield* tooLarge
-    const text = yield* Effect.orElseSucceed(request.text, () => undefined)
-    if (text === undefined) return yield* new MalformedJson({ message: "The request body could not be read." })
-    if (Buffer.byteLength(text) > maxBodyBytes) return yield* tooLarge
+    // The web server reads the body (bounded in size and time) before the app runs.
+    const body = yield* Effect.orDie(Effect.serviceOptional(RequestBody))
+    if (body._tag === "TooLarge") return yield* tooLarge
+    if (body._tag === "Incomplete") return yield* incomplete
     try {
-      JSON.parse(text)
+      JSON.parse(utf8.decode(body.bytes))
     } catch {
-      return yield* new MalformedJson({ message: "The request body is not valid JSON." })
+      return yield* notJson
     }
   })
 )
