@@ -5,6 +5,7 @@ import { Cause, Effect, Layer, Option } from "effect"
 import { HttpActivationsLive } from "./Activations/Http.ts"
 import { CampaignApi } from "./Api.ts"
 import {
+  type ApiError,
   errorResponse,
   InternalError,
   MethodNotAllowed,
@@ -13,19 +14,30 @@ import {
   ValidationError,
   wireCodes
 } from "./Domain/Errors.ts"
+import { HttpHealthLive } from "./Health/Http.ts"
 import { HttpIdentityLive } from "./Identity/Http.ts"
+import { Ids } from "./Ids.ts"
 import { MiddlewareLive } from "./Middleware/Http.ts"
+import { withRequestLog } from "./RequestLog.ts"
 
-/** Every route of the API as a pattern, so an unknown method on a known path is 405, not 404. */
-const routes = Object.values(CampaignApi.groups).flatMap((group) =>
-  Object.values(group.endpoints).map((endpoint: HttpApiEndpoint.HttpApiEndpoint.AnyWithProps) => ({
-    method: endpoint.method,
-    pattern: new RegExp(`^${endpoint.path.replace(/:[^/]+/g, "[^/]+")}$`)
-  }))
-)
+/** The OpenAPI document and its docs UI, served beside the API. */
+export const documentRoutes = { openApi: "/openapi.json", docs: "/docs" } as const
+
+/** Every route as a pattern, so an unknown method on a known path is 405, not 404. */
+const routes = [
+  ...Object.values(CampaignApi.groups).flatMap((group) =>
+    Object.values(group.endpoints).map((endpoint: HttpApiEndpoint.HttpApiEndpoint.AnyWithProps) => ({
+      method: endpoint.method,
+      path: endpoint.path
+    }))
+  ),
+  ...Object.values(documentRoutes).map((path) => ({ method: "GET", path }))
+].map((route) => ({ ...route, pattern: new RegExp(`^${route.path.replace(/:[^/]+/g, "[^/]+")}$`) }))
 
 export const allowedMethods = (path: string): ReadonlyArray<string> =>
   routes.filter((route) => route.pattern.test(path)).map((route) => route.method)
+
+const routeOf = (path: string): string => routes.find((route) => route.pattern.test(path))?.path ?? "(unknown)"
 
 const routeNotFound = Effect.gen(function*() {
   const request = yield* HttpServerRequest.HttpServerRequest
@@ -58,7 +70,7 @@ export const describeIssue = (issue: Issue | undefined): string => {
   }
 }
 
-const isApiError = (u: unknown): boolean =>
+const isApiError = (u: unknown): u is ApiError =>
   typeof u === "object" && u !== null && "_tag" in u && (u._tag as string) in wireCodes
 
 const databaseBusyCodes = /^SQLITE_(BUSY|LOCKED|CANTOPEN|IOERR|FULL|READONLY|PROTOCOL|NOTADB|CORRUPT)/
@@ -69,40 +81,45 @@ export const isDatabaseUnavailable = (defect: unknown): boolean =>
   typeof defect.cause === "object" && defect.cause !== null &&
   "code" in defect.cause && databaseBusyCodes.test(String(defect.cause.code))
 
-/**
- * What the endpoints' schemas cannot see (decode failures, unknown routes, defects)
- * becomes the same envelope here; declared errors pass on to their schemas.
- */
-export const ErrorEnvelopeLive = HttpApiBuilder.middleware((app) =>
-  Effect.catchAllCause(app, (cause) => {
-    const failure = Cause.failureOption(cause)
-    if (Option.isSome(failure)) {
-      const error: unknown = failure.value
-      if (error instanceof HttpApiError.HttpApiDecodeError) {
-        return Effect.succeed(errorResponse(new ValidationError({ message: describeIssue(error.issues[0]) })))
-      }
-      if (typeof error === "object" && error !== null && "_tag" in error && error._tag === "RouteNotFound") {
-        return routeNotFound
-      }
-      if (isApiError(error)) return Effect.failCause(cause)
+const renderFailure = (cause: Cause.Cause<unknown>) => {
+  const failure = Cause.failureOption(cause)
+  if (Option.isSome(failure)) {
+    const error = failure.value
+    if (isApiError(error)) return Effect.succeed(errorResponse(error))
+    if (error instanceof HttpApiError.HttpApiDecodeError) {
+      return Effect.succeed(errorResponse(new ValidationError({ message: describeIssue(error.issues[0]) })))
     }
-    if (Cause.isInterruptedOnly(cause)) return Effect.failCause(cause)
-    const defect = Cause.squash(cause)
-    if (isDatabaseUnavailable(defect)) {
-      return Effect.as(
-        Effect.logWarning("database unavailable", cause),
-        errorResponse(new ServiceUnavailable({ message: "The service is temporarily unavailable; retry shortly." }))
-      )
+    if (typeof error === "object" && error !== null && "_tag" in error && error._tag === "RouteNotFound") {
+      return routeNotFound
     }
+  }
+  // A client that went away: nothing to answer, and an interruption carries no failure.
+  if (Cause.isInterruptedOnly(cause)) return Effect.failCause(cause as Cause.Cause<never>)
+  const defect = Cause.squash(cause)
+  if (isDatabaseUnavailable(defect)) {
     return Effect.as(
-      Effect.logError("unexpected failure", cause),
-      errorResponse(new InternalError({ message: "An unexpected error occurred." }))
+      Effect.logWarning("database unavailable", cause),
+      errorResponse(new ServiceUnavailable({ message: "The service is temporarily unavailable; retry shortly." }))
     )
-  })
+  }
+  return Effect.as(
+    Effect.logError("unexpected failure", cause),
+    errorResponse(new InternalError({ message: "An unexpected error occurred." }))
+  )
+}
+
+/**
+ * Every failure, declared or not (decode failures, unknown routes, defects), leaves as
+ * the envelope here, so the access log sees the final status of every request.
+ * Declared errors render to the same bytes as their endpoint's error schema.
+ */
+export const ApiMiddlewareLive = HttpApiBuilder.middleware(
+  Effect.map(Ids, (ids) => (app) =>
+    withRequestLog(Effect.catchAllCause(app, renderFailure), routeOf, ids.uuid))
 )
 
 /** The API with its handlers and middleware; needs the services it calls. */
 export const ApiLive = HttpApiBuilder.api(CampaignApi).pipe(
-  Layer.provide([HttpActivationsLive, HttpIdentityLive]),
+  Layer.provide([HttpActivationsLive, HttpIdentityLive, HttpHealthLive]),
   Layer.provide(MiddlewareLive)
 )

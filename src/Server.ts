@@ -1,3 +1,4 @@
+import { HttpApiBuilder, HttpApiScalar } from "@effect/platform"
 import { Layer } from "effect"
 import { Activations } from "./Activations.ts"
 import { ActivationsRepo } from "./Activations/ActivationsRepo.ts"
@@ -5,11 +6,12 @@ import { ApiKeys } from "./ApiKeys.ts"
 import { ApiKeysRepo } from "./ApiKeys/ApiKeysRepo.ts"
 import { AppConfig } from "./Config.ts"
 import { SqlLive } from "./Database/Sql.ts"
-import { ApiLive, ErrorEnvelopeLive } from "./Http.ts"
+import { ApiLive, ApiMiddlewareLive, documentRoutes } from "./Http.ts"
 import { Idempotency } from "./Idempotency.ts"
 import { IdempotencyRepo } from "./Idempotency/IdempotencyRepo.ts"
 import { Ids } from "./Ids.ts"
 import { RateLimit } from "./RateLimit.ts"
+import { TracingLive } from "./Tracing.ts"
 import { WebServerLive } from "./WebServer.ts"
 
 const ReposLive = Layer.mergeAll(ApiKeysRepo.Live, ActivationsRepo.Live, IdempotencyRepo.Live)
@@ -23,7 +25,12 @@ export const ServicesLive = Layer.mergeAll(ApiKeys.Live, Activations.Live, Idemp
 
 /** The HTTP server: the API on Bun, with the services it needs. */
 export const HttpLive = WebServerLive.pipe(
-  Layer.provide(ErrorEnvelopeLive),
+  Layer.provide([
+    ApiMiddlewareLive,
+    HttpApiBuilder.middlewareOpenApi({ path: documentRoutes.openApi }),
+    HttpApiScalar.layer({ path: documentRoutes.docs })
+  ]),
   Layer.provide(ApiLive),
-  Layer.provide(ServicesLive)
+  Layer.provide(ServicesLive),
+  Layer.provide(TracingLive)
 )

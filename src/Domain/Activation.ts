@@ -5,7 +5,10 @@ const message = (text: string) => ({ message: () => text })
 const Uuid = (field: string) =>
   Schema.String.pipe(
     Schema.pattern(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, message(`${field} must be a UUID`))
-  ).annotations({ ...message(`${field} must be a UUID`), format: "uuid" })
+  ).annotations({
+    ...message(`${field} must be a UUID`),
+    jsonSchema: { type: "string", format: "uuid", description: `The ${field.replace("Id", "")}'s UUID, in any letter case` }
+  })
 
 export const ActivatePath = Schema.Struct({
   creatorId: Uuid("creatorId"),
@@ -24,13 +27,25 @@ export const PlannedPostDate = Schema.String.annotations(message("plannedPostAt 
     Schema.pattern(/^\d{4}-\d{2}-\d{2}$/, message("plannedPostAt must be a date in the form YYYY-MM-DD")),
     Schema.filter(isCalendarDate, message("plannedPostAt must be a real calendar date"))
   )
-  .annotations({ format: "date", examples: ["2026-12-01"] })
+  .annotations({
+    jsonSchema: { type: "string", format: "date", description: "The day the creator will post (YYYY-MM-DD); null or omitted when not planned" },
+    examples: ["2026-12-01"]
+  })
 
 export const SocialUsername = Schema.String.annotations(message("socialUsername must be a string")).pipe(
   Schema.startsWith("@", message(`socialUsername must start with "@"`)),
   Schema.filter((s) => s.length >= 2, message(`socialUsername must have at least one character after "@"`)),
   Schema.filter((s) => [...s].length <= 100, message("socialUsername must be at most 100 characters"))
-).annotations({ examples: ["@janedoe"] })
+).annotations({
+  jsonSchema: {
+    type: "string",
+    pattern: "^@.+",
+    minLength: 2,
+    maxLength: 100,
+    description: "The creator's posting handle, returned exactly as sent"
+  },
+  examples: ["@janedoe"]
+})
 
 export const ActivateRequest = Schema.Struct({
   socialUsername: SocialUsername,

@@ -1,5 +1,5 @@
 import { HttpApp, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Effect, Layer } from "effect"
+import { Effect, FiberRef, Layer } from "effect"
 import { ApiKeys, unauthorized } from "../ApiKeys.ts"
 import {
   Forbidden,
@@ -13,6 +13,7 @@ import {
 import { parseIdempotencyKey } from "../Domain/IdempotencyKey.ts"
 import { RateLimit } from "../RateLimit.ts"
 import { RequestBody } from "../RequestBody.ts"
+import { requestIdentity } from "../RequestLog.ts"
 import {
   Authentication,
   CurrentApiKey,
@@ -51,6 +52,7 @@ export const AuthenticationLive = Layer.effect(
           const identity = yield* (token === undefined ? unauthorized : keys.authenticate(token)).pipe(
             Effect.tapError(() => setHeaders({ "www-authenticate": "Bearer" }))
           )
+          yield* FiberRef.set(requestIdentity, identity)
           const decision = yield* rateLimit.consume(identity.keyId)
           yield* setHeaders({
             "ratelimit-policy": policy,

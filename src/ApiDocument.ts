@@ -1,0 +1,71 @@
+/**
+ * Finishing touches on the generated OpenAPI document, so that it matches the wire:
+ * HttpApi always lists its own HttpApiDecodeError, which never reaches a client here
+ * (it leaves as VALIDATION_ERROR), and response headers have no place in HttpApi schemas.
+ */
+type Json = Record<string, any>
+
+const decodeErrorSchemas = ["HttpApiDecodeError", "Issue", "PropertyKey"]
+const isDecodeErrorRef = (schema: Json) => schema.$ref === "#/components/schemas/HttpApiDecodeError"
+
+const header = (description: string, schema: Json = { type: "string" }) => ({ description, schema })
+
+const requestIdHeader = header("The request's id: the caller's `X-Request-Id` when it is sane, a new UUID otherwise.")
+const rateLimitHeaders = {
+  "RateLimit-Policy": header("The key's quota (IETF draft-10), e.g. `\"default\";q=120;w=60`."),
+  "RateLimit": header("What is left of it: `\"default\";r=<remaining>;t=<seconds until a request is available again>`.")
+}
+const retryAfter = header("Seconds to wait before retrying.", { type: "integer", minimum: 1 })
+
+const headersFor = (status: string, secured: boolean, operationId: string): Json => ({
+  "X-Request-Id": requestIdHeader,
+  ...(secured && status !== "401" ? rateLimitHeaders : {}),
+  ...(status === "401"
+    ? { "WWW-Authenticate": header("`Bearer`") }
+    : status === "403"
+    ? { "WWW-Authenticate": header("`Bearer error=\"insufficient_scope\", scope=\"<scope>\"`") }
+    : status === "429"
+    ? { "Retry-After": retryAfter }
+    : status === "409"
+    ? { "Retry-After": header("`1`, with `IDEMPOTENCY_IN_PROGRESS` only.", { type: "integer" }) }
+    : status === "200" && operationId === "activations.activate"
+    ? { "Idempotent-Replayed": header("`true` when this is the stored response of an earlier request.") }
+    : {})
+})
+
+const withoutDecodeError = (schema: Json): Json | undefined => {
+  if (isDecodeErrorRef(schema)) return undefined
+  if (!Array.isArray(schema.anyOf)) return schema
+  const refs = [...new Set(schema.anyOf.filter((s: Json) => !isDecodeErrorRef(s)).map((s: Json) => JSON.stringify(s)))]
+    .map((s) => JSON.parse(s as string))
+  return refs.length === 1 ? refs[0] : { ...schema, anyOf: refs }
+}
+
+const codesOf = (schema: Json): Array<string> =>
+  (schema.anyOf ?? [schema]).map((s: Json) => `\`${String(s.$ref).split("/").pop()}\``)
+
+export const finishDocument = (spec: Json): Json => {
+  for (const operations of Object.values<Json>(spec.paths)) {
+    for (const operation of Object.values<Json>(operations)) {
+      const secured = operation.security.length > 0
+      for (const [status, response] of Object.entries<Json>(operation.responses)) {
+        const content = response.content?.["application/json"]
+        if (content !== undefined) {
+          const schema = withoutDecodeError(content.schema)
+          if (schema === undefined) {
+            delete operation.responses[status]
+            continue
+          }
+          content.schema = schema
+          if (Number(status) >= 400) response.description = codesOf(schema).join(", ")
+        }
+        response.headers = headersFor(status, secured, operation.operationId)
+      }
+      for (const parameter of operation.parameters) {
+        if (parameter.in === "header" && parameter.name === "idempotency-key") parameter.name = "Idempotency-Key"
+      }
+    }
+  }
+  for (const name of decodeErrorSchemas) delete spec.components.schemas[name]
+  return spec
+}

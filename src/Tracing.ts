@@ -1,0 +1,24 @@
+import { OtlpSerialization, OtlpTracer } from "@effect/opentelemetry"
+import { FetchHttpClient, HttpMiddleware } from "@effect/platform"
+import { Config, Effect, Layer, Option } from "effect"
+
+/**
+ * OpenTelemetry spans over OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+ * Without it tracing is off: no span is recorded, per request or per service call.
+ */
+export const TracingLive = Layer.unwrapEffect(
+  Effect.gen(function*() {
+    const endpoint = yield* Config.option(Config.url("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    if (Option.isNone(endpoint)) {
+      return Layer.mergeAll(
+        Layer.setTracerEnabled(false),
+        Layer.locallyScoped(HttpMiddleware.currentTracerDisabledWhen, () => true)
+      )
+    }
+    const serviceName = yield* Config.string("OTEL_SERVICE_NAME").pipe(Config.withDefault("campaign-api"))
+    return OtlpTracer.layer({
+      url: new URL("v1/traces", endpoint.value.href.endsWith("/") ? endpoint.value : `${endpoint.value.href}/`).href,
+      resource: { serviceName, serviceVersion: "0.1.0" }
+    }).pipe(Layer.provide([OtlpSerialization.layerJson, FetchHttpClient.layer]))
+  })
+)
