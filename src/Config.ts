@@ -27,7 +27,27 @@ export const ServerConfig = Config.all({
   )
 })
 
-export const LogLevelConfig = Config.logLevel("LOG_LEVEL").pipe(Config.withDefault(LogLevel.Info))
+const logLevels: Record<string, LogLevel.LogLevel> = {
+  all: LogLevel.All,
+  trace: LogLevel.Trace,
+  debug: LogLevel.Debug,
+  info: LogLevel.Info,
+  warn: LogLevel.Warning,
+  warning: LogLevel.Warning,
+  error: LogLevel.Error,
+  fatal: LogLevel.Fatal,
+  none: LogLevel.None
+}
+
+export const LogLevelConfig = Config.string("LOG_LEVEL").pipe(
+  Config.withDefault("info"),
+  Config.map((name) => name.trim().toLowerCase()),
+  Config.validate({
+    message: `Expected one of ${Object.keys(logLevels).join(", ")}`,
+    validation: (name) => name in logLevels
+  }),
+  Config.map((name) => logLevels[name]!)
+)
 
 export class AppConfig extends Context.Tag("Config/AppConfig")<AppConfig, {
   readonly rateLimit: { readonly max: number; readonly window: Duration.Duration }

@@ -1,8 +1,8 @@
 import { HttpServerResponse } from "@effect/platform"
-import { SqlClient } from "@effect/sql"
 import { Clock, Context, Deferred, Duration, Effect, FiberId, Layer, Option, Schedule } from "effect"
 import { createHash } from "node:crypto"
 import { AppConfig } from "./Config.ts"
+import { GroupCommit } from "./Database/GroupCommit.ts"
 import { IdempotencyConflict, IdempotencyInProgress } from "./Domain/Errors.ts"
 import { IdempotencyRepo, type IdempotencyRow } from "./Idempotency/IdempotencyRepo.ts"
 
@@ -59,15 +59,15 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
    * response in the same transaction as its writes; a repeat with the same fingerprint
    * gets that response back, one with another fingerprint 409.
    */
-  readonly run: <E, R>(
+  readonly run: <E>(
     request: IdempotentRequest,
-    operation: Effect.Effect<StoredResponse, E, R>
-  ) => Effect.Effect<HttpServerResponse.HttpServerResponse, E | IdempotencyConflict | IdempotencyInProgress, R>
+    operation: Effect.Effect<StoredResponse, E>
+  ) => Effect.Effect<HttpServerResponse.HttpServerResponse, E | IdempotencyConflict | IdempotencyInProgress>
 }>() {
   static readonly Live = Layer.scoped(
     Idempotency,
     Effect.gen(function*() {
-      const sql = yield* SqlClient.SqlClient
+      const groupCommit = yield* GroupCommit
       const repo = yield* IdempotencyRepo
       const { idempotencyTtl } = yield* AppConfig
       const ttlMillis = Duration.toMillis(idempotencyTtl)
@@ -82,11 +82,7 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
         Effect.forkScoped
       )
 
-      const attempt = <E, R>(
-        request: IdempotentRequest,
-        fingerprint: string,
-        operation: Effect.Effect<StoredResponse, E, R>
-      ) =>
+      const attempt = <E>(request: IdempotentRequest, fingerprint: string, operation: Effect.Effect<StoredResponse, E>) =>
         Effect.gen(function*() {
           const now = yield* Clock.currentTimeMillis
           const existing = yield* repo.claim(request.brandId, request.key, now)
@@ -109,16 +105,15 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
           if (!(yield* repo.insert(row))) return yield* Effect.fail(new LostRace())
           return toResponse(response, false)
         }).pipe(
-          sql.withTransaction,
-          Effect.catchTag("SqlError", Effect.die),
+          groupCommit.transaction,
           Effect.retry({ while: (e) => e instanceof LostRace, times: 3 }),
           Effect.catchIf((e): e is LostRace => e instanceof LostRace, () => Effect.die("idempotency insert kept losing races"))
         )
 
-      const run = <E, R>(
+      const run = <E>(
         request: IdempotentRequest,
-        operation: Effect.Effect<StoredResponse, E, R>
-      ): Effect.Effect<HttpServerResponse.HttpServerResponse, E | IdempotencyConflict | IdempotencyInProgress, R> =>
+        operation: Effect.Effect<StoredResponse, E>
+      ): Effect.Effect<HttpServerResponse.HttpServerResponse, E | IdempotencyConflict | IdempotencyInProgress> =>
         Effect.suspend(() => {
           const slot = `${request.brandId}\n${request.key}`
           const original = inFlight.get(slot)

@@ -5,6 +5,7 @@ import { ActivationsRepo } from "./Activations/ActivationsRepo.ts"
 import { ApiKeys } from "./ApiKeys.ts"
 import { ApiKeysRepo } from "./ApiKeys/ApiKeysRepo.ts"
 import { AppConfig } from "./Config.ts"
+import { GroupCommit } from "./Database/GroupCommit.ts"
 import { SqlLive } from "./Database/Sql.ts"
 import { ApiLive, ApiMiddlewareLive, documentRoutes } from "./Http.ts"
 import { Idempotency } from "./Idempotency.ts"
@@ -18,7 +19,7 @@ const ReposLive = Layer.mergeAll(ApiKeysRepo.Live, ActivationsRepo.Live, Idempot
 
 /** Every service the API calls, on the SQLite database. */
 export const ServicesLive = Layer.mergeAll(ApiKeys.Live, Activations.Live, Idempotency.Live, RateLimit.Live).pipe(
-  Layer.provideMerge(ReposLive),
+  Layer.provideMerge(Layer.merge(ReposLive, GroupCommit.Live)),
   Layer.provideMerge(SqlLive),
   Layer.provideMerge(Layer.mergeAll(Ids.Live, AppConfig.Live))
 )
