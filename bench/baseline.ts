@@ -1,0 +1,281 @@
+/**
+ * The benchmark's baseline: the service's essential work with no framework, on `Bun.serve` and
+ * `bun:sqlite` alone. It is the physical limit the service is measured against.
+ *
+ * - Same schema, WAL, `synchronous = FULL` and busy timeout as the service, so it opens (and reads
+ *   the keys in) a database prepared by the service's own `keys create`.
+ * - whoami: parse the bearer key, look it up by key id (prepared statement), SHA-256 the secret and
+ *   compare it in constant time, check revocation and expiry, answer the service's body.
+ * - activate: authenticate, check the scope and the Idempotency-Key, parse and validate the body, then
+ *   in one transaction look the (brand, key) up and replay it, or insert the activation and the
+ *   idempotency row (the service's columns) and answer the service's body.
+ *
+ * Not done here (the service does it): rate limiting, logging, the full error catalogue.
+ *
+ *   PORT=3001 DATABASE_URL=/tmp/x.sqlite bun bench/baseline.ts
+ */
+import { Database } from "bun:sqlite"
+import { createHash, timingSafeEqual } from "node:crypto"
+
+const port = Number(process.env.PORT ?? "3001")
+const hostname = process.env.HOST ?? "127.0.0.1"
+const filename = (process.env.DATABASE_URL ?? "data/baseline.sqlite").replace(/^sqlite:(\/\/)?/, "")
+const idempotencyTtlMillis = 24 * 60 * 60 * 1000
+
+const db = new Database(filename, { create: true, strict: true })
+db.run("PRAGMA journal_mode = WAL")
+db.run("PRAGMA synchronous = FULL")
+db.run("PRAGMA busy_timeout = 5000")
+
+// The CREATE TABLE statements of src/Database/migrations/0001_create_tables.ts, made idempotent so a
+// database already migrated by the service's command line is used as it is.
+db.run(`
+  CREATE TABLE IF NOT EXISTS api_keys (
+    key_id VARCHAR(32) PRIMARY KEY,
+    brand_id VARCHAR(36) NOT NULL,
+    name VARCHAR(200),
+    scopes VARCHAR(200) NOT NULL,
+    secret_sha256 CHAR(64) NOT NULL,
+    created_at BIGINT NOT NULL,
+    expires_at BIGINT,
+    revoked_at BIGINT
+  )`)
+db.run(`
+  CREATE TABLE IF NOT EXISTS activations (
+    id VARCHAR(36) PRIMARY KEY,
+    brand_id VARCHAR(36) NOT NULL,
+    key_id VARCHAR(32) NOT NULL,
+    creator_id VARCHAR(36) NOT NULL,
+    campaign_id VARCHAR(36) NOT NULL,
+    status VARCHAR(16) NOT NULL,
+    social_username VARCHAR(400) NOT NULL,
+    planned_post_at VARCHAR(10),
+    activated_at VARCHAR(32) NOT NULL
+  )`)
+db.run("CREATE INDEX IF NOT EXISTS activations_by_creator_campaign ON activations (creator_id, campaign_id)")
+db.run(`
+  CREATE TABLE IF NOT EXISTS idempotency_keys (
+    brand_id VARCHAR(36) NOT NULL,
+    idempotency_key VARCHAR(255) NOT NULL,
+    fingerprint CHAR(64) NOT NULL,
+    resource_id VARCHAR(36),
+    status_code INTEGER NOT NULL,
+    response_body TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    expires_at BIGINT NOT NULL,
+    PRIMARY KEY (brand_id, idempotency_key)
+  )`)
+db.run("CREATE INDEX IF NOT EXISTS idempotency_keys_by_expiry ON idempotency_keys (expires_at)")
+
+interface KeyRow {
+  readonly brand_id: string
+  readonly scopes: string
+  readonly secret_sha256: string
+  readonly expires_at: number | null
+  readonly revoked_at: number | null
+}
+
+interface IdempotencyRow {
+  readonly fingerprint: string
+  readonly status_code: number
+  readonly response_body: string
+}
+
+const findKey = db.query<KeyRow, [string]>(
+  "SELECT brand_id, scopes, secret_sha256, expires_at, revoked_at FROM api_keys WHERE key_id = ?"
+)
+// The service deletes an expired entry of the same key before reading it; so does the baseline.
+const deleteExpiredKey = db.query<never, [string, string, number]>(
+  "DELETE FROM idempotency_keys WHERE brand_id = ? AND idempotency_key = ? AND expires_at <= ?"
+)
+const findIdempotency = db.query<IdempotencyRow, [string, string]>(
+  "SELECT fingerprint, status_code, response_body FROM idempotency_keys WHERE brand_id = ? AND idempotency_key = ?"
+)
+const insertActivation = db.query<never, [string, string, string, string, string, string, string, string | null, string]>(
+  `INSERT INTO activations
+     (id, brand_id, key_id, creator_id, campaign_id, status, social_username, planned_post_at, activated_at)
+   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+)
+const insertIdempotency = db.query<never, [string, string, string, string, number, string, number, number]>(
+  `INSERT INTO idempotency_keys
+     (brand_id, idempotency_key, fingerprint, resource_id, status_code, response_body, created_at, expires_at)
+   VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+)
+
+const jsonHeaders = { "content-type": "application/json" }
+
+const json = (status: number, body: string, headers: Record<string, string> = {}): Response =>
+  new Response(body, { status, headers: { ...jsonHeaders, ...headers } })
+
+const error = (status: number, code: string, message: string, headers: Record<string, string> = {}): Response =>
+  json(status, JSON.stringify({ ok: false, code, message }), headers)
+
+const unauthorized = () =>
+  error(401, "UNAUTHORIZED", "The API key is missing or invalid.", { "www-authenticate": "Bearer" })
+
+// ---------------------------------------------------------------------------------------------
+// Authentication
+
+interface Identity {
+  readonly keyId: string
+  readonly brandId: string
+  readonly scopes: ReadonlyArray<string>
+}
+
+const bearerFormat = /^bearer +cak_([a-z0-9]{16})_([0-9a-f]{64}) *$/i
+const decoyDigest = createHash("sha256").update("decoy").digest()
+
+const authenticate = (request: Request): Identity | undefined => {
+  const match = bearerFormat.exec(request.headers.get("authorization") ?? "")
+  if (match === null) return undefined
+  const keyId = match[1]!
+  const row = findKey.get(keyId)
+  const presented = createHash("sha256").update(match[2]!).digest()
+  const expected = row === null ? decoyDigest : Buffer.from(row.secret_sha256, "hex")
+  const secretMatches = timingSafeEqual(presented, expected)
+  if (!secretMatches || row === null || row.revoked_at !== null) return undefined
+  if (row.expires_at !== null && row.expires_at <= Date.now()) return undefined
+  return { keyId, brandId: row.brand_id, scopes: row.scopes === "" ? [] : row.scopes.split(" ") }
+}
+
+// ---------------------------------------------------------------------------------------------
+// whoami
+
+const whoami = (request: Request): Response => {
+  const identity = authenticate(request)
+  if (identity === undefined) return unauthorized()
+  return json(200, JSON.stringify({ ok: true, ...identity }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// activate
+
+const uuid = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+const activatePath = new RegExp(`^/v1/creators/(${uuid})/campaigns/(${uuid})/activate$`)
+const idempotencyKeyFormat = /^[\x21-\x7e]{1,255}$/
+const dateFormat = /^\d{4}-\d{2}-\d{2}$/
+
+interface ActivateBody {
+  readonly socialUsername: string
+  readonly plannedPostAt: string | null
+}
+
+/** The body's rules, minimally: the validated body or the message naming what is wrong. */
+const validateBody = (value: unknown): ActivateBody | string => {
+  if (value === null || typeof value !== "object" || Array.isArray(value)) return "The request body must be a JSON object."
+  const body = value as Record<string, unknown>
+  for (const field of Object.keys(body)) {
+    if (field !== "socialUsername" && field !== "plannedPostAt") return `${field} is not a known field.`
+  }
+  const { socialUsername, plannedPostAt = null } = body
+  if (typeof socialUsername !== "string" || !socialUsername.startsWith("@") || socialUsername.length < 2) {
+    return `socialUsername must start with "@"`
+  }
+  if (plannedPostAt !== null && (typeof plannedPostAt !== "string" || !dateFormat.test(plannedPostAt))) {
+    return "plannedPostAt must be a date in the form YYYY-MM-DD"
+  }
+  return { socialUsername, plannedPostAt }
+}
+
+interface Activation {
+  readonly identity: Identity
+  readonly key: string
+  readonly fingerprint: string
+  readonly creatorId: string
+  readonly campaignId: string
+  readonly body: ActivateBody
+}
+
+/** One transaction: replay or conflict on a known key, else the activation and its stored response. */
+const activateOnce = db.transaction((input: Activation): Response => {
+  const { identity, key, fingerprint, body } = input
+  const now = Date.now()
+  deleteExpiredKey.run(identity.brandId, key, now)
+  const stored = findIdempotency.get(identity.brandId, key)
+  if (stored !== null) {
+    if (stored.fingerprint !== fingerprint) {
+      return error(
+        409,
+        "IDEMPOTENCY_CONFLICT",
+        "This Idempotency-Key was already used with a different request; use a new key for a new request."
+      )
+    }
+    return json(stored.status_code, stored.response_body, { "idempotent-replayed": "true" })
+  }
+  const activation = {
+    id: crypto.randomUUID(),
+    campaignId: input.campaignId,
+    creatorId: input.creatorId,
+    status: "ACTIVE" as const,
+    socialUsername: body.socialUsername,
+    plannedPostAt: body.plannedPostAt,
+    activatedAt: new Date(now).toISOString()
+  }
+  const responseBody = JSON.stringify({ ok: true, activation })
+  insertActivation.run(
+    activation.id,
+    identity.brandId,
+    identity.keyId,
+    activation.creatorId,
+    activation.campaignId,
+    activation.status,
+    activation.socialUsername,
+    activation.plannedPostAt,
+    activation.activatedAt
+  )
+  insertIdempotency.run(identity.brandId, key, fingerprint, activation.id, 200, responseBody, now, now + idempotencyTtlMillis)
+  return json(200, responseBody)
+})
+
+const activate = async (request: Request, path: string, ids: RegExpExecArray): Promise<Response> => {
+  const identity = authenticate(request)
+  if (identity === undefined) return unauthorized()
+  if (!identity.scopes.includes("campaigns:write")) {
+    return error(403, "FORBIDDEN", `This API key lacks the scope "campaigns:write" that this operation requires.`)
+  }
+  const key = request.headers.get("idempotency-key")?.trim() ?? ""
+  if (key === "") return error(400, "IDEMPOTENCY_KEY_REQUIRED", "The Idempotency-Key header is required.")
+  if (!idempotencyKeyFormat.test(key)) {
+    return error(400, "VALIDATION_ERROR", "Idempotency-Key must be 1 to 255 visible ASCII characters")
+  }
+  const contentType = request.headers.get("content-type")
+  if (contentType !== null && contentType.split(";")[0]!.trim().toLowerCase() !== "application/json") {
+    return error(415, "UNSUPPORTED_MEDIA_TYPE", "Content-Type must be application/json.")
+  }
+  let parsed: unknown
+  try {
+    parsed = JSON.parse(await request.text())
+  } catch {
+    return error(400, "MALFORMED_JSON", "The request body is not valid JSON.")
+  }
+  const body = validateBody(parsed)
+  if (typeof body === "string") return error(400, "VALIDATION_ERROR", body)
+  // The service's fingerprint: method, path and the body's canonical JSON (keys sorted).
+  const canonical = JSON.stringify({ plannedPostAt: body.plannedPostAt, socialUsername: body.socialUsername })
+  const fingerprint = createHash("sha256").update(`POST\n${path}\n${canonical}`).digest("hex")
+  return activateOnce({ identity, key, fingerprint, creatorId: ids[1]!, campaignId: ids[2]!, body })
+}
+
+// ---------------------------------------------------------------------------------------------
+
+const server = Bun.serve({
+  hostname,
+  port,
+  async fetch(request) {
+    const url = new URL(request.url)
+    if (url.pathname === "/v1/whoami" && request.method === "GET") return whoami(request)
+    const ids = activatePath.exec(url.pathname)
+    if (ids !== null && request.method === "POST") return activate(request, url.pathname, ids)
+    return error(404, "NOT_FOUND", `No route for ${request.method} ${url.pathname}.`)
+  }
+})
+
+console.error(`baseline listening on http://${server.hostname}:${server.port} (database ${filename})`)
+
+const shutdown = () => {
+  server.stop(true)
+  db.close()
+  process.exit(0)
+}
+process.on("SIGTERM", shutdown)
+process.on("SIGINT", shutdown)

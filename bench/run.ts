@@ -1,0 +1,664 @@
+/**
+ * The benchmark (issue 4): the real service against a framework-free baseline on the same machine.
+ *
+ *   bun bench/run.ts                      # BENCH_DURATION=10 (seconds per measured run), BENCH_WARMUP=3
+ *
+ * Each server runs on its own temporary database (prepared by the service's `keys create`), pinned
+ * to CPU 1; wrk is pinned to CPU 0. For every scenario and server: a warm-up run, then a measured
+ * run at 50 connections. Prints a table per scenario and writes everything to
+ * bench/results/<timestamp>.json. Also builds the single binary and times its start.
+ *
+ * Every child process is started under `setpriv --pdeathsig KILL` (it dies with this process, even
+ * on SIGKILL) with a hard timeout, and is killed on exit, on error and on SIGINT/SIGTERM.
+ */
+import { Database } from "bun:sqlite"
+import type { Subprocess } from "bun"
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
+import { cpus, release, tmpdir } from "node:os"
+import { join } from "node:path"
+
+// ---------------------------------------------------------------------------------------------
+// Settings
+
+const root = join(import.meta.dir, "..")
+const bun = process.execPath
+const luaScript = join(import.meta.dir, "scenario.lua")
+const resultsDir = join(import.meta.dir, "results")
+
+const fail = (message: string): never => {
+  console.error(`bench: ${message}`)
+  process.exit(2)
+}
+
+const envSeconds = (name: string, fallback: number): number => {
+  const raw = process.env[name]
+  if (raw === undefined || raw.trim() === "") return fallback
+  const value = Number(raw)
+  if (!Number.isInteger(value) || value <= 0) fail(`${name} must be a whole number of seconds above 0, got "${raw}"`)
+  return value
+}
+
+const durationSeconds = envSeconds("BENCH_DURATION", 10)
+const warmupSeconds = envSeconds("BENCH_WARMUP", 3)
+const connections = 50
+/** wrk has one core to itself: one thread drives all connections. */
+const wrkThreads = 1
+const serverCpu = "1"
+const loadCpu = "0"
+const startupRuns = 5
+/** Pause after each wrk run so the requests still queued in the server finish. */
+const settleMs = 1000
+/** Other processes using more CPU than this (100 = one core) during a measured run make it noisy. */
+const otherCpuWarningPercent = 10
+/** Effect's names for log levels: README's `warning` is refused by Config.logLevel (only `warn` parses). */
+const serviceLogLevel = "warn"
+
+const brandId = "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f"
+const activatePath =
+  "/v1/creators/5d2a7c3e-1b4f-4e6a-8c9d-0e1f2a3b4c5d/campaigns/9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d/activate"
+const activateBody = JSON.stringify({ socialUsername: "@bench", plannedPostAt: "2026-12-01" }) // as in scenario.lua
+
+type ScenarioName = "whoami" | "fresh" | "replay" | "mix"
+
+const scenarios: ReadonlyArray<{ readonly name: ScenarioName; readonly title: string }> = [
+  { name: "whoami", title: "(a) whoami: GET /v1/whoami" },
+  { name: "fresh", title: "(b) activate, a fresh Idempotency-Key per request" },
+  { name: "replay", title: "(c) activate replays: the same key and body every request" },
+  { name: "mix", title: "(d) mix: 90% whoami, 10% activate with a fresh key" }
+]
+
+/** Everything stops by itself after this, whatever happens. */
+const budgetMs = (300 + scenarios.length * 2 * (warmupSeconds + durationSeconds + 40)) * 1000
+
+// ---------------------------------------------------------------------------------------------
+// Child processes: all tracked, all killed at the end
+
+type Child = Subprocess<"ignore", "pipe", "pipe">
+const children = new Set<Child>()
+
+/** The temporary directory with the databases and the binary, once made. */
+let workDir: string | undefined
+
+const killAll = () => {
+  for (const child of children) child.kill("SIGKILL")
+}
+
+const cleanUp = () => {
+  killAll()
+  if (workDir !== undefined) rmSync(workDir, { recursive: true, force: true })
+  workDir = undefined
+}
+
+process.on("exit", cleanUp)
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.on(signal, () => {
+    console.error(`bench: ${signal}, stopping every process it started`)
+    process.exit(130)
+  })
+}
+setTimeout(() => {
+  console.error(`bench: over its time budget of ${budgetMs / 1000} s, stopping every process it started`)
+  process.exit(1)
+}, budgetMs).unref()
+
+/** The last 64 KiB a stream printed, drained in the background so the child never blocks on a full pipe. */
+class Output {
+  private text = ""
+  readonly done: Promise<void>
+
+  constructor(stream: ReadableStream<Uint8Array>) {
+    this.done = this.drain(stream)
+  }
+
+  private async drain(stream: ReadableStream<Uint8Array>) {
+    const decoder = new TextDecoder()
+    const reader = stream.getReader()
+    for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) {
+      this.text = (this.text + decoder.decode(chunk.value, { stream: true })).slice(-65536)
+    }
+  }
+
+  toString() {
+    return this.text
+  }
+}
+
+interface Spawned {
+  readonly process: Child
+  readonly stdout: Output
+  readonly stderr: Output
+}
+
+const spawn = (cmd: ReadonlyArray<string>, options: { env?: Record<string, string>; timeoutMs: number }): Spawned => {
+  const child = Bun.spawn(["setpriv", "--pdeathsig", "KILL", ...cmd], {
+    cwd: root,
+    env: { ...process.env, ...options.env },
+    stdin: "ignore",
+    stdout: "pipe",
+    stderr: "pipe",
+    timeout: options.timeoutMs,
+    killSignal: "SIGKILL"
+  })
+  children.add(child)
+  void child.exited.finally(() => children.delete(child))
+  return { process: child, stdout: new Output(child.stdout), stderr: new Output(child.stderr) }
+}
+
+/** Runs a command to its end; throws with its output when it fails. */
+const runCommand = async (
+  cmd: ReadonlyArray<string>,
+  options: { env?: Record<string, string>; timeoutMs: number }
+): Promise<{ readonly stdout: string; readonly stderr: string }> => {
+  const spawned = spawn(cmd, options)
+  const exitCode = await spawned.process.exited
+  await Promise.all([spawned.stdout.done, spawned.stderr.done])
+  if (exitCode !== 0) {
+    throw new Error(`${cmd.join(" ")} exited with ${exitCode}:\n${spawned.stderr}${spawned.stdout}`)
+  }
+  return { stdout: spawned.stdout.toString(), stderr: spawned.stderr.toString() }
+}
+
+/** SIGTERM, then SIGKILL if it has not stopped within 5 s. */
+const stop = async (child: Child) => {
+  child.kill("SIGTERM")
+  const stopped = await Promise.race([child.exited.then(() => true), Bun.sleep(5000).then(() => false)])
+  if (!stopped) {
+    child.kill("SIGKILL")
+    await child.exited
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Measuring a process from /proc
+
+/** Clock ticks per second of /proc's CPU times (almost always 100). */
+const clockTicks = (() => {
+  const getconf = Bun.which("getconf")
+  return (getconf === null ? 0 : Number(Bun.spawnSync([getconf, "CLK_TCK"]).stdout.toString().trim())) || 100
+})()
+
+const statusKb = (pid: number, field: "VmRSS" | "VmHWM"): number => {
+  try {
+    const match = new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(readFileSync(`/proc/${pid}/status`, "utf8"))
+    return match === null ? 0 : Number(match[1])
+  } catch {
+    return 0
+  }
+}
+
+/** User + system CPU seconds of the whole process (all its threads). */
+const cpuSeconds = (pid: number): number => {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+  return (Number(fields[11]) + Number(fields[12])) / clockTicks // utime and stime, fields 14 and 15
+}
+
+/** Polls VmRSS every 50 ms; `stop` returns the highest value seen, in kB. */
+const sampleRss = (pid: number) => {
+  let peak = statusKb(pid, "VmRSS")
+  const timer = setInterval(() => {
+    peak = Math.max(peak, statusKb(pid, "VmRSS"))
+  }, 50)
+  return {
+    stop: () => {
+      clearInterval(timer)
+      return Math.max(peak, statusKb(pid, "VmRSS"))
+    }
+  }
+}
+
+/** Busy CPU seconds of the whole machine (all cores, every process, ours included). */
+const machineBusySeconds = (): number => {
+  const fields = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number)
+  const [user, nice, system, , , irq, softirq, steal] = fields as [number, number, number, number, number, number, number, number]
+  return (user + nice + system + irq + softirq + steal) / clockTicks
+}
+
+/** This orchestrating process's own CPU seconds. */
+const ownCpuSeconds = (): number => {
+  const usage = process.cpuUsage()
+  return (usage.user + usage.system) / 1e6
+}
+
+const countActivations = (databaseFile: string): number => {
+  const db = new Database(databaseFile, { readonly: true })
+  try {
+    return db.query<{ n: number }, []>("SELECT count(*) AS n FROM activations").get()!.n
+  } finally {
+    db.close()
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Servers
+
+const freePort = (): number => {
+  const listener = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } })
+  const port = listener.port
+  listener.stop(true)
+  return port
+}
+
+const whoamiOk = async (url: string, apiKey: string): Promise<boolean> => {
+  try {
+    const response = await fetch(`${url}/v1/whoami`, {
+      headers: { authorization: `Bearer ${apiKey}` },
+      signal: AbortSignal.timeout(1000)
+    })
+    await response.arrayBuffer()
+    return response.status === 200
+  } catch {
+    return false
+  }
+}
+
+/** Polls whoami every `intervalMs` until a 200; the milliseconds since `startedAt`. */
+const waitForWhoami = async (
+  spawned: Spawned,
+  url: string,
+  apiKey: string,
+  options: { readonly startedAt: number; readonly intervalMs: number; readonly timeoutMs: number }
+): Promise<number> => {
+  while (!(await whoamiOk(url, apiKey))) {
+    if (spawned.process.exitCode !== null) {
+      throw new Error(`the server exited with ${spawned.process.exitCode} before answering:\n${spawned.stderr}`)
+    }
+    if (performance.now() - options.startedAt > options.timeoutMs) {
+      throw new Error(`no 200 from ${url}/v1/whoami within ${options.timeoutMs} ms:\n${spawned.stderr}`)
+    }
+    await Bun.sleep(options.intervalMs)
+  }
+  return performance.now() - options.startedAt
+}
+
+type ServerName = "service" | "baseline"
+
+interface Server {
+  readonly name: ServerName
+  readonly spawned: Spawned
+  readonly pid: number
+  readonly url: string
+  readonly apiKey: string
+  readonly databaseFile: string
+  readonly startupMs: number
+}
+
+const startServer = async (
+  name: ServerName,
+  cmd: ReadonlyArray<string>,
+  env: Record<string, string>,
+  databaseFile: string,
+  apiKey: string
+): Promise<Server> => {
+  const port = freePort()
+  const url = `http://127.0.0.1:${port}`
+  const startedAt = performance.now()
+  const spawned = spawn(["taskset", "-c", serverCpu, ...cmd], {
+    env: { ...env, PORT: String(port), HOST: "127.0.0.1", DATABASE_URL: databaseFile },
+    timeoutMs: budgetMs
+  })
+  const startupMs = await waitForWhoami(spawned, url, apiKey, { startedAt, intervalMs: 20, timeoutMs: 60_000 })
+  console.log(`${name} up on ${url} (pid ${spawned.process.pid}, CPU ${serverCpu}) after ${startupMs.toFixed(0)} ms`)
+  return { name, spawned, pid: spawned.process.pid, url, apiKey, databaseFile, startupMs }
+}
+
+/** `keys create --json` through the given command line; the plaintext key. */
+const createKey = async (cli: ReadonlyArray<string>, databaseFile: string): Promise<string> => {
+  const { stdout } = await runCommand(
+    [...cli, "keys", "create", "--brand", brandId, "--scopes", "campaigns:write", "--name", "bench", "--json"],
+    { env: { DATABASE_URL: databaseFile }, timeoutMs: 60_000 }
+  )
+  return (JSON.parse(stdout.trim().split("\n").at(-1)!) as { apiKey: string }).apiKey
+}
+
+// ---------------------------------------------------------------------------------------------
+// wrk
+
+interface WrkResult {
+  readonly requests: number
+  readonly durationMicros: number
+  readonly bytes: number
+  readonly non2xx: number
+  readonly statuses: Record<string, number>
+  readonly errors: {
+    readonly connect: number
+    readonly read: number
+    readonly write: number
+    readonly status: number
+    readonly timeout: number
+  }
+  readonly latencyMicros: {
+    readonly mean: number
+    readonly p50: number
+    readonly p90: number
+    readonly p99: number
+    readonly max: number
+  }
+}
+
+const runWrk = async (server: Server, scenario: ScenarioName, seconds: number, keyPrefix: string) => {
+  const spawned = spawn([
+    "taskset", "-c", loadCpu,
+    "wrk", `-t${wrkThreads}`, `-c${connections}`, `-d${seconds}s`, "--timeout", "5s", "-s", luaScript,
+    server.url, scenario, server.apiKey, activatePath, keyPrefix
+  ], { timeoutMs: (seconds + 30) * 1000 })
+  const exitCode = await spawned.process.exited
+  await Promise.all([spawned.stdout.done, spawned.stderr.done])
+  const line = spawned.stdout.toString().split("\n").find((l) => l.startsWith("BENCH_RESULT "))
+  if (exitCode !== 0 || line === undefined) {
+    throw new Error(`wrk exited with ${exitCode} and no result:\n${spawned.stdout}${spawned.stderr}`)
+  }
+  const usage = spawned.process.resourceUsage()
+  const wrkCpuSeconds = usage === undefined ? 0 : Number(usage.cpuTime.user + usage.cpuTime.system) / 1e6
+  return { result: JSON.parse(line.slice("BENCH_RESULT ".length)) as WrkResult, wrkCpuSeconds }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One scenario on one server
+
+interface Measurement {
+  readonly server: ServerName
+  readonly requestsPerSecond: number
+  readonly latencyMs: { readonly mean: number; readonly p50: number; readonly p90: number; readonly p99: number; readonly max: number }
+  readonly requests: number
+  readonly non2xx: number
+  readonly statuses: Record<string, number>
+  readonly socketErrors: { readonly connect: number; readonly read: number; readonly write: number; readonly timeout: number }
+  /** Highest VmRSS polled every 50 ms during the warm-up and the measured run. */
+  readonly peakRssMb: number
+  /** The server's CPU time over the measured run's wall time (100 = its whole core). */
+  readonly serverCpuPercent: number
+  readonly wrkCpuPercent: number
+  /** CPU the rest of the machine used during the measured run (100 = one whole core): other load skews the figures. */
+  readonly otherCpuPercent: number
+  /** Activation rows the measured run added to the server's database. */
+  readonly activationRowsWritten: number
+}
+
+const measure = async (server: Server, scenario: ScenarioName, runId: string): Promise<Measurement> => {
+  // Replays use one key throughout (stored by one first request); the others a new key prefix per wrk run.
+  const replayKey = `replay-${runId}`
+  if (scenario === "replay") {
+    const first = await fetch(`${server.url}${activatePath}`, {
+      method: "POST",
+      headers: {
+        authorization: `Bearer ${server.apiKey}`,
+        "content-type": "application/json",
+        "idempotency-key": replayKey
+      },
+      body: activateBody
+    })
+    if (first.status !== 200) throw new Error(`${server.name}: the first replay request got ${first.status}: ${await first.text()}`)
+  }
+  const rss = sampleRss(server.pid)
+  await runWrk(server, scenario, warmupSeconds, scenario === "replay" ? replayKey : `warm-${runId}`)
+  // wrk stops with requests still queued in the server: let them finish before counting rows.
+  await Bun.sleep(settleMs)
+
+  const rowsBefore = countActivations(server.databaseFile)
+  const before = { server: cpuSeconds(server.pid), machine: machineBusySeconds(), own: ownCpuSeconds() }
+  const startedAt = performance.now()
+  const { result, wrkCpuSeconds } = await runWrk(server, scenario, durationSeconds, scenario === "replay" ? replayKey : `run-${runId}`)
+  const wallSeconds = (performance.now() - startedAt) / 1000
+  const serverCpu = cpuSeconds(server.pid) - before.server
+  const otherCpu = machineBusySeconds() - before.machine - serverCpu - wrkCpuSeconds - (ownCpuSeconds() - before.own)
+  const peakRssKb = rss.stop()
+  await Bun.sleep(settleMs)
+  const rowsAfter = countActivations(server.databaseFile)
+
+  const ms = (micros: number) => micros / 1000
+  return {
+    server: server.name,
+    requestsPerSecond: result.requests / (result.durationMicros / 1e6),
+    latencyMs: {
+      mean: ms(result.latencyMicros.mean),
+      p50: ms(result.latencyMicros.p50),
+      p90: ms(result.latencyMicros.p90),
+      p99: ms(result.latencyMicros.p99),
+      max: ms(result.latencyMicros.max)
+    },
+    requests: result.requests,
+    non2xx: result.non2xx,
+    statuses: result.statuses,
+    socketErrors: {
+      connect: result.errors.connect,
+      read: result.errors.read,
+      write: result.errors.write,
+      timeout: result.errors.timeout
+    },
+    peakRssMb: peakRssKb / 1024,
+    serverCpuPercent: (serverCpu / wallSeconds) * 100,
+    wrkCpuPercent: (wrkCpuSeconds / wallSeconds) * 100,
+    otherCpuPercent: Math.max(0, (otherCpu / wallSeconds) * 100),
+    activationRowsWritten: rowsAfter - rowsBefore
+  }
+}
+
+/** What makes a measurement untrustworthy, in words; empty when it is clean. */
+const problemsOf = (scenario: ScenarioName, m: Measurement): Array<string> => {
+  const problems: Array<string> = []
+  if (m.non2xx > 0) {
+    const statuses = Object.entries(m.statuses).map(([status, count]) => `${status}: ${count}`).join(", ")
+    problems.push(`${m.server} answered ${m.non2xx} of ${m.requests} requests with a non-2xx status (${statuses})`)
+  }
+  const socket = m.socketErrors.connect + m.socketErrors.read + m.socketErrors.write + m.socketErrors.timeout
+  if (socket > 0) problems.push(`${m.server} had ${socket} socket errors or timeouts (${JSON.stringify(m.socketErrors)})`)
+  const twoXx = m.requests - m.non2xx
+  if (scenario === "fresh" && (m.activationRowsWritten < twoXx || m.activationRowsWritten > twoXx + connections)) {
+    problems.push(`${m.server} wrote ${m.activationRowsWritten} activations for ${twoXx} successful fresh activations`)
+  }
+  if ((scenario === "replay" || scenario === "whoami") && m.activationRowsWritten !== 0) {
+    problems.push(`${m.server} wrote ${m.activationRowsWritten} activations during ${scenario}, expected none`)
+  }
+  return problems
+}
+
+// ---------------------------------------------------------------------------------------------
+// The compiled binary
+
+interface BinaryResult {
+  readonly sizeBytes: number
+  readonly buildSeconds: number
+  readonly startToFirst200Ms: ReadonlyArray<number>
+  readonly medianStartToFirst200Ms: number
+}
+
+const median = (values: ReadonlyArray<number>): number => {
+  const sorted = [...values].sort((a, b) => a - b)
+  const middle = Math.floor(sorted.length / 2)
+  return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2
+}
+
+const measureBinary = async (dir: string): Promise<BinaryResult> => {
+  const binary = join(dir, "campaign-api")
+  const buildStarted = performance.now()
+  await runCommand([bun, "build", "src/main.ts", "--compile", "--outfile", binary], { timeoutMs: 180_000 })
+  const buildSeconds = (performance.now() - buildStarted) / 1000
+  const sizeBytes = statSync(binary).size
+  const databaseFile = join(dir, "binary.sqlite")
+  const apiKey = await createKey([binary], databaseFile)
+
+  const times: Array<number> = []
+  for (let run = 0; run < startupRuns; run++) {
+    const port = freePort()
+    const startedAt = performance.now()
+    const spawned = spawn([binary, "serve"], {
+      env: { PORT: String(port), HOST: "127.0.0.1", DATABASE_URL: databaseFile, LOG_LEVEL: serviceLogLevel },
+      timeoutMs: 60_000
+    })
+    try {
+      times.push(await waitForWhoami(spawned, `http://127.0.0.1:${port}`, apiKey, { startedAt, intervalMs: 2, timeoutMs: 30_000 }))
+    } finally {
+      await stop(spawned.process)
+    }
+  }
+  return { sizeBytes, buildSeconds, startToFirst200Ms: times, medianStartToFirst200Ms: median(times) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output
+
+const table = (rows: ReadonlyArray<ReadonlyArray<string>>): string => {
+  const widths = rows[0]!.map((_, column) => Math.max(...rows.map((row) => row[column]!.length)))
+  return rows
+    .map((row) => row.map((cell, column) => column === 0 ? cell.padEnd(widths[column]!) : cell.padStart(widths[column]!)).join("  "))
+    .join("\n")
+}
+
+const number = (value: number, digits = 0) =>
+  value.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits })
+
+const scenarioTable = (measurements: ReadonlyArray<Measurement>): string =>
+  table([
+    ["server", "req/s", "p50 ms", "p99 ms", "peak RSS MB", "non-2xx", "sock err", "server CPU", "wrk CPU", "other CPU", "new rows"],
+    ...measurements.map((m) => [
+      m.server,
+      number(m.requestsPerSecond),
+      number(m.latencyMs.p50, 2),
+      number(m.latencyMs.p99, 2),
+      number(m.peakRssMb, 1),
+      number(m.non2xx),
+      number(m.socketErrors.connect + m.socketErrors.read + m.socketErrors.write + m.socketErrors.timeout),
+      `${number(m.serverCpuPercent)}%`,
+      `${number(m.wrkCpuPercent)}%`,
+      `${number(m.otherCpuPercent)}%`,
+      number(m.activationRowsWritten)
+    ])
+  ])
+
+const firstLine = (cmd: ReadonlyArray<string>): string => {
+  const result = Bun.spawnSync([...cmd], { cwd: root })
+  return `${result.stdout}${result.stderr}`.trim().split("\n")[0] ?? ""
+}
+
+const machine = () => ({
+  cpuModel: cpus()[0]?.model ?? "unknown",
+  cores: cpus().length,
+  memoryMb: Math.round(Number(/^MemTotal:\s+(\d+)/m.exec(readFileSync("/proc/meminfo", "utf8"))?.[1] ?? 0) / 1024),
+  kernel: release(),
+  bun: Bun.version,
+  wrk: firstLine(["wrk", "-v"]),
+  commit: firstLine(["git", "rev-parse", "--short", "HEAD"]),
+  worktreeDirty: firstLine(["git", "status", "--porcelain"]) !== ""
+})
+
+// ---------------------------------------------------------------------------------------------
+
+const preflight = () => {
+  for (const tool of ["wrk", "taskset", "setpriv"]) {
+    if (Bun.which(tool) === null) {
+      fail(tool === "wrk"
+        ? "wrk is not installed; install it with: apt-get update && apt-get install -y wrk"
+        : `${tool} is not installed (it comes with util-linux / coreutils)`)
+    }
+  }
+  if (cpus().length < 2) fail(`needs 2 CPUs (server on CPU ${serverCpu}, wrk on CPU ${loadCpu}); this machine has ${cpus().length}`)
+}
+
+/** CPU the machine uses while this benchmark does nothing (100 = one core). */
+const idleMachineLoadPercent = async (): Promise<number> => {
+  const before = machineBusySeconds() - ownCpuSeconds()
+  await Bun.sleep(2000)
+  return Math.max(0, ((machineBusySeconds() - ownCpuSeconds() - before) / 2) * 100)
+}
+
+const main = async () => {
+  preflight()
+  const loadBeforeStart = await idleMachineLoadPercent()
+  console.log(`machine load before starting: ${number(loadBeforeStart)}% of a core` +
+    (loadBeforeStart > otherCpuWarningPercent ? " (other processes are busy: the figures will be noisy)" : ""))
+  const dir = mkdtempSync(join(tmpdir(), "campaign-api-bench-"))
+  workDir = dir
+  const servers: Array<Server> = []
+  try {
+    console.log(`bench: ${durationSeconds} s per run after a ${warmupSeconds} s warm-up, ${connections} connections, ` +
+      `servers on CPU ${serverCpu}, wrk on CPU ${loadCpu}; work directory ${dir}`)
+
+    console.log("building the single binary...")
+    const binary = await measureBinary(dir)
+    console.log(`binary: ${number(binary.sizeBytes / 1024 / 1024, 1)} MB, start to first 200 from whoami: ` +
+      `median ${number(binary.medianStartToFirst200Ms, 1)} ms of ${binary.startToFirst200Ms.map((t) => t.toFixed(1)).join(", ")}`)
+
+    const serviceDb = join(dir, "service.sqlite")
+    const baselineDb = join(dir, "baseline.sqlite")
+    const serviceCli = [bun, "src/main.ts"]
+    const serviceKey = await createKey(serviceCli, serviceDb)
+    const baselineKey = await createKey(serviceCli, baselineDb)
+    servers.push(await startServer("service", [bun, "src/main.ts", "serve"], {
+      RATE_LIMIT_MAX: "1000000000",
+      LOG_LEVEL: serviceLogLevel
+    }, serviceDb, serviceKey))
+    servers.push(await startServer("baseline", [bun, "bench/baseline.ts"], {}, baselineDb, baselineKey))
+
+    const results: Array<{
+      readonly scenario: ScenarioName
+      readonly title: string
+      readonly service: Measurement
+      readonly baseline: Measurement
+      readonly ratioRequestsPerSecond: number
+      readonly problems: ReadonlyArray<string>
+    }> = []
+    const runId = Date.now().toString(36)
+    for (const scenario of scenarios) {
+      console.log(`\nrunning ${scenario.title} ...`)
+      const service = await measure(servers[0]!, scenario.name, `${runId}-${scenario.name}-service`)
+      const baseline = await measure(servers[1]!, scenario.name, `${runId}-${scenario.name}-baseline`)
+      const ratio = service.requestsPerSecond / baseline.requestsPerSecond
+      const problems = [...problemsOf(scenario.name, service), ...problemsOf(scenario.name, baseline)]
+      results.push({ scenario: scenario.name, title: scenario.title, service, baseline, ratioRequestsPerSecond: ratio, problems })
+      console.log(`\n${scenario.title}, ${connections} connections, ${durationSeconds} s`)
+      console.log(scenarioTable([service, baseline]))
+      console.log(`service/baseline req/s: ${number(ratio, 3)}`)
+      for (const problem of problems) console.log(`!!! ERRORS: ${problem}; these figures are not valid`)
+      for (const m of [service, baseline]) {
+        if (m.otherCpuPercent > otherCpuWarningPercent) {
+          console.log(`!   other processes used ${number(m.otherCpuPercent)}% of a core during the ${m.server} run: its figures are noisy`)
+        }
+      }
+    }
+
+    const lifetimePeakRssMb = Object.fromEntries(servers.map((s) => [s.name, statusKb(s.pid, "VmHWM") / 1024]))
+    for (const server of servers) await stop(server.spawned.process)
+    await Promise.all(servers.flatMap((s) => [s.spawned.stdout.done, s.spawned.stderr.done]))
+    const serverLogs = Object.fromEntries(servers.map((s) => [s.name, `${s.spawned.stdout}${s.spawned.stderr}`.trim()]))
+
+    console.log(`\nbinary: ${number(binary.sizeBytes / 1024 / 1024, 1)} MB (${binary.sizeBytes} bytes), ` +
+      `start to first 200 from whoami: median ${number(binary.medianStartToFirst200Ms, 1)} ms of ${startupRuns} runs`)
+    console.log(`peak RSS over the whole run (VmHWM): ` +
+      servers.map((s) => `${s.name} ${number(lifetimePeakRssMb[s.name]!, 1)} MB`).join(", "))
+    if (serverLogs["service"] !== "") {
+      console.log(`\nthe service logged (LOG_LEVEL=${serviceLogLevel}), last lines:\n` +
+        serverLogs["service"]!.split("\n").slice(-10).join("\n"))
+    }
+
+    mkdirSync(resultsDir, { recursive: true })
+    const file = join(resultsDir, `${new Date().toISOString().replace(/[:.]/g, "-")}.json`)
+    writeFileSync(file, JSON.stringify({
+      date: new Date().toISOString(),
+      machine: { ...machine(), loadBeforeStartPercent: loadBeforeStart },
+      settings: { durationSeconds, warmupSeconds, connections, wrkThreads, serverCpu, loadCpu, serviceLogLevel },
+      binary,
+      startupMs: Object.fromEntries(servers.map((s) => [s.name, s.startupMs])),
+      lifetimePeakRssMb,
+      scenarios: results,
+      serverLogs
+    }, null, 2) + "\n")
+    console.log(`\nresults written to ${file}`)
+
+    const problems = results.flatMap((r) => r.problems.map((p) => `${r.scenario}: ${p}`))
+    if (problems.length > 0) {
+      console.log(`\n!!! ${problems.length} PROBLEM(S): some figures above are not valid:\n${problems.map((p) => `  - ${p}`).join("\n")}`)
+      process.exitCode = 1
+    }
+  } finally {
+    killAll()
+    await Promise.all(servers.map((s) => s.spawned.process.exited))
+    cleanUp()
+  }
+}
+
+await main().catch((error: unknown) => {
+  console.error(`bench failed: ${error instanceof Error ? error.message : String(error)}`)
+  process.exitCode = 1
+})
+process.exit()
