@@ -3,6 +3,7 @@ import { ActivationsRepo } from "./Activations/ActivationsRepo.ts"
 import type { Activation, ActivateRequest } from "./Domain/Activation.ts"
 import type { ApiKeyIdentity } from "./Domain/ApiKey.ts"
 import { Ids } from "./Ids.ts"
+import { span } from "./Span.ts"
 
 export class Activations extends Context.Tag("Activations")<Activations, {
   readonly activate: (input: {
@@ -18,7 +19,8 @@ export class Activations extends Context.Tag("Activations")<Activations, {
       const repo = yield* ActivationsRepo
       const ids = yield* Ids
       return {
-        activate: Effect.fn("Activations.activate")(function*({ by, campaignId, creatorId, request }) {
+        activate: ({ by, campaignId, creatorId, request }) =>
+          Effect.gen(function*() {
           const activation: Activation = {
             id: yield* ids.uuid,
             campaignId,
@@ -30,7 +32,7 @@ export class Activations extends Context.Tag("Activations")<Activations, {
           }
           yield* repo.insert(activation, { brandId: by.brandId, keyId: by.keyId })
           return activation
-        })
+        }).pipe(span("Activations.activate"))
       }
     })
   )

@@ -1,9 +1,10 @@
 import { Clock, Context, DateTime, Duration, Effect, Layer, Option } from "effect"
 import { createHash, timingSafeEqual } from "node:crypto"
 import { ApiKeysRepo, type ApiKeyRow } from "./ApiKeys/ApiKeysRepo.ts"
-import { ApiKeyIdentity, ApiKeyInfo, type BrandId, type KeyId, type Scope } from "./Domain/ApiKey.ts"
+import { type ApiKeyIdentity, ApiKeyInfo, type BrandId, type KeyId, type Scope } from "./Domain/ApiKey.ts"
 import { Unauthorized } from "./Domain/Errors.ts"
 import { Ids } from "./Ids.ts"
+import { span } from "./Span.ts"
 
 /** `cak_<keyId>_<secret>`: a public 16-character id and 256 random bits as hex. */
 const keyFormat = /^cak_([a-z0-9]{16})_([0-9a-f]{64})$/
@@ -15,6 +16,13 @@ const sha256 = (text: string): Buffer => createHash("sha256").update(text).diges
 const decoyDigest = sha256("decoy")
 
 export const unauthorized = new Unauthorized({ message: "The API key is missing or invalid." })
+
+export interface CreateOptions {
+  readonly brandId: BrandId
+  readonly scopes: ReadonlyArray<Scope>
+  readonly name: Option.Option<string>
+  readonly expiresIn: Option.Option<Duration.Duration>
+}
 
 export interface CreatedKey {
   readonly apiKey: string
@@ -35,12 +43,7 @@ const toInfo = (row: ApiKeyRow): ApiKeyInfo =>
 export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
   /** Resolves a presented bearer token; every kind of refusal is the same 401. */
   readonly authenticate: (token: string) => Effect.Effect<ApiKeyIdentity, Unauthorized>
-  readonly create: (options: {
-    readonly brandId: BrandId
-    readonly scopes: ReadonlyArray<Scope>
-    readonly name: Option.Option<string>
-    readonly expiresIn: Option.Option<Duration.Duration>
-  }) => Effect.Effect<CreatedKey>
+  readonly create: (options: CreateOptions) => Effect.Effect<CreatedKey>
   readonly list: Effect.Effect<ReadonlyArray<ApiKeyInfo>>
   readonly revoke: (keyId: string) => Effect.Effect<boolean>
 }>() {
@@ -70,19 +73,16 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
             return yield* unauthorized
           }
           const row = stored.value
-          return new ApiKeyIdentity({
+          const identity: ApiKeyIdentity = {
             keyId: row.keyId as KeyId,
             brandId: row.brandId as BrandId,
             scopes: row.scopes as ReadonlyArray<Scope>
-          })
-        }).pipe(Effect.withSpan("ApiKeys.authenticate"))
+          }
+          return identity
+        }).pipe(span("ApiKeys.authenticate"))
 
-      const create = Effect.fn("ApiKeys.create")(function*(options: {
-        readonly brandId: BrandId
-        readonly scopes: ReadonlyArray<Scope>
-        readonly name: Option.Option<string>
-        readonly expiresIn: Option.Option<Duration.Duration>
-      }) {
+      const create = (options: CreateOptions) =>
+        Effect.gen(function*() {
         const idBytes = yield* ids.randomBytes(16)
         const keyId = Array.from(idBytes, (byte) => idAlphabet[byte % idAlphabet.length]).join("")
         const secret = Buffer.from(yield* ids.randomBytes(32)).toString("hex")
@@ -99,7 +99,7 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
         }
         yield* repo.insert(row)
         return { apiKey: `cak_${keyId}_${secret}`, info: toInfo(row) }
-      })
+      }).pipe(span("ApiKeys.create"))
 
       return {
         authenticate,

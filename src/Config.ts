@@ -39,14 +39,15 @@ const logLevels: Record<string, LogLevel.LogLevel> = {
   none: LogLevel.None
 }
 
+const levelName = (name: string) => name.trim().toLowerCase()
+
 export const LogLevelConfig = Config.string("LOG_LEVEL").pipe(
-  Config.withDefault("info"),
-  Config.map((name) => name.trim().toLowerCase()),
   Config.validate({
     message: `Expected one of ${Object.keys(logLevels).join(", ")}`,
-    validation: (name) => name in logLevels
+    validation: (name) => levelName(name) in logLevels
   }),
-  Config.map((name) => logLevels[name]!)
+  Config.withDefault("info"),
+  Config.map((name) => logLevels[levelName(name)]!)
 )
 
 export class AppConfig extends Context.Tag("Config/AppConfig")<AppConfig, {

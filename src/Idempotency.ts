@@ -5,6 +5,7 @@ import { AppConfig } from "./Config.ts"
 import { GroupCommit } from "./Database/GroupCommit.ts"
 import { IdempotencyConflict, IdempotencyInProgress } from "./Domain/Errors.ts"
 import { IdempotencyRepo, type IdempotencyRow } from "./Idempotency/IdempotencyRepo.ts"
+import { span } from "./Span.ts"
 
 export interface IdempotentRequest {
   readonly brandId: string
@@ -131,7 +132,7 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
               return Deferred.succeed(done, undefined)
             }))
           )
-        }).pipe(Effect.withSpan("Idempotency.run"))
+        }).pipe(span("Idempotency.run"))
 
       return { run }
     })

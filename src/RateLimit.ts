@@ -1,6 +1,7 @@
 import { RateLimiter } from "@effect/experimental"
 import { Context, Duration, Effect, Layer } from "effect"
 import { AppConfig } from "./Config.ts"
+import { span } from "./Span.ts"
 
 /** What one request's charge left over, in the terms of the RateLimit headers. */
 export interface RateLimitDecision {
@@ -46,7 +47,7 @@ export class RateLimit extends Context.Tag("RateLimit")<RateLimit, {
                   retryAfterSeconds: seconds(error.retryAfter)
                 })
                 : Effect.die(error)),
-            Effect.withSpan("RateLimit.consume")
+            span("RateLimit.consume")
           )
       }
     })

@@ -1,9 +1,12 @@
 import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Clock, Effect, FiberRef } from "effect"
+import { Clock, Effect } from "effect"
 import type { ApiKeyIdentity } from "./Domain/ApiKey.ts"
 
-/** The key a request authenticated with, set by the authentication middleware for the access log. */
-export const requestIdentity = FiberRef.unsafeMake<ApiKeyIdentity | undefined>(undefined)
+/**
+ * The key each request authenticated with, noted by the authentication middleware for the
+ * access log. Keyed by the request object: a FiberRef would copy every fiber-local per request.
+ */
+export const requestIdentity = new WeakMap<HttpServerRequest.HttpServerRequest, ApiKeyIdentity>()
 
 /** A caller's own request id is kept when it is sane: short, printable, no spaces. */
 const saneRequestId = /^[A-Za-z0-9._:@+=\/-]{1,128}$/
@@ -26,7 +29,7 @@ export const withRequestLog = <E, R>(
     return yield* app.pipe(
       Effect.tap((response) =>
         Effect.gen(function*() {
-          const identity = yield* FiberRef.get(requestIdentity)
+          const identity = requestIdentity.get(request)
           const path = request.url.split("?")[0]!
           yield* Effect.logInfo("request").pipe(Effect.annotateLogs({
             method: request.method,

@@ -1,4 +1,6 @@
-import { OtlpSerialization, OtlpTracer } from "@effect/opentelemetry"
+// Deep imports: the package index loads the whole OpenTelemetry SDK, which OTLP export does not need.
+import * as OtlpSerialization from "@effect/opentelemetry/OtlpSerialization"
+import * as OtlpTracer from "@effect/opentelemetry/OtlpTracer"
 import { FetchHttpClient, HttpMiddleware } from "@effect/platform"
 import { Config, Effect, Layer, Option } from "effect"
 

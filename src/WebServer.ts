@@ -1,6 +1,6 @@
-import { HttpApiBuilder, HttpApp, type HttpRouter } from "@effect/platform"
+import { Etag, FileSystem, HttpApiBuilder, HttpApp, HttpPlatform, type HttpRouter, Path } from "@effect/platform"
 import { BunHttpServer } from "@effect/platform-bun"
-import { Context, Deferred, Duration, Effect, Layer } from "effect"
+import { Context, Deferred, Duration, Effect, Layer, Runtime } from "effect"
 import { ServerConfig } from "./Config.ts"
 import { errorResponse, ServiceUnavailable } from "./Domain/Errors.ts"
 import { maxBodyBytes } from "./Middleware/Http.ts"
@@ -26,8 +26,13 @@ export const WebServerLive = Layer.scopedDiscard(
   Effect.gen(function*() {
     const { host, port } = yield* ServerConfig
     const app = yield* HttpApiBuilder.httpApp
+    // Every request copies its runtime's context: keep only what the app asks for per request
+    // (its handlers and middleware captured their services when they were built).
     const runtime = yield* Effect.runtime<HttpRouter.HttpRouter.DefaultServices>()
-    const handle = HttpApp.toWebHandlerRuntime(runtime)(app)
+    const handle = HttpApp.toWebHandlerRuntime(Runtime.make({
+      ...runtime,
+      context: Context.pick(HttpPlatform.HttpPlatform, FileSystem.FileSystem, Path.Path, Etag.Generator)(runtime.context)
+    }))(app)
 
     let draining = false
     let inFlight = 0

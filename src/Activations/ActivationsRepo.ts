@@ -1,6 +1,7 @@
 import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer, Option } from "effect"
 import type { Activation } from "../Domain/Activation.ts"
+import { span } from "../Span.ts"
 
 interface Stored {
   readonly id: string
@@ -39,14 +40,14 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
                       ${a.socialUsername}, ${a.plannedPostAt}, ${a.activatedAt})`.pipe(
             Effect.asVoid,
             Effect.orDie,
-            Effect.withSpan("ActivationsRepo.insert")
+            span("ActivationsRepo.insert")
           ),
         findById: (id) =>
           sql<Stored>`SELECT id, campaign_id, creator_id, status, social_username, planned_post_at, activated_at
                       FROM activations WHERE id = ${id}`.pipe(
             Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), fromStored)),
             Effect.orDie,
-            Effect.withSpan("ActivationsRepo.findById")
+            span("ActivationsRepo.findById")
           )
       }
     })

@@ -1,5 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer, Option } from "effect"
+import { span } from "../Span.ts"
 
 export interface ApiKeyRow {
   readonly keyId: string
@@ -53,25 +54,25 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
                       ${row.createdAt}, ${row.expiresAt}, ${row.revokedAt})`.pipe(
             Effect.asVoid,
             Effect.orDie,
-            Effect.withSpan("ApiKeysRepo.insert")
+            span("ApiKeysRepo.insert")
           ),
         findById: (keyId) =>
           sql<Stored>`SELECT * FROM api_keys WHERE key_id = ${keyId}`.pipe(
             Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), fromStored)),
             Effect.orDie,
-            Effect.withSpan("ApiKeysRepo.findById")
+            span("ApiKeysRepo.findById")
           ),
         list: sql<Stored>`SELECT * FROM api_keys ORDER BY created_at, key_id`.pipe(
           Effect.map((rows) => rows.map(fromStored)),
           Effect.orDie,
-          Effect.withSpan("ApiKeysRepo.list")
+          span("ApiKeysRepo.list")
         ),
         revoke: (keyId, at) =>
           sql<{ key_id: string }>`UPDATE api_keys SET revoked_at = ${at}
               WHERE key_id = ${keyId} AND revoked_at IS NULL RETURNING key_id`.pipe(
             Effect.map((rows) => rows.length > 0),
             Effect.orDie,
-            Effect.withSpan("ApiKeysRepo.revoke")
+            span("ApiKeysRepo.revoke")
           )
       }
     })

@@ -1,5 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { Cause, Chunk, Context, Deferred, Effect, Exit, Layer, Queue } from "effect"
+import { span } from "../Span.ts"
 
 interface Pending {
   readonly work: Effect.Effect<unknown, unknown>
@@ -53,7 +54,7 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
             const done = yield* Deferred.make<A, E>()
             yield* Queue.offer(queue, { work, done } as Pending)
             return yield* Deferred.await(done)
-          }).pipe(Effect.withSpan("GroupCommit.transaction"))
+          }).pipe(span("GroupCommit.transaction"))
       }
     })
   )

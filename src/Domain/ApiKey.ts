@@ -11,11 +11,12 @@ export const BrandId = Schema.UUID.pipe(Schema.brand("BrandId"))
 export type BrandId = typeof BrandId.Type
 
 /** What a verified key resolves to; never carries the secret or its digest. */
-export class ApiKeyIdentity extends Schema.Class<ApiKeyIdentity>("ApiKeyIdentity")({
+export const ApiKeyIdentity = Schema.Struct({
   keyId: KeyId,
   brandId: BrandId,
   scopes: Schema.Array(Scope)
-}) {}
+})
+export type ApiKeyIdentity = typeof ApiKeyIdentity.Type
 
 /** A stored key as the key CLI lists it. */
 export class ApiKeyInfo extends Schema.Class<ApiKeyInfo>("ApiKeyInfo")({

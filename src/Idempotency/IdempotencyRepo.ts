@@ -1,5 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer, Option } from "effect"
+import { span } from "../Span.ts"
 
 export interface IdempotencyRow {
   readonly brandId: string
@@ -53,7 +54,7 @@ export class IdempotencyRepo extends Context.Tag("Idempotency/IdempotencyRepo")<
               createdAt: Number(row.created_at),
               expiresAt: Number(row.expires_at)
             }))
-          }).pipe(Effect.orDie, Effect.withSpan("IdempotencyRepo.claim")),
+          }).pipe(Effect.orDie, span("IdempotencyRepo.claim")),
         insert: (row) =>
           sql`INSERT INTO idempotency_keys
                 (brand_id, idempotency_key, fingerprint, resource_id, status_code, response_body, created_at, expires_at)
@@ -63,13 +64,13 @@ export class IdempotencyRepo extends Context.Tag("Idempotency/IdempotencyRepo")<
               RETURNING brand_id`.pipe(
             Effect.map((rows) => rows.length === 1),
             Effect.orDie,
-            Effect.withSpan("IdempotencyRepo.insert")
+            span("IdempotencyRepo.insert")
           ),
         purgeExpired: (now) =>
           sql<{ n: number }>`DELETE FROM idempotency_keys WHERE expires_at <= ${now} RETURNING 1 AS n`.pipe(
             Effect.map((rows) => rows.length),
             Effect.orDie,
-            Effect.withSpan("IdempotencyRepo.purgeExpired")
+            span("IdempotencyRepo.purgeExpired")
           )
       }
     })

@@ -1,5 +1,5 @@
 import { HttpApp, HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Effect, FiberRef, Layer } from "effect"
+import { Effect, Layer } from "effect"
 import { ApiKeys, unauthorized } from "../ApiKeys.ts"
 import {
   Forbidden,
@@ -52,7 +52,7 @@ export const AuthenticationLive = Layer.effect(
           const identity = yield* (token === undefined ? unauthorized : keys.authenticate(token)).pipe(
             Effect.tapError(() => setHeaders({ "www-authenticate": "Bearer" }))
           )
-          yield* FiberRef.set(requestIdentity, identity)
+          requestIdentity.set(request, identity)
           const decision = yield* rateLimit.consume(identity.keyId)
           yield* setHeaders({
             "ratelimit-policy": policy,
