@@ -2,8 +2,8 @@
  * The benchmark's baseline: the service's essential work with no framework, on `Bun.serve` and
  * `bun:sqlite` alone. It is the physical limit the service is measured against.
  *
- * - Same schema, WAL, `synchronous = FULL` and busy timeout as the service, so it opens (and reads
- *   the keys in) a database prepared by the service's own `keys create`.
+ * - The service's schema (it opens a database prepared by the service's own `keys create`), WAL,
+ *   `synchronous = FULL` and the same busy timeout.
  * - whoami: parse the bearer key, look it up by key id (prepared statement), SHA-256 the secret and
  *   compare it in constant time, check revocation and expiry, answer the service's body.
  * - activate: authenticate, check the scope and the Idempotency-Key, parse and validate the body, then
@@ -22,50 +22,15 @@ const hostname = process.env.HOST ?? "127.0.0.1"
 const filename = (process.env.DATABASE_URL ?? "data/baseline.sqlite").replace(/^sqlite:(\/\/)?/, "")
 const idempotencyTtlMillis = 24 * 60 * 60 * 1000
 
-const db = new Database(filename, { create: true, strict: true })
+const db = new Database(filename, { create: false, strict: true })
 db.run("PRAGMA journal_mode = WAL")
 db.run("PRAGMA synchronous = FULL")
 db.run("PRAGMA busy_timeout = 5000")
 
-// The CREATE TABLE statements of src/Database/migrations/0001_create_tables.ts, made idempotent so a
-// database already migrated by the service's command line is used as it is.
-db.run(`
-  CREATE TABLE IF NOT EXISTS api_keys (
-    key_id VARCHAR(32) PRIMARY KEY,
-    brand_id VARCHAR(36) NOT NULL,
-    name VARCHAR(200),
-    scopes VARCHAR(200) NOT NULL,
-    secret_sha256 CHAR(64) NOT NULL,
-    created_at BIGINT NOT NULL,
-    expires_at BIGINT,
-    revoked_at BIGINT
-  )`)
-db.run(`
-  CREATE TABLE IF NOT EXISTS activations (
-    id VARCHAR(36) PRIMARY KEY,
-    brand_id VARCHAR(36) NOT NULL,
-    key_id VARCHAR(32) NOT NULL,
-    creator_id VARCHAR(36) NOT NULL,
-    campaign_id VARCHAR(36) NOT NULL,
-    status VARCHAR(16) NOT NULL,
-    social_username VARCHAR(400) NOT NULL,
-    planned_post_at VARCHAR(10),
-    activated_at VARCHAR(32) NOT NULL
-  )`)
-db.run("CREATE INDEX IF NOT EXISTS activations_by_creator_campaign ON activations (creator_id, campaign_id)")
-db.run(`
-  CREATE TABLE IF NOT EXISTS idempotency_keys (
-    brand_id VARCHAR(36) NOT NULL,
-    idempotency_key VARCHAR(255) NOT NULL,
-    fingerprint CHAR(64) NOT NULL,
-    resource_id VARCHAR(36),
-    status_code INTEGER NOT NULL,
-    response_body TEXT NOT NULL,
-    created_at BIGINT NOT NULL,
-    expires_at BIGINT NOT NULL,
-    PRIMARY KEY (brand_id, idempotency_key)
-  )`)
-db.run("CREATE INDEX IF NOT EXISTS idempotency_keys_by_expiry ON idempotency_keys (expires_at)")
+// The schema is the service's: bench/run.ts prepares this database with the service's own
+// `keys create`, which runs its migrations.
+const migrated = db.query("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'idempotency_keys'").get()
+if (migrated === null) throw new Error(`${filename} has no schema: create a key in it with the service's CLI first`)
 
 interface KeyRow {
   readonly brand_id: string
