@@ -1,4 +1,5 @@
 import { SqlClient } from "@effect/sql"
+import { SqlError } from "@effect/sql/SqlError"
 import { Cause, Chunk, Context, Deferred, Effect, Exit, Layer, Queue } from "effect"
 import { span } from "../Span.ts"
 
@@ -28,6 +29,8 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
       const runBatch = (batch: ReadonlyArray<Pending>) =>
         Effect.forEach(batch, (pending) =>
           sql.withTransaction(pending.work).pipe(
+            // The savepoint's own statements failing is the database failing, not the work.
+            Effect.catchIf((e): e is SqlError => e instanceof SqlError, Effect.die),
             Effect.exit,
             Effect.flatMap((exit) =>
               Exit.isFailure(exit) && Cause.isDie(exit.cause) ? Effect.failCause(exit.cause) : Effect.succeed(exit)

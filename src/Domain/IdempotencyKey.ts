@@ -26,7 +26,8 @@ export type ParsedIdempotencyKey =
 const decodeKey = Schema.decodeUnknownEither(IdempotencyKey)
 
 export const parseIdempotencyKey = (header: string | undefined): ParsedIdempotencyKey => {
-  const raw = header?.trim() ?? ""
+  // Only HTTP's own whitespace (RFC 9110 OWS: space, tab) is trimmed; any other character is part of the key.
+  const raw = header?.replace(/^[ \t]+|[ \t]+$/g, "") ?? ""
   if (raw === "" || raw === "\"\"") return { _tag: "Missing" }
   const unquoted = unquote(raw)
   if (Option.isNone(unquoted)) {

@@ -1,0 +1,363 @@
+import { HttpServerResponse } from "@effect/platform"
+import { SqlClient } from "@effect/sql"
+import { expect, layer } from "@effect/vitest"
+import { ConfigProvider, Data, Deferred, Duration, Effect, Fiber, Layer, Option, Ref, TestClock } from "effect"
+import { chmodSync, statSync, writeFileSync } from "node:fs"
+import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
+import { ApiKeysRepo, type ApiKeyRow } from "../src/ApiKeys/ApiKeysRepo.ts"
+import { AppConfig } from "../src/Config.ts"
+import { GroupCommit } from "../src/Database/GroupCommit.ts"
+import { SqlLive } from "../src/Database/Sql.ts"
+import type { Activation } from "../src/Domain/Activation.ts"
+import { IdempotencyConflict, IdempotencyInProgress } from "../src/Domain/Errors.ts"
+import { Idempotency, type IdempotentRequest, type StoredResponse } from "../src/Idempotency.ts"
+import { IdempotencyRepo, type IdempotencyRow } from "../src/Idempotency/IdempotencyRepo.ts"
+import { tempDatabase } from "./support/server.ts"
+import { makeTestLayer } from "./support/testLayer.ts"
+
+const SqlLiveAt = (filename: string) =>
+  SqlLive.pipe(
+    Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map([["DATABASE_URL", filename]]))))
+  )
+
+const brandId = "6d1e2f3a-4b5c-4d6e-8f7a-9b0c1d2e3f4a"
+const otherBrandId = "7e2f3a4b-5c6d-4e7f-9a8b-0c1d2e3f4a5b"
+
+let sequence = 0
+const unique = (prefix: string) => `${prefix}${String(++sequence).padStart(16 - prefix.length, "0")}`
+const uuidOf = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, "0")}`
+
+const permissionsOf = (file: string) => statSync(file).mode & 0o777
+
+const schemaFile = tempDatabase()
+
+layer(SqlLiveAt(schemaFile))("SQLite database file", (it) => {
+  it.effect("migrations create the tables", () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const tables = yield* sql<{ name: string }>`SELECT name FROM sqlite_master WHERE type = 'table'`
+      expect(tables.map((table) => table.name)).toEqual(
+        expect.arrayContaining(["api_keys", "activations", "idempotency_keys"])
+      )
+    }))
+
+  it.effect("only its owner may read or write it or its write-ahead log (mode 0600)", () =>
+    Effect.sync(() => {
+      for (const file of [schemaFile, `${schemaFile}-wal`, `${schemaFile}-shm`]) {
+        expect(permissionsOf(file)).toBe(0o600)
+      }
+    }))
+
+  it.effect("an existing file readable by others is tightened to 0600 on open", () => {
+    const existingFile = tempDatabase()
+    return Effect.gen(function*() {
+      writeFileSync(existingFile, "")
+      chmodSync(existingFile, 0o644)
+      yield* Effect.provide(SqlClient.SqlClient, SqlLiveAt(existingFile))
+      expect(permissionsOf(existingFile)).toBe(0o600)
+    })
+  })
+})
+
+layer(ApiKeysRepo.Live.pipe(Layer.provide(SqlLiveAt(tempDatabase()))))("ApiKeysRepo", (it) => {
+  const keyRow = (overrides: Partial<ApiKeyRow> = {}): ApiKeyRow => ({
+    keyId: unique("key"),
+    brandId,
+    name: null,
+    scopes: ["campaigns:write", "analytics:read"],
+    secretSha256: "ab".repeat(32),
+    createdAt: 1_700_000_000_000,
+    expiresAt: null,
+    revokedAt: null,
+    ...overrides
+  })
+
+  it.effect("insert then findById returns every field as stored", () =>
+    Effect.gen(function*() {
+      const repo = yield* ApiKeysRepo
+      const named = keyRow({ name: "reporting", expiresAt: 1_700_086_400_000 })
+      const withoutScopes = keyRow({ scopes: [] })
+      yield* repo.insert(named)
+      yield* repo.insert(withoutScopes)
+      expect(yield* repo.findById(named.keyId)).toEqual(Option.some(named))
+      expect(yield* repo.findById(withoutScopes.keyId)).toEqual(Option.some(withoutScopes))
+    }))
+
+  it.effect("findById of an unknown key is none", () =>
+    Effect.gen(function*() {
+      const repo = yield* ApiKeysRepo
+      expect(yield* repo.findById(unique("missing"))).toEqual(Option.none())
+    }))
+
+  it.effect("list returns the keys oldest first", () =>
+    Effect.gen(function*() {
+      const repo = yield* ApiKeysRepo
+      const newer = keyRow({ createdAt: 1_800_000_000_001 })
+      const older = keyRow({ createdAt: 1_800_000_000_000 })
+      yield* repo.insert(newer)
+      yield* repo.insert(older)
+      const listed = (yield* repo.list).filter((row) => row.keyId === newer.keyId || row.keyId === older.keyId)
+      expect(listed).toEqual([older, newer])
+    }))
+
+  it.effect("revoke marks the key once; again or for an unknown key it reports false", () =>
+    Effect.gen(function*() {
+      const repo = yield* ApiKeysRepo
+      const row = keyRow()
+      yield* repo.insert(row)
+      expect(yield* repo.revoke(row.keyId, 1_750_000_000_000)).toBe(true)
+      expect(yield* repo.revoke(row.keyId, 1_760_000_000_000)).toBe(false)
+      expect(yield* repo.findById(row.keyId)).toEqual(Option.some({ ...row, revokedAt: 1_750_000_000_000 }))
+      expect(yield* repo.revoke(unique("missing"), 1_750_000_000_000)).toBe(false)
+    }))
+})
+
+const owner = { brandId, keyId: "k3y1d0000000000a" }
+
+const activationRecord = (overrides: Partial<Activation> = {}): Activation => ({
+  id: uuidOf(++sequence),
+  campaignId: "1C2D3E4F-5A6B-4C7D-8E9F-0A1B2C3D4E5F",
+  creatorId: "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+  status: "ACTIVE",
+  socialUsername: "@jane.doe",
+  plannedPostAt: "2026-06-01",
+  activatedAt: "2026-05-04T09:30:15.250Z",
+  ...overrides
+})
+
+layer(ActivationsRepo.Live.pipe(Layer.provideMerge(SqlLiveAt(tempDatabase()))))("ActivationsRepo", (it) => {
+  it.effect("insert then findById round-trips every field", () =>
+    Effect.gen(function*() {
+      const repo = yield* ActivationsRepo
+      const planned = activationRecord()
+      const unplanned = activationRecord({ plannedPostAt: null, socialUsername: "@ünïcode_名前" })
+      yield* repo.insert(planned, owner)
+      yield* repo.insert(unplanned, owner)
+      expect(yield* repo.findById(planned.id)).toEqual(Option.some(planned))
+      expect(yield* repo.findById(unplanned.id)).toEqual(Option.some(unplanned))
+    }))
+
+  it.effect("insert records the brand and key that made the activation", () =>
+    Effect.gen(function*() {
+      const repo = yield* ActivationsRepo
+      const sql = yield* SqlClient.SqlClient
+      const activation = activationRecord()
+      yield* repo.insert(activation, owner)
+      const rows = yield* sql`SELECT brand_id AS "brandId", key_id AS "keyId"
+                              FROM activations WHERE id = ${activation.id}`
+      expect(rows).toEqual([owner])
+    }))
+
+  it.effect("findById of an unknown id is none", () =>
+    Effect.gen(function*() {
+      const repo = yield* ActivationsRepo
+      expect(yield* repo.findById(uuidOf(++sequence))).toEqual(Option.none())
+    }))
+})
+
+const idempotencyEntry = (overrides: Partial<IdempotencyRow> = {}): IdempotencyRow => ({
+  brandId,
+  key: unique("order-"),
+  fingerprint: "f".repeat(64),
+  resourceId: uuidOf(1),
+  statusCode: 200,
+  responseBody: "{\"ok\":true}",
+  createdAt: 1_000_000,
+  expiresAt: 2_000_000,
+  ...overrides
+})
+
+const IdempotencyRepoOnFreshFile = () => IdempotencyRepo.Live.pipe(Layer.provide(SqlLiveAt(tempDatabase())))
+
+layer(IdempotencyRepoOnFreshFile())("IdempotencyRepo", (it) => {
+  it.effect("insert then claim returns the entry", () =>
+    Effect.gen(function*() {
+      const repo = yield* IdempotencyRepo
+      const entry = idempotencyEntry({ resourceId: null, statusCode: 201 })
+      expect(yield* repo.insert(entry)).toBe(true)
+      expect(yield* repo.claim(entry.brandId, entry.key, 1_500_000)).toEqual(Option.some(entry))
+    }))
+
+  it.effect("a second insert of the same brand and key reports false and keeps the first", () =>
+    Effect.gen(function*() {
+      const repo = yield* IdempotencyRepo
+      const first = idempotencyEntry()
+      yield* repo.insert(first)
+      expect(yield* repo.insert({ ...first, fingerprint: "e".repeat(64), responseBody: "{}" })).toBe(false)
+      expect(yield* repo.claim(first.brandId, first.key, 1_500_000)).toEqual(Option.some(first))
+    }))
+
+  it.effect("the same key under another brand is independent", () =>
+    Effect.gen(function*() {
+      const repo = yield* IdempotencyRepo
+      const ours = idempotencyEntry()
+      const theirs = { ...ours, brandId: otherBrandId, fingerprint: "e".repeat(64) }
+      expect(yield* repo.insert(ours)).toBe(true)
+      expect(yield* repo.insert(theirs)).toBe(true)
+      expect(yield* repo.claim(brandId, ours.key, 1_500_000)).toEqual(Option.some(ours))
+      expect(yield* repo.claim(otherBrandId, ours.key, 1_500_000)).toEqual(Option.some(theirs))
+    }))
+
+  it.effect("claim after expiry returns none and deletes the entry, so the key can be used again", () =>
+    Effect.gen(function*() {
+      const repo = yield* IdempotencyRepo
+      const entry = idempotencyEntry()
+      yield* repo.insert(entry)
+      expect(Option.isSome(yield* repo.claim(entry.brandId, entry.key, entry.expiresAt - 1))).toBe(true)
+      expect(yield* repo.claim(entry.brandId, entry.key, entry.expiresAt + 1)).toEqual(Option.none())
+      expect(yield* repo.claim(entry.brandId, entry.key, entry.createdAt)).toEqual(Option.none())
+      expect(yield* repo.insert({ ...entry, createdAt: 3_000_000, expiresAt: 4_000_000 })).toBe(true)
+    }))
+})
+
+layer(IdempotencyRepoOnFreshFile())("IdempotencyRepo.purgeExpired", (it) => {
+  it.effect("deletes only the expired entries and counts them", () =>
+    Effect.gen(function*() {
+      const repo = yield* IdempotencyRepo
+      const expired = [idempotencyEntry({ expiresAt: 2_000_000 }), idempotencyEntry({ expiresAt: 2_500_000 })]
+      const live = idempotencyEntry({ expiresAt: 2_500_001 })
+      yield* Effect.forEach([...expired, live], repo.insert)
+      expect(yield* repo.purgeExpired(2_500_000)).toBe(2)
+      expect(yield* repo.purgeExpired(2_500_000)).toBe(0)
+      expect(yield* repo.claim(live.brandId, live.key, 0)).toEqual(Option.some(live))
+      for (const entry of expired) {
+        expect(yield* repo.claim(entry.brandId, entry.key, 0)).toEqual(Option.none())
+      }
+    }))
+})
+
+const AppConfigTest = makeTestLayer(AppConfig)({ idempotencyTtl: Duration.hours(24) })
+
+const IdempotencyOnFreshFile = Idempotency.Live.pipe(
+  Layer.provideMerge(Layer.merge(IdempotencyRepo.Live, GroupCommit.Live)),
+  Layer.provideMerge(ActivationsRepo.Live),
+  Layer.provideMerge(SqlLiveAt(tempDatabase())),
+  Layer.provide(AppConfigTest)
+)
+
+class DownstreamFailure extends Data.TaggedError("DownstreamFailure") {}
+
+layer(IdempotencyOnFreshFile)("Idempotency on SQLite", (it) => {
+  const request = (): IdempotentRequest => ({
+    brandId,
+    key: unique("order-"),
+    method: "POST",
+    path: "/v1/creators/9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d/campaigns/1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f/activate",
+    body: { socialUsername: "@jane", plannedPostAt: "2026-06-01" }
+  })
+
+  const created = (body: unknown): StoredResponse => ({ status: 201, body: JSON.stringify(body), resourceId: null })
+
+  /** An operation that counts its runs and answers with the run number. */
+  const countedOperation = Effect.gen(function*() {
+    const runs = yield* Ref.make(0)
+    const operation = Ref.updateAndGet(runs, (n) => n + 1).pipe(Effect.map((run) => created({ ok: true, run })))
+    return { runs, operation }
+  })
+
+  const bodyOf = (response: HttpServerResponse.HttpServerResponse) =>
+    Effect.promise(() => HttpServerResponse.toWeb(response).text())
+
+  const isReplay = (response: HttpServerResponse.HttpServerResponse) =>
+    response.headers["idempotent-replayed"] === "true"
+
+  it.effect("stores the first response and replays it, marked, for the same request", () =>
+    Effect.gen(function*() {
+      const idempotency = yield* Idempotency
+      const { operation, runs } = yield* countedOperation
+      const first = request()
+      const original = yield* idempotency.run(first, operation)
+      const sameBodyReordered = { plannedPostAt: "2026-06-01", socialUsername: "@jane" }
+      const replay = yield* idempotency.run({ ...first, body: sameBodyReordered }, operation)
+      expect(isReplay(original)).toBe(false)
+      expect(isReplay(replay)).toBe(true)
+      expect(replay.status).toBe(201)
+      expect(yield* bodyOf(replay)).toBe(yield* bodyOf(original))
+      expect(yield* Ref.get(runs)).toBe(1)
+    }))
+
+  it.effect("the same key with another body or path is a conflict and does not run", () =>
+    Effect.gen(function*() {
+      const idempotency = yield* Idempotency
+      const { operation, runs } = yield* countedOperation
+      const first = request()
+      yield* idempotency.run(first, operation)
+      const otherBody = yield* Effect.flip(idempotency.run({ ...first, body: { socialUsername: "@john" } }, operation))
+      const otherPath = yield* Effect.flip(idempotency.run({ ...first, path: `${first.path}/again` }, operation))
+      expect(otherBody).toBeInstanceOf(IdempotencyConflict)
+      expect(otherPath).toBeInstanceOf(IdempotencyConflict)
+      expect(yield* Ref.get(runs)).toBe(1)
+    }))
+
+  it.effect("the same key under another brand is a new request", () =>
+    Effect.gen(function*() {
+      const idempotency = yield* Idempotency
+      const { operation, runs } = yield* countedOperation
+      const first = request()
+      yield* idempotency.run(first, operation)
+      const otherBrand = yield* idempotency.run(
+        { ...first, brandId: otherBrandId, body: { socialUsername: "@john" } },
+        operation
+      )
+      expect(isReplay(otherBrand)).toBe(false)
+      expect(yield* Ref.get(runs)).toBe(2)
+    }))
+
+  it.effect("a duplicate waits for the original: after 5 s it is told to retry, before that it gets the replay", () =>
+    Effect.gen(function*() {
+      const idempotency = yield* Idempotency
+      const started = yield* Deferred.make<void>()
+      const runs = yield* Ref.make(0)
+      const slowOperation = Effect.gen(function*() {
+        yield* Ref.update(runs, (n) => n + 1)
+        yield* Deferred.succeed(started, undefined)
+        yield* Effect.sleep("10 seconds")
+        return created({ ok: true, slow: true })
+      })
+      const first = request()
+
+      const original = yield* Effect.fork(idempotency.run(first, slowOperation))
+      yield* Deferred.await(started)
+      const impatient = yield* Effect.fork(idempotency.run(first, slowOperation))
+      yield* TestClock.adjust("6 seconds")
+      expect(yield* Effect.flip(Fiber.join(impatient))).toBeInstanceOf(IdempotencyInProgress)
+
+      const patient = yield* Effect.fork(idempotency.run(first, slowOperation))
+      yield* TestClock.adjust("4 seconds")
+      const originalResponse = yield* Fiber.join(original)
+      const patientResponse = yield* Fiber.join(patient)
+      expect(isReplay(patientResponse)).toBe(true)
+      expect(yield* bodyOf(patientResponse)).toBe(yield* bodyOf(originalResponse))
+      expect(yield* Ref.get(runs)).toBe(1)
+    }))
+
+  it.effect("a failed operation leaves nothing behind: its writes roll back and a retry runs it again", () =>
+    Effect.gen(function*() {
+      const idempotency = yield* Idempotency
+      const activations = yield* ActivationsRepo
+      const activation = activationRecord()
+      const first = request()
+      const insertThenFail = activations.insert(activation, owner).pipe(
+        Effect.zipRight(Effect.fail(new DownstreamFailure()))
+      )
+      expect(yield* Effect.flip(idempotency.run(first, insertThenFail))).toBeInstanceOf(DownstreamFailure)
+      expect(yield* activations.findById(activation.id)).toEqual(Option.none())
+
+      const { operation, runs } = yield* countedOperation
+      const retry = yield* idempotency.run(first, operation)
+      expect(isReplay(retry)).toBe(false)
+      expect(yield* Ref.get(runs)).toBe(1)
+    }))
+
+  it.effect("a successful operation's writes are kept with its stored response", () =>
+    Effect.gen(function*() {
+      const idempotency = yield* Idempotency
+      const activations = yield* ActivationsRepo
+      const activation = activationRecord()
+      const first = request()
+      const insert = activations.insert(activation, owner).pipe(Effect.as(created({ ok: true, activation })))
+      yield* idempotency.run(first, insert)
+      expect(yield* activations.findById(activation.id)).toEqual(Option.some(activation))
+      expect(isReplay(yield* idempotency.run(first, insert))).toBe(true)
+    }))
+})

@@ -1,0 +1,316 @@
+import { RateLimiter } from "@effect/experimental"
+import { describe, expect, it, layer } from "@effect/vitest"
+import { Duration, Effect, Exit, Layer, Option, TestClock } from "effect"
+import { createHash } from "node:crypto"
+import { Activations } from "../src/Activations.ts"
+import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
+import { ApiKeys } from "../src/ApiKeys.ts"
+import { ApiKeysRepo, type ApiKeyRow } from "../src/ApiKeys/ApiKeysRepo.ts"
+import { AppConfig } from "../src/Config.ts"
+import type { Activation } from "../src/Domain/Activation.ts"
+import type { ApiKeyIdentity, BrandId, KeyId, Scope } from "../src/Domain/ApiKey.ts"
+import { Unauthorized } from "../src/Domain/Errors.ts"
+import { parseIdempotencyKey } from "../src/Domain/IdempotencyKey.ts"
+import { canonicalJson, fingerprintOf, type IdempotentRequest } from "../src/Idempotency.ts"
+import { Ids } from "../src/Ids.ts"
+import { RateLimit } from "../src/RateLimit.ts"
+import { makeTestLayer } from "./support/testLayer.ts"
+
+const brandId = "0b6f4c52-2f4e-4d0a-9a57-3c1d2e5f6a7b" as BrandId
+const sha256Hex = (text: string) => createHash("sha256").update(text).digest("hex")
+
+describe("makeTestLayer", () => {
+  const KeysRepoThatOnlyRevokes = makeTestLayer(ApiKeysRepo)({ revoke: () => Effect.succeed(true) })
+
+  it.effect("a member the double leaves out dies naming the tag and member, called or yielded", () =>
+    Effect.gen(function*() {
+      const repo = yield* ApiKeysRepo
+      expect(yield* Effect.exit(repo.revoke("any", 0))).toEqual(Exit.succeed(true))
+      expect(yield* Effect.exit(repo.findById("any"))).toEqual(
+        Exit.die("ApiKeys/ApiKeysRepo.findById not implemented")
+      )
+      expect(yield* Effect.exit(repo.list)).toEqual(Exit.die("ApiKeys/ApiKeysRepo.list not implemented"))
+    }).pipe(Effect.provide(KeysRepoThatOnlyRevokes)))
+})
+
+const storedKeys = new Map<string, ApiKeyRow>()
+
+const ApiKeysRepoInMemory = makeTestLayer(ApiKeysRepo)({
+  insert: (row) => Effect.sync(() => void storedKeys.set(row.keyId, row)),
+  findById: (keyId) => Effect.sync(() => Option.fromNullable(storedKeys.get(keyId))),
+  revoke: (keyId, at) =>
+    Effect.sync(() => {
+      const row = storedKeys.get(keyId)
+      if (row === undefined || row.revokedAt !== null) return false
+      storedKeys.set(keyId, { ...row, revokedAt: at })
+      return true
+    })
+})
+
+/** Predictable bytes: each draw is the next block of a SHA-512 counter stream, so no two draws repeat. */
+const makeIdsDeterministic = () => {
+  let draws = 0
+  return makeTestLayer(Ids)({
+    randomBytes: (size) => Effect.sync(() => createHash("sha512").update(String(++draws)).digest().subarray(0, size))
+  })
+}
+
+layer(ApiKeys.Live.pipe(Layer.provide(ApiKeysRepoInMemory), Layer.provide(makeIdsDeterministic())))("ApiKeys", (it) => {
+  const scopes: ReadonlyArray<Scope> = ["campaigns:write", "analytics:read"]
+
+  const createKey = (expiresIn: Option.Option<Duration.Duration> = Option.none()) =>
+    Effect.flatMap(ApiKeys, (keys) => keys.create({ brandId, scopes, name: Option.some("integration"), expiresIn }))
+
+  const authenticate = (token: string) => Effect.flatMap(ApiKeys, (keys) => keys.authenticate(token))
+
+  const expectRefused = (token: string) =>
+    Effect.gen(function*() {
+      const error = yield* Effect.flip(authenticate(token))
+      expect(error).toBeInstanceOf(Unauthorized)
+      expect(error.message).toBe("The API key is missing or invalid.")
+    })
+
+  const secretOf = (apiKey: string) => apiKey.split("_")[2]!
+
+  it.effect("create returns cak_<16 [a-z0-9]>_<64 hex> whose key id is the stored one", () =>
+    Effect.gen(function*() {
+      const { apiKey, info } = yield* createKey()
+      expect(apiKey).toMatch(/^cak_[a-z0-9]{16}_[0-9a-f]{64}$/)
+      expect(apiKey.startsWith(`cak_${info.keyId}_`)).toBe(true)
+      expect(storedKeys.has(info.keyId)).toBe(true)
+    }))
+
+  it.effect("stores only the SHA-256 digest of the secret, never the plaintext", () =>
+    Effect.gen(function*() {
+      const { apiKey, info } = yield* createKey()
+      const row = storedKeys.get(info.keyId)!
+      expect(row.secretSha256).toBe(sha256Hex(secretOf(apiKey)))
+      expect(JSON.stringify(row)).not.toContain(secretOf(apiKey))
+    }))
+
+  it.effect("authenticate accepts a created key and resolves its key id, brand and scopes", () =>
+    Effect.gen(function*() {
+      const { apiKey, info } = yield* createKey()
+      const identity = yield* authenticate(apiKey)
+      expect(identity).toEqual({ keyId: info.keyId, brandId, scopes })
+    }))
+
+  it.effect("refuses a malformed token", () =>
+    Effect.gen(function*() {
+      const { apiKey } = yield* createKey()
+      for (const token of ["", "cak_", "not-a-key", apiKey.toUpperCase(), `${apiKey}0`, ` ${apiKey}`]) {
+        yield* expectRefused(token)
+      }
+    }))
+
+  it.effect("refuses an unknown key id with a real secret", () =>
+    Effect.gen(function*() {
+      const { apiKey } = yield* createKey()
+      yield* expectRefused(`cak_${"0".repeat(16)}_${secretOf(apiKey)}`)
+    }))
+
+  it.effect("refuses a known key id with a wrong secret", () =>
+    Effect.gen(function*() {
+      const { info } = yield* createKey()
+      yield* expectRefused(`cak_${info.keyId}_${"0".repeat(64)}`)
+    }))
+
+  it.effect("refuses a revoked key", () =>
+    Effect.gen(function*() {
+      const keys = yield* ApiKeys
+      const { apiKey, info } = yield* createKey()
+      yield* authenticate(apiKey)
+      expect(yield* keys.revoke(info.keyId)).toBe(true)
+      yield* expectRefused(apiKey)
+    }))
+
+  it.effect("accepts a key until the moment it expires and refuses it from then on", () =>
+    Effect.gen(function*() {
+      const { apiKey } = yield* createKey(Option.some(Duration.days(1)))
+      yield* TestClock.adjust(Duration.subtract(Duration.days(1), Duration.millis(1)))
+      yield* authenticate(apiKey)
+      yield* TestClock.adjust(Duration.millis(1))
+      yield* expectRefused(apiKey)
+    }))
+})
+
+const AppConfigTest = makeTestLayer(AppConfig)({ rateLimit: { max: 3, window: Duration.seconds(60) } })
+
+const RateLimitInMemory = RateLimit.layer.pipe(
+  Layer.provide(RateLimiter.layer),
+  Layer.provide(RateLimiter.layerStoreMemory),
+  Layer.provide(AppConfigTest)
+)
+
+layer(RateLimitInMemory)("RateLimit (3 per 60 s)", (it) => {
+  const consume = (keyId: string) => Effect.flatMap(RateLimit, (limit) => limit.consume(keyId))
+  const consumeTimes = (keyId: string, times: number) => Effect.replicateEffect(consume(keyId), times)
+
+  it.effect("publishes the configured policy", () =>
+    Effect.gen(function*() {
+      const { policy } = yield* RateLimit
+      expect(policy).toEqual({ max: 3, windowSeconds: 60 })
+    }))
+
+  it.effect("allows three requests, counting the remainder down to zero", () =>
+    Effect.gen(function*() {
+      const decisions = yield* consumeTimes("allows-three", 3)
+      expect(decisions.map(({ allowed, remaining }) => ({ allowed, remaining }))).toEqual([
+        { allowed: true, remaining: 2 },
+        { allowed: true, remaining: 1 },
+        { allowed: true, remaining: 0 }
+      ])
+    }))
+
+  it.effect("refuses the fourth and says when to retry", () =>
+    Effect.gen(function*() {
+      yield* consumeTimes("refuses-fourth", 3)
+      const fourth = yield* consume("refuses-fourth")
+      expect(fourth.allowed).toBe(false)
+      expect(fourth.remaining).toBe(0)
+      expect(fourth.retryAfterSeconds).toBeGreaterThanOrEqual(1)
+    }))
+
+  it.effect("keeps a bucket per key", () =>
+    Effect.gen(function*() {
+      yield* consumeTimes("exhausted", 4)
+      const other = yield* consume("untouched")
+      expect(other).toEqual({ allowed: true, remaining: 2, retryAfterSeconds: 0 })
+    }))
+
+  it.effect("refills one request per 20 s", () =>
+    Effect.gen(function*() {
+      yield* consumeTimes("refills", 3)
+      yield* TestClock.adjust("19 seconds")
+      expect((yield* consume("refills")).allowed).toBe(false)
+      yield* TestClock.adjust("1 second")
+      expect((yield* consume("refills")).allowed).toBe(true)
+      expect((yield* consume("refills")).allowed).toBe(false)
+    }))
+})
+
+const recordedInserts: Array<{
+  readonly activation: Activation
+  readonly owner: { readonly brandId: string; readonly keyId: string }
+}> = []
+const activationId = "3f2a9c1e-7b4d-4e8a-9c6f-1d2e3f4a5b6c"
+
+const ActivationsWithDoubles = Activations.Live.pipe(
+  Layer.provide(makeTestLayer(ActivationsRepo)({
+    insert: (activation, owner) => Effect.sync(() => void recordedInserts.push({ activation, owner }))
+  })),
+  Layer.provide(makeTestLayer(Ids)({ uuid: Effect.succeed(activationId) }))
+)
+
+layer(ActivationsWithDoubles)("Activations", (it) => {
+  const creatorId = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
+  const campaignId = "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
+  const by: ApiKeyIdentity = { keyId: "k3y1d0000000000a" as KeyId, brandId, scopes: ["campaigns:write"] }
+  const clockAt = "2026-05-04T09:30:15.250Z"
+
+  it.effect("creates an ACTIVE record stamped with the clock and stores it for the key's brand", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(Date.parse(clockAt))
+      const activations = yield* Activations
+      const activation = yield* activations.activate({
+        creatorId,
+        campaignId,
+        request: { socialUsername: "@jane.doe", plannedPostAt: "2026-06-01" },
+        by
+      })
+      expect(activation).toEqual({
+        id: activationId,
+        campaignId,
+        creatorId,
+        status: "ACTIVE",
+        socialUsername: "@jane.doe",
+        plannedPostAt: "2026-06-01",
+        activatedAt: clockAt
+      })
+      expect(recordedInserts.splice(0)).toEqual([{ activation, owner: { brandId, keyId: by.keyId } }])
+    }))
+
+  it.effect("keeps plannedPostAt null when it was omitted", () =>
+    Effect.gen(function*() {
+      const activations = yield* Activations
+      const activation = yield* activations.activate({
+        creatorId,
+        campaignId,
+        request: { socialUsername: "@jane", plannedPostAt: null },
+        by
+      })
+      expect(activation.plannedPostAt).toBeNull()
+      expect(recordedInserts.splice(0).map((insert) => insert.activation.plannedPostAt)).toEqual([null])
+    }))
+})
+
+describe("idempotency fingerprint", () => {
+  const request: IdempotentRequest = {
+    brandId,
+    key: "order-1",
+    method: "POST",
+    path: "/v1/creators/a/campaigns/b/activate",
+    body: { socialUsername: "@jane", plannedPostAt: "2026-06-01", extra: { b: [1, { y: 2, x: 1 }], a: null } }
+  }
+
+  it("canonical JSON sorts keys at every depth and keeps array order", () => {
+    expect(canonicalJson({ b: 1, a: { d: [3, { z: 1, y: 2 }], c: null } })).toBe(
+      "{\"a\":{\"c\":null,\"d\":[3,{\"y\":2,\"z\":1}]},\"b\":1}"
+    )
+  })
+
+  it("key order and whitespace do not change the fingerprint", () => {
+    const reordered = JSON.parse(`{
+      "extra" : { "a": null, "b": [ 1, { "x": 1, "y": 2 } ] },
+      "plannedPostAt": "2026-06-01",
+      "socialUsername": "@jane"
+    }`)
+    expect(fingerprintOf({ ...request, body: reordered })).toBe(fingerprintOf(request))
+  })
+
+  it("the method, the path or any value changes the fingerprint", () => {
+    const original = fingerprintOf(request)
+    const variants: ReadonlyArray<IdempotentRequest> = [
+      { ...request, method: "PUT" },
+      { ...request, path: "/v1/creators/a/campaigns/c/activate" },
+      { ...request, body: { ...(request.body as object), socialUsername: "@john" } },
+      { ...request, body: { ...(request.body as object), extra: { b: [{ y: 2, x: 1 }, 1], a: null } } },
+      { ...request, body: { ...(request.body as object), extra: { b: [1, { y: 2, x: 1 }], a: 0 } } }
+    ]
+    for (const variant of variants) {
+      expect(fingerprintOf(variant)).not.toBe(original)
+    }
+  })
+})
+
+describe("parseIdempotencyKey", () => {
+  it("a missing, empty or empty-quoted header is Missing", () => {
+    for (const header of [undefined, "", "   ", "\"\""]) {
+      expect(parseIdempotencyKey(header)).toEqual({ _tag: "Missing" })
+    }
+  })
+
+  it("accepts up to 255 visible ASCII characters", () => {
+    const longest = "!~".repeat(127) + "x"
+    expect(parseIdempotencyKey(longest)).toEqual({ _tag: "Valid", key: longest })
+    expect(parseIdempotencyKey(`${longest}y`)._tag).toBe("Invalid")
+  })
+
+  it("refuses spaces, control characters and non-ASCII", () => {
+    for (const header of ["order 1", "order\t1", "order\u00001", "order\u007f", "bestellung-ä", "🔑", "abc\u00a0", "\ufeffabc"]) {
+      expect(parseIdempotencyKey(header)._tag).toBe("Invalid")
+    }
+  })
+
+  it("unquotes an RFC 9651 string, escapes included", () => {
+    expect(parseIdempotencyKey("\"abc\"")).toEqual({ _tag: "Valid", key: "abc" })
+    expect(parseIdempotencyKey("\"a\\\"b\"")).toEqual({ _tag: "Valid", key: "a\"b" })
+    expect(parseIdempotencyKey("\"a\\\\b\"")).toEqual({ _tag: "Valid", key: "a\\b" })
+  })
+
+  it("refuses a malformed quoted string", () => {
+    for (const header of ["\"abc", "\"a\"b\"", "\"a\\b\""]) {
+      expect(parseIdempotencyKey(header)._tag).toBe("Invalid")
+    }
+  })
+})
