@@ -59,10 +59,14 @@ export class AppConfig extends Context.Tag("Config/AppConfig")<AppConfig, {
     Effect.gen(function*() {
       const max = yield* positiveInt("RATE_LIMIT_MAX", 120)
       const windowSeconds = yield* positiveInt("RATE_LIMIT_WINDOW_SECONDS", 60)
-      const ttlHours = yield* positiveInt("IDEMPOTENCY_TTL_HOURS", 24)
+      // Fractions are allowed (0.01 is 36 s): the soak test needs a TTL of seconds.
+      const ttlHours = yield* Config.number("IDEMPOTENCY_TTL_HOURS").pipe(
+        Config.validate({ message: "Expected a number of hours greater than 0", validation: (n) => n > 0 }),
+        Config.withDefault(24)
+      )
       return {
         rateLimit: { max, window: Duration.seconds(windowSeconds) },
-        idempotencyTtl: Duration.hours(ttlHours)
+        idempotencyTtl: Duration.millis(Math.round(ttlHours * 3_600_000))
       }
     })
   )
