@@ -11,22 +11,20 @@ import { HttpLive } from "./Server.ts"
 export const KeysLive = ApiKeys.Live.pipe(Layer.provide(ApiKeysRepo.Live), Layer.provide(SqlLive), Layer.provide(Ids.Live))
 
 const serve = Command.make("serve", {}, () => Layer.launch(HttpLive)).pipe(
-  Command.withDescription("Start the HTTP API (PORT, HOST, DATABASE_URL, RATE_LIMIT_*, IDEMPOTENCY_TTL_HOURS, LOG_LEVEL).")
+  Command.withDescription("Start the HTTP API (PORT, HOST, DATABASE_URL, RATE_LIMIT_*, IDEMPOTENCY_TTL_HOURS, LOG_LEVEL, OTEL_EXPORTER_OTLP_ENDPOINT).")
 )
 
 const scopesMessage = `--scopes takes a comma-separated list of ${Scope.literals.join(", ")}`
 
 const ScopeList = Schema.transform(
   Schema.String,
-  Schema.Array(Scope).pipe(Schema.minItems(1)).annotations({
-    message: () => ({ message: scopesMessage, override: true })
-  }),
+  Schema.Array(Scope).pipe(Schema.minItems(1)),
   {
     strict: false,
     decode: (text) => text.split(",").map((s) => s.trim()).filter((s) => s !== ""),
     encode: (scopes) => scopes.join(",")
   }
-)
+).annotations({ message: () => ({ message: scopesMessage, override: true }) })
 
 const json = Options.boolean("json").pipe(Options.withDescription("Print JSON instead of text."))
 
@@ -120,7 +118,11 @@ const list = Command.make("list", { json }, (options) =>
     ]))
   })).pipe(Command.withDescription("List API keys (never their secrets)."))
 
-const revoke = Command.make("revoke", { keyId: Args.text({ name: "keyId" }) }, ({ keyId }) =>
+const keyIdArg = Args.text({ name: "keyId" }).pipe(
+  Args.withDescription("The key id that `keys list` shows (the part after cak_).")
+)
+
+const revoke = Command.make("revoke", { keyId: keyIdArg }, ({ keyId }) =>
   Effect.gen(function*() {
     const revoked = yield* (yield* ApiKeys).revoke(keyId)
     if (!revoked) {

@@ -7,10 +7,11 @@ const positiveInt = (name: string, fallback: number) =>
   )
 
 /** DATABASE_URL is a file path, with an optional `sqlite:` prefix. */
+const withoutScheme = (url: string) => url.replace(/^sqlite:(\/\/)?/, "")
 const databaseFile = Config.string("DATABASE_URL").pipe(
-  Config.withDefault("data/campaign-api.sqlite"),
-  Config.map((url) => url.replace(/^sqlite:(\/\/)?/, "")),
-  Config.validate({ message: "Expected a SQLite file path", validation: (path) => path.trim().length > 0 })
+  Config.validate({ message: "Expected a SQLite file path", validation: (url) => withoutScheme(url).trim().length > 0 }),
+  Config.map(withoutScheme),
+  Config.withDefault("data/campaign-api.sqlite")
 )
 
 export const DatabaseConfig = Config.all({ filename: databaseFile })
@@ -22,8 +23,8 @@ export const ServerConfig = Config.all({
     Config.withDefault(3000)
   ),
   host: Config.string("HOST").pipe(
-    Config.withDefault("0.0.0.0"),
-    Config.validate({ message: "Expected a host name or address", validation: (h) => h.trim().length > 0 })
+    Config.validate({ message: "Expected a host name or address", validation: (h) => h.trim().length > 0 }),
+    Config.withDefault("0.0.0.0")
   )
 })
 

@@ -1,8 +1,8 @@
 import { HttpApiBuilder, HttpApiError, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import type { HttpApiEndpoint } from "@effect/platform"
-import { SqlError } from "@effect/sql/SqlError"
 import { Cause, Effect, Layer, Option } from "effect"
 import { HttpActivationsLive } from "./Activations/Http.ts"
+import { isDatabaseUnavailable } from "./Database/SqlErrors.ts"
 import { CampaignApi } from "./Api.ts"
 import {
   type ApiError,
@@ -46,6 +46,10 @@ const routeNotFound = Effect.gen(function*() {
   if (allowed.length === 0) {
     return errorResponse(new NotFound({ message: `No route for ${request.method} ${path}.` }))
   }
+  // The route matched but the router could not decode the path (a stray `%`, say).
+  if (allowed.includes(request.method)) {
+    return errorResponse(new ValidationError({ message: `The path ${path} is not validly percent-encoded.` }))
+  }
   return HttpServerResponse.setHeader(
     errorResponse(new MethodNotAllowed({ message: `${request.method} is not allowed on ${path}; use ${allowed.join(", ")}.` })),
     "allow",
@@ -72,14 +76,6 @@ export const describeIssue = (issue: Issue | undefined): string => {
 
 const isApiError = (u: unknown): u is ApiError =>
   typeof u === "object" && u !== null && "_tag" in u && (u._tag as string) in wireCodes
-
-const databaseBusyCodes = /^SQLITE_(BUSY|LOCKED|CANTOPEN|IOERR|FULL|READONLY|PROTOCOL|NOTADB|CORRUPT)/
-
-/** The database is there but cannot be used right now: the caller may retry. */
-export const isDatabaseUnavailable = (defect: unknown): boolean =>
-  defect instanceof SqlError &&
-  typeof defect.cause === "object" && defect.cause !== null &&
-  "code" in defect.cause && databaseBusyCodes.test(String(defect.cause.code))
 
 const renderFailure = (cause: Cause.Cause<unknown>) => {
   const failure = Cause.failureOption(cause)

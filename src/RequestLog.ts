@@ -11,6 +11,9 @@ export const requestIdentity = new WeakMap<HttpServerRequest.HttpServerRequest, 
 /** A caller's own request id is kept when it is sane: short, printable, no spaces. */
 const saneRequestId = /^[A-Za-z0-9._:@+=\/-]{1,128}$/
 
+export const isSaneRequestId = (header: string | null | undefined): header is string =>
+  typeof header === "string" && saneRequestId.test(header)
+
 
 /**
  * Gives every request an `X-Request-Id` that all its log lines carry, and writes one
@@ -24,7 +27,7 @@ export const withRequestLog = <E, R>(
   Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
     const incoming = request.headers["x-request-id"]
-    const requestId = incoming !== undefined && saneRequestId.test(incoming) ? incoming : yield* newRequestId
+    const requestId = isSaneRequestId(incoming) ? incoming : yield* newRequestId
     const started = yield* Clock.currentTimeNanos
     return yield* app.pipe(
       Effect.tap((response) =>

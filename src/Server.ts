@@ -6,7 +6,7 @@ import { ApiKeys } from "./ApiKeys.ts"
 import { ApiKeysRepo } from "./ApiKeys/ApiKeysRepo.ts"
 import { AppConfig } from "./Config.ts"
 import { GroupCommit } from "./Database/GroupCommit.ts"
-import { SqlLive } from "./Database/Sql.ts"
+import { SqlServerLive } from "./Database/Sql.ts"
 import { ApiLive, ApiMiddlewareLive, documentRoutes } from "./Http.ts"
 import { Idempotency } from "./Idempotency.ts"
 import { IdempotencyRepo } from "./Idempotency/IdempotencyRepo.ts"
@@ -20,7 +20,7 @@ const ReposLive = Layer.mergeAll(ApiKeysRepo.Live, ActivationsRepo.Live, Idempot
 /** Every service the API calls, on the SQLite database. */
 export const ServicesLive = Layer.mergeAll(ApiKeys.Live, Activations.Live, Idempotency.Live, RateLimit.Live).pipe(
   Layer.provideMerge(Layer.merge(ReposLive, GroupCommit.Live)),
-  Layer.provideMerge(SqlLive),
+  Layer.provideMerge(SqlServerLive),
   Layer.provideMerge(Layer.mergeAll(Ids.Live, AppConfig.Live))
 )
 
@@ -29,7 +29,7 @@ export const HttpLive = WebServerLive.pipe(
   Layer.provide([
     ApiMiddlewareLive,
     HttpApiBuilder.middlewareOpenApi({ path: documentRoutes.openApi }),
-    HttpApiScalar.layer({ path: documentRoutes.docs })
+    HttpApiScalar.layer({ path: documentRoutes.docs, scalar: { withDefaultFonts: false } })
   ]),
   Layer.provide(ApiLive),
   Layer.provide(ServicesLive),

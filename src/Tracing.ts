@@ -10,7 +10,11 @@ import { Config, Effect, Layer, Option } from "effect"
  */
 export const TracingLive = Layer.unwrapEffect(
   Effect.gen(function*() {
-    const endpoint = yield* Config.option(Config.url("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    // OpenTelemetry reads an empty variable as unset.
+    const configured = yield* Config.string("OTEL_EXPORTER_OTLP_ENDPOINT").pipe(Config.withDefault(""))
+    const endpoint = configured.trim() === ""
+      ? Option.none()
+      : Option.some(yield* Config.url("OTEL_EXPORTER_OTLP_ENDPOINT"))
     if (Option.isNone(endpoint)) {
       return Layer.mergeAll(
         Layer.setTracerEnabled(false),

@@ -5,6 +5,7 @@ import { ServerConfig } from "./Config.ts"
 import { errorResponse, ServiceUnavailable } from "./Domain/Errors.ts"
 import { maxBodyBytes } from "./Middleware/Http.ts"
 import { emptyBody, readBody, RequestBody } from "./RequestBody.ts"
+import { isSaneRequestId } from "./RequestLog.ts"
 
 /** How long in-flight requests may take to finish after SIGTERM before their connections are closed. */
 export const drainTimeout = Duration.seconds(10)
@@ -42,21 +43,34 @@ export const WebServerLive = Layer.scopedDiscard(
       if (draining && inFlight === 0) Deferred.unsafeDone(idle, Effect.void)
     }
 
+    const lateArrival = async (request: Request) => {
+      const response = await unavailable(request)
+      const requestId = request.headers.get("x-request-id")
+      response.headers.set("x-request-id", isSaneRequestId(requestId) ? requestId : crypto.randomUUID())
+      return response
+    }
+
+    const forward = async (request: Request) => {
+      if (request.body === null) return await handle(request, Context.make(RequestBody, emptyBody))
+      const body = await readBody(request, maxBodyBytes, bodyTimeoutMs)
+      const init = { method: request.method, headers: request.headers, signal: request.signal }
+      const forwarded = new Request(request.url, body._tag === "Read" ? { ...init, body: body.bytes } : init)
+      const response = await handle(forwarded, Context.make(RequestBody, body))
+      // The rest of an unread body is still on the connection: it cannot carry another request.
+      if (body._tag !== "Read") response.headers.set("connection", "close")
+      return response
+    }
+
     const fetch = async (request: Request): Promise<Response> => {
       if (draining) {
-        const response = await unavailable(request)
+        const response = await lateArrival(request)
         response.headers.set("connection", "close")
         return response
       }
       inFlight++
       try {
-        if (request.body === null) return await handle(request, Context.make(RequestBody, emptyBody))
-        const body = await readBody(request, maxBodyBytes, bodyTimeoutMs)
-        const forwarded = body._tag === "Read"
-          ? new Request(request.url, { method: request.method, headers: request.headers, body: body.bytes, signal: request.signal })
-          : new Request(request.url, { method: request.method, headers: request.headers, signal: request.signal })
-        const response = await handle(forwarded, Context.make(RequestBody, body))
-        if (body._tag !== "Read") response.headers.set("connection", "close")
+        const response = await forward(request)
+        if (draining) response.headers.set("connection", "close")
         return response
       } finally {
         settle()
@@ -64,7 +78,11 @@ export const WebServerLive = Layer.scopedDiscard(
     }
 
     const server = yield* Effect.acquireRelease(
-      Effect.sync(() => Bun.serve({ hostname: host, port, fetch, maxRequestBodySize: maxBodyBytes * 64, idleTimeout: 30 })),
+      // Bun's own body limit would answer a large declared length with a bare 413; readBody
+      // refuses those by their Content-Length and stops reading any body past 16 KiB.
+      Effect.sync(() =>
+        Bun.serve({ hostname: host, port, fetch, maxRequestBodySize: Number.MAX_SAFE_INTEGER, idleTimeout: 30 })
+      ),
       (server) =>
         Effect.gen(function*() {
           draining = true

@@ -1,7 +1,9 @@
 import { SqlClient } from "@effect/sql"
 import { SqlError } from "@effect/sql/SqlError"
-import { Cause, Chunk, Context, Deferred, Effect, Exit, Layer, Queue } from "effect"
+import { Cause, Chunk, Context, Deferred, Effect, Exit, FiberRef, Layer, Option, Queue, Schedule } from "effect"
 import { span } from "../Span.ts"
+import { busyTimeout, DatabaseFile } from "./Sql.ts"
+import { isBusy } from "./SqlErrors.ts"
 
 interface Pending {
   readonly work: Effect.Effect<unknown, unknown>
@@ -10,6 +12,17 @@ interface Pending {
 
 /** At most this many requests' writes share one commit. */
 const maxBatch = 256
+
+/** While another process holds the write lock: try again every 25 ms, up to the busy timeout. */
+const busyRetry = Schedule.spaced("25 millis").pipe(Schedule.upTo(busyTimeout))
+
+/** The batch was rolled back as a whole; `defect` is why (the database failing, or a bug). */
+class BatchAborted {
+  readonly _tag = "BatchAborted"
+  constructor(readonly defect: unknown) {}
+}
+
+const isSqlError = (e: unknown): e is SqlError => e instanceof SqlError
 
 /**
  * Group commit: concurrent writers share one transaction, so one fsync acknowledges
@@ -23,28 +36,44 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
     GroupCommit,
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
+      const file = yield* DatabaseFile
       const queue = yield* Queue.unbounded<Pending>()
 
-      // A defect (the database failing, a bug) aborts the whole batch: nothing of it is committed.
-      const runBatch = (batch: ReadonlyArray<Pending>) =>
-        Effect.forEach(batch, (pending) =>
-          sql.withTransaction(pending.work).pipe(
-            // The savepoint's own statements failing is the database failing, not the work.
-            Effect.catchIf((e): e is SqlError => e instanceof SqlError, Effect.die),
-            Effect.exit,
-            Effect.flatMap((exit) =>
-              Exit.isFailure(exit) && Cause.isDie(exit.cause) ? Effect.failCause(exit.cause) : Effect.succeed(exit)
-            )
-          )).pipe(sql.withTransaction, Effect.exit)
+      const inSavepoint = (pending: Pending) =>
+        sql.withTransaction(pending.work).pipe(
+          Effect.exit,
+          Effect.flatMap((exit): Effect.Effect<Exit.Exit<unknown, unknown>, BatchAborted> => {
+            if (Exit.isSuccess(exit)) return Effect.succeed(exit)
+            // A defect, or the savepoint's own statements failing, aborts the whole batch.
+            const sqlFailure = Option.filter(Cause.failureOption(exit.cause), isSqlError)
+            return Cause.isDie(exit.cause) || Option.isSome(sqlFailure)
+              ? Effect.fail(new BatchAborted(Option.getOrElse(sqlFailure, () => Cause.squash(exit.cause))))
+              : Effect.succeed(exit)
+          })
+        )
+
+      const commit = (batch: ReadonlyArray<Pending>) =>
+        file.ensurePresent.pipe(
+          Effect.zipRight(sql.withTransaction(Effect.forEach(batch, inSavepoint))),
+          Effect.catchIf(isSqlError, (e) => Effect.fail(new BatchAborted(e))),
+          // The lock is waited for here, asynchronously: bun:sqlite would block the whole event loop.
+          Effect.retry({ while: (aborted) => isBusy(aborted.defect), schedule: busyRetry }),
+          Effect.exit
+        )
 
       yield* Queue.takeBetween(queue, 1, maxBatch).pipe(
         Effect.map(Chunk.toReadonlyArray),
         Effect.flatMap((batch) =>
-          Effect.flatMap(runBatch(batch), (outcome) =>
+          Effect.flatMap(commit(batch), (outcome) =>
             Effect.forEach(batch, (pending, i) =>
               Deferred.done(
                 pending.done,
-                Exit.isSuccess(outcome) ? outcome.value[i]! : Exit.failCause(Cause.die(Cause.squash(outcome.cause)))
+                Exit.isSuccess(outcome)
+                  ? outcome.value[i]!
+                  : Exit.die(Option.match(Cause.failureOption(outcome.cause), {
+                    onNone: () => Cause.squash(outcome.cause),
+                    onSome: (aborted) => aborted.defect
+                  }))
               ), { discard: true }))
         ),
         Effect.forever,
@@ -55,7 +84,15 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
         transaction: <A, E>(work: Effect.Effect<A, E>) =>
           Effect.gen(function*() {
             const done = yield* Deferred.make<A, E>()
-            yield* Queue.offer(queue, { work, done } as Pending)
+            // The work runs on the committing fiber: keep the request's trace and log annotations.
+            const parent = yield* Effect.option(Effect.currentParentSpan)
+            const annotations = yield* FiberRef.get(FiberRef.currentLogAnnotations)
+            const traced = Effect.locally(
+              Option.match(parent, { onNone: () => work, onSome: (span) => Effect.withParentSpan(work, span) }),
+              FiberRef.currentLogAnnotations,
+              annotations
+            )
+            yield* Queue.offer(queue, { work: traced, done } as Pending)
             return yield* Deferred.await(done)
           }).pipe(span("GroupCommit.transaction"))
       }

@@ -1,14 +1,16 @@
 import { BunContext } from "@effect/platform-bun"
 import { SqlClient } from "@effect/sql"
 import { SqliteClient, SqliteMigrator } from "@effect/sql-sqlite-bun"
-import { Effect, Layer } from "effect"
-import { chmodSync, closeSync, mkdirSync, openSync } from "node:fs"
+import type { SqlError } from "@effect/sql/SqlError"
+import { Context, Duration, Effect, Layer } from "effect"
+import { chmodSync, closeSync, mkdirSync, openSync, statSync } from "node:fs"
 import { dirname } from "node:path"
 import { DatabaseConfig } from "../Config.ts"
 import CreateTables from "./migrations/0001_create_tables.ts"
+import { sqliteError } from "./SqlErrors.ts"
 
-/** How long a statement waits for another process's write lock before SQLITE_BUSY. */
-export const busyTimeoutMs = 5000
+/** How long a write waits for another process's lock before SQLITE_BUSY (503). */
+export const busyTimeout = Duration.seconds(5)
 
 /** The file holds key digests and brands' records: only its owner may read it. */
 const createPrivateFile = (filename: string) =>
@@ -19,26 +21,61 @@ const createPrivateFile = (filename: string) =>
     chmodSync(filename, 0o600)
   })
 
-const tune = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  yield* sql.unsafe(`PRAGMA busy_timeout = ${busyTimeoutMs}`)
-  // WAL (set by the client) with FULL syncs the log on every commit: an acknowledged activation survives power loss.
-  yield* sql.unsafe("PRAGMA synchronous = FULL")
-})
+/**
+ * The database file the connection was opened on. SQLite keeps using its open file when the
+ * path is removed or replaced, so writes would land where no restart finds them: check first.
+ */
+export class DatabaseFile extends Context.Tag("Database/DatabaseFile")<DatabaseFile, {
+  readonly ensurePresent: Effect.Effect<void, SqlError>
+}>() {}
 
-const ClientLive = Layer.unwrapEffect(
-  Effect.gen(function*() {
-    const { filename } = yield* DatabaseConfig
-    yield* createPrivateFile(filename)
-    return SqliteClient.layer({ filename })
-  })
-).pipe(
-  Layer.tap((context) => Effect.provide(tune, context))
-)
+const fileIdentity = (filename: string) => {
+  const stats = statSync(filename, { throwIfNoEntry: false })
+  return stats === undefined ? undefined : `${stats.dev}:${stats.ino}`
+}
+
+const databaseFile = (filename: string): Context.Tag.Service<DatabaseFile> => {
+  if (filename === ":memory:") return { ensurePresent: Effect.void }
+  const opened = fileIdentity(filename)
+  return {
+    ensurePresent: Effect.suspend(() =>
+      fileIdentity(filename) === opened
+        ? Effect.void
+        : Effect.fail(sqliteError("SQLITE_CANTOPEN", `the database file ${filename} is gone or was replaced`))
+    )
+  }
+}
+
+const makeClient = (busyTimeoutMs: number) =>
+  Layer.unwrapEffect(
+    Effect.gen(function*() {
+      const { filename } = yield* DatabaseConfig
+      yield* createPrivateFile(filename)
+      const tune = Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* sql.unsafe(`PRAGMA busy_timeout = ${busyTimeoutMs}`)
+        // WAL (set by the client) with FULL syncs the log on every commit: an acknowledged activation survives power loss.
+        yield* sql.unsafe("PRAGMA synchronous = FULL")
+      })
+      return SqliteClient.layer({ filename }).pipe(
+        Layer.tap((context) => Effect.provide(tune, context)),
+        Layer.merge(Layer.sync(DatabaseFile, () => databaseFile(filename)))
+      )
+    })
+  )
 
 const MigratorLive = SqliteMigrator.layer({
   loader: SqliteMigrator.fromRecord({ "0001_create_tables": CreateTables })
 }).pipe(Layer.provide(BunContext.layer))
 
-/** The SQLite database, opened, tuned and migrated. */
-export const SqlLive = MigratorLive.pipe(Layer.provideMerge(ClientLive))
+const makeSqlLive = (busyTimeoutMs: number) => MigratorLive.pipe(Layer.provideMerge(makeClient(busyTimeoutMs)))
+
+/** The SQLite database, opened, tuned and migrated; a locked database blocks up to the busy timeout. */
+export const SqlLive = makeSqlLive(Duration.toMillis(busyTimeout))
+
+/**
+ * The same for the server, which must never block its event loop on another process's lock
+ * (bun:sqlite waits synchronously): SQLITE_BUSY comes back at once and writes are retried
+ * asynchronously, up to the busy timeout (GroupCommit).
+ */
+export const SqlServerLive = makeSqlLive(0)
