@@ -1,0 +1,245 @@
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { Database } from "bun:sqlite"
+import { renameSync, statSync } from "node:fs"
+import {
+  activate,
+  type Answer,
+  gatedBody,
+  openConnection,
+  rawRequest,
+  responseOf,
+  uniqueKey,
+  whoami
+} from "./support/client.ts"
+import { expectEnvelope } from "./support/contract.ts"
+import {
+  activationExists,
+  countRows,
+  databaseFiles,
+  integrityCheck,
+  orphans
+} from "./support/database.ts"
+import { eventually, randomInt, runLoops } from "./support/load.ts"
+import { createKey, type CreatedTestKey, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
+
+const unlimited = { RATE_LIMIT_MAX: "1000000" }
+
+/** The server's JSON log lines whose message is `[name, fields]`, as the drain logs them. */
+const logged = (server: RunningServer, name: string): Array<Record<string, number>> =>
+  server.logs().split("\n").flatMap((line) => {
+    try {
+      const entry = JSON.parse(line)
+      return Array.isArray(entry.message) && entry.message[0] === name ? [entry.message[1]] : []
+    } catch {
+      return []
+    }
+  })
+
+describe("crash safety", () => {
+  interface Attempt {
+    readonly key: string
+    readonly body: { readonly socialUsername: string }
+  }
+
+  it("keeps every answered activation, replayable byte for byte, and never half of one, across SIGKILLs at random moments", async () => {
+    const database = tempDatabase()
+    const key = await createKey(database)
+    let server = await startServer(database, unlimited)
+    let attempted = 0
+    try {
+      for (let round = 0; round < 4; round++) {
+        const answered: Array<Attempt & { readonly answer: Answer }> = []
+        const unanswered: Array<Attempt> = []
+        const load = runLoops(8, async (loop) => {
+          const attempt = { key: uniqueKey(), body: { socialUsername: `@crash-${round}-${loop}` } }
+          attempted++
+          try {
+            answered.push({ ...attempt, answer: await activate(server.url, { apiKey: key.apiKey, ...attempt }) })
+          } catch (error) {
+            unanswered.push(attempt)
+            throw error
+          }
+        })
+        await eventually("activations to be answered", () => answered.length >= 16)
+        await Bun.sleep(randomInt(0, 300))
+        await server.stop("SIGKILL")
+        load.stop()
+        await load.done
+
+        server = await startServer(database, unlimited)
+        expect(answered.map(({ answer }) => answer.status).filter((status) => status !== 200)).toEqual([])
+        for (const { answer, body, key: idempotencyKey } of answered) {
+          expect(activationExists(database, answer.json.activation.id)).toBe(true)
+          const replay = await activate(server.url, { apiKey: key.apiKey, key: idempotencyKey, body })
+          expect(replay.status).toBe(200)
+          expect(replay.text).toBe(answer.text)
+          expect(replay.headers.get("idempotent-replayed")).toBe("true")
+        }
+        expect(orphans(database)).toEqual({ activations: 0, idempotencyKeys: 0 })
+
+        // A client retrying what got no answer ends with exactly one record per key.
+        for (const attempt of unanswered) {
+          expect((await activate(server.url, { apiKey: key.apiKey, ...attempt })).status).toBe(200)
+        }
+        expect(countRows(database, "activations")).toBe(attempted)
+        expect(countRows(database, "idempotency_keys")).toBe(attempted)
+      }
+    } finally {
+      await server.stop()
+    }
+  }, 60_000)
+})
+
+describe("graceful shutdown", () => {
+  it("on SIGTERM finishes the request in flight, answers a request begun on an open connection with 503, refuses new connections, exits 0 and leaves the database closed and intact", async () => {
+    const database = tempDatabase()
+    const server = await startServer(database)
+    const key = await createKey(database)
+    const whoamiRequest = rawRequest("GET", "/v1/whoami", [["authorization", `Bearer ${key.apiKey}`]])
+    try {
+      const idle = await openConnection(server.url)
+      const busy = await openConnection(server.url)
+      for (const connection of [idle, busy]) {
+        connection.send(whoamiRequest)
+        expect(await connection.next()).toMatchObject({ _tag: "Answered", response: { status: 200 } })
+      }
+      busy.send(whoamiRequest.subarray(0, 12))
+
+      let release = () => {}
+      const body = JSON.stringify({ socialUsername: "@draining" })
+      const inFlight = activate(server.url, {
+        apiKey: key.apiKey,
+        key: uniqueKey(),
+        rawBody: gatedBody(body.slice(0, 10), body.slice(10), new Promise((resolve) => release = resolve))
+      })
+      await Bun.sleep(300)
+      server.process.kill("SIGTERM")
+      await eventually("the drain to start", () => logged(server, "draining").length > 0)
+      expect(logged(server, "draining")[0]!.inFlight).toBeGreaterThanOrEqual(1)
+
+      expect(await idle.next()).toEqual({ _tag: "Closed" })
+      expect(idle.pending()).toBe(0)
+      await expect(openConnection(server.url)).rejects.toMatchObject({ code: "ECONNREFUSED" })
+
+      busy.send(whoamiRequest.subarray(12))
+      const late = responseOf(await busy.next())
+      expectEnvelope(late, 503, "SERVICE_UNAVAILABLE")
+      expect(late.headers.connection).toBe("close")
+      expect(await busy.next()).toEqual({ _tag: "Closed" })
+
+      release()
+      const completed = await inFlight
+      expect(completed.status).toBe(200)
+      expect(await server.process.exited).toBe(0)
+      expect(logged(server, "stopped")).toEqual([{ unfinished: 0 }])
+
+      expect(databaseFiles(database)).toEqual([database])
+      expect(integrityCheck(database)).toBe("ok")
+      expect(activationExists(database, completed.json.activation.id)).toBe(true)
+    } finally {
+      await server.stop()
+    }
+  })
+})
+
+describe("database faults", () => {
+  let database: string
+  let server: RunningServer
+  let key: CreatedTestKey
+
+  beforeAll(async () => {
+    database = tempDatabase()
+    server = await startServer(database, unlimited)
+    key = await createKey(database)
+  })
+  afterAll(async () => {
+    await server?.stop()
+  })
+
+  const rows = () => ({
+    activations: countRows(database, "activations"),
+    idempotencyKeys: countRows(database, "idempotency_keys")
+  })
+
+  /** The same request once the fault is gone: a fresh activation, so nothing of the refused one was kept. */
+  const expectFreshActivation = async (idempotencyKey: string, before: ReturnType<typeof rows>) => {
+    const retried = await activate(server.url, { apiKey: key.apiKey, key: idempotencyKey })
+    expect(retried.status).toBe(200)
+    expect(retried.headers.get("idempotent-replayed")).toBeNull()
+    expect(rows()).toEqual({ activations: before.activations + 1, idempotencyKeys: before.idempotencyKeys + 1 })
+  }
+
+  const holdWriteLock = () => {
+    const lock = new Database(database)
+    lock.run("BEGIN IMMEDIATE")
+    return {
+      release: () => {
+        lock.run("ROLLBACK")
+        lock.close()
+      }
+    }
+  }
+
+  it("answers 503 while another process holds the write lock past the busy timeout, writes nothing, still answers reads, and recovers without a restart", async () => {
+    const before = rows()
+    const idempotencyKey = uniqueKey()
+    const lock = holdWriteLock()
+    try {
+      expectEnvelope(await activate(server.url, { apiKey: key.apiKey, key: idempotencyKey }), 503, "SERVICE_UNAVAILABLE")
+      expect(rows()).toEqual(before)
+      expect((await whoami(server.url, key.apiKey)).status).toBe(200)
+    } finally {
+      lock.release()
+    }
+    await expectFreshActivation(idempotencyKey, before)
+  })
+
+  it("answers a read while a write is waiting for another process's lock", async () => {
+    const lock = holdWriteLock()
+    try {
+      const write = activate(server.url, { apiKey: key.apiKey, key: uniqueKey() })
+      await Bun.sleep(500)
+      const read = whoami(server.url, key.apiKey)
+      const first = await Promise.race([write.then(() => "write"), read.then(() => "read")])
+      expect(first, "whoami was held up until the waiting write gave up").toBe("read")
+      expect((await read).status).toBe(200)
+      expectEnvelope(await write, 503, "SERVICE_UNAVAILABLE")
+    } finally {
+      lock.release()
+    }
+  })
+
+  const hasPrlimit = Bun.which("prlimit") !== null
+  const limitFileSize = (pid: number, soft: number | "unlimited") =>
+    expect(Bun.spawnSync(["prlimit", `--pid=${pid}`, `--fsize=${soft}:`]).exitCode).toBe(0)
+
+  it.skipIf(!hasPrlimit)("answers 503 while the database cannot be written (I/O error), writes nothing, and recovers by itself", async () => {
+    const before = rows()
+    const idempotencyKey = uniqueKey()
+    limitFileSize(server.process.pid, statSync(`${database}-wal`).size)
+    try {
+      expectEnvelope(await activate(server.url, { apiKey: key.apiKey, key: idempotencyKey }), 503, "SERVICE_UNAVAILABLE")
+      expect(rows()).toEqual(before)
+      expect((await whoami(server.url, key.apiKey)).status).toBe(200)
+    } finally {
+      limitFileSize(server.process.pid, "unlimited")
+    }
+    await expectFreshActivation(idempotencyKey, before)
+  })
+
+  it("answers 503 while the database file is gone from its path, writes nothing, and recovers when it is back", async () => {
+    const before = rows()
+    const idempotencyKey = uniqueKey()
+    const moved = `${database}.moved`
+    let during: Answer
+    renameSync(database, moved)
+    try {
+      during = await activate(server.url, { apiKey: key.apiKey, key: idempotencyKey })
+    } finally {
+      renameSync(moved, database)
+    }
+    expectEnvelope(during, 503, "SERVICE_UNAVAILABLE")
+    expect(rows()).toEqual(before)
+    await expectFreshActivation(idempotencyKey, before)
+  })
+})
