@@ -1,0 +1,123 @@
+import { describe, expect, it } from "@effect/vitest"
+import { runBounded } from "./support/live.ts"
+import { runCli, tempDatabase } from "./support/server.ts"
+
+const brandId = "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f"
+
+const plain = (text: string) => text.replace(/\x1b\[[0-9;]*m/g, "")
+
+/** What @effect/cli prints under every entry whatever it is: the type, not what it is for. */
+const generic = /^(A user-defined piece of text\.|An integer\.|A true or false value\.|One of the following: .*|This setting is optional\.)$/
+
+/** The lines describing `entry` (an option or argument) in a help text, its generic type lines left out. */
+const describedAs = (help: string, entry: string): Array<string> => {
+  const lines = help.split("\n")
+  const start = lines.findIndex((line) => line.trim().startsWith(entry))
+  if (start === -1) return []
+  const block: Array<string> = []
+  for (const line of lines.slice(start + 1)) {
+    if (line.trim() !== "" && !line.startsWith("  ")) break
+    if (line.trim() !== "") block.push(line.trim())
+  }
+  return block.filter((line) => !generic.test(line))
+}
+
+const help = async (args: ReadonlyArray<string>) => {
+  const result = await runCli([...args, "--help"], { DATABASE_URL: tempDatabase() })
+  expect({ args, code: result.code }).toEqual({ args, code: 0 })
+  return plain(result.stdout)
+}
+
+describe("--help", () => {
+  it("campaign-api describes itself and lists serve and keys", async () => {
+    const text = await help([])
+    expect(text).toContain("Campaign Activation and Identity API")
+    expect(text).toMatch(/- serve\s+Start the HTTP API/)
+    expect(text).toMatch(/- keys\s+Manage API keys/)
+  })
+
+  it("keys lists create, list and revoke with what each does", async () => {
+    const text = await help(["keys"])
+    expect(text).toContain("Manage API keys")
+    expect(text).toMatch(/- create .*Create an API key/)
+    expect(text).toMatch(/- list .*List API keys/)
+    expect(text).toMatch(/- revoke .*Revoke an API key/)
+  })
+
+  it.each([
+    [["keys", "create"], "Create an API key", ["--brand", "--scopes", "--name", "--expires-in", "--json"]],
+    [["keys", "list"], "List API keys", ["--json"]],
+    [["keys", "revoke"], "Revoke an API key", ["<keyId>"]]
+  ])("%j describes the command and every option and argument", async (args, summary, entries) => {
+    const text = await help(args)
+    expect(text).toContain(summary)
+    for (const entry of entries) {
+      expect({ entry, described: describedAs(text, entry).length > 0 }).toEqual({ entry, described: true })
+    }
+  })
+
+  it("serve describes the command and every variable it reads", async () => {
+    const text = await help(["serve"])
+    expect(text).toContain("Start the HTTP API")
+    for (
+      const name of [
+        "PORT",
+        "HOST",
+        "DATABASE_URL",
+        "RATE_LIMIT_",
+        "IDEMPOTENCY_TTL_HOURS",
+        "LOG_LEVEL",
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+      ]
+    ) {
+      expect(text).toContain(name)
+    }
+  })
+})
+
+describe("exit codes", () => {
+  it("0 for a successful command", async () => {
+    const env = { DATABASE_URL: tempDatabase() }
+    const created = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--json"], env)
+    expect(created.code).toBe(0)
+    const revoked = await runCli(["keys", "revoke", JSON.parse(created.stdout).keyId], env)
+    expect(revoked.code).toBe(0)
+  })
+
+  it.each([
+    ["an unknown command", ["launch"]],
+    ["an unknown keys subcommand", ["keys", "rotate"]],
+    ["an unknown option", ["keys", "list", "--bogus"]],
+    ["a missing --scopes", ["keys", "create", "--brand", brandId]],
+    ["a --brand that is not a UUID", ["keys", "create", "--brand", "acme", "--scopes", "campaigns:read"]],
+    ["an unknown scope", ["keys", "create", "--brand", brandId, "--scopes", "campaigns:delete"]],
+    ["a missing key id", ["keys", "revoke"]]
+  ])("2 and one line on stderr for %s", async (_, args) => {
+    const result = await runCli(args, { DATABASE_URL: tempDatabase() })
+    expect(result.code).toBe(2)
+    expect(result.stdout).toBe("")
+    expect(result.stderr.trim().split("\n")).toEqual([expect.stringMatching(/\w/)])
+  })
+
+  it("1 for keys revoke of an id with no active key", async () => {
+    const result = await runCli(["keys", "revoke", "aaaaaaaaaaaaaaaa"], { DATABASE_URL: tempDatabase() })
+    expect(result.code).toBe(1)
+    expect(result.stderr).toContain("aaaaaaaaaaaaaaaa")
+  })
+
+  it.each([
+    ["PORT", "http"],
+    ["PORT", "70000"],
+    ["HOST", " "],
+    ["DATABASE_URL", "sqlite:"],
+    ["RATE_LIMIT_MAX", "0"],
+    ["RATE_LIMIT_WINDOW_SECONDS", "-1"],
+    ["IDEMPOTENCY_TTL_HOURS", "0"],
+    ["LOG_LEVEL", "loud"],
+    ["OTEL_EXPORTER_OTLP_ENDPOINT", "not a url"]
+  ])("78 and a message naming %s for the bad value %j", async (name, value) => {
+    const result = await runBounded(["serve"], { DATABASE_URL: tempDatabase(), [name]: value })
+    expect({ code: result.code, timedOut: result.timedOut }).toEqual({ code: 78, timedOut: false })
+    expect(result.stderr).toContain(name)
+  })
+})

@@ -1,0 +1,64 @@
+import { FetchHttpClient, HttpApiClient, HttpClient, HttpClientRequest } from "@effect/platform"
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { CampaignApi } from "../src/Api.ts"
+import { campaignId, creatorId } from "./support/live.ts"
+import { createKey, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
+
+const campaignClient = (baseUrl: string, apiKey: string) =>
+  HttpApiClient.make(CampaignApi, {
+    baseUrl,
+    transformClient: HttpClient.mapRequest(HttpClientRequest.bearerToken(apiKey))
+  })
+
+let database: string
+let server: RunningServer
+
+beforeAll(async () => {
+  database = tempDatabase()
+  server = await startServer(database)
+})
+
+afterAll(async () => {
+  await server?.stop()
+})
+
+describe("the typed client derived from CampaignApi", () => {
+  it.effect("resolves its identity and activates a campaign", () =>
+    Effect.gen(function*() {
+      const key = yield* Effect.promise(() => createKey(database, { scopes: ["campaigns:write"] }))
+      const client = yield* campaignClient(server.url, key.apiKey)
+
+      const identity = yield* client.identity.whoami()
+      expect(identity).toEqual({ ok: true, keyId: key.keyId, brandId: key.brandId, scopes: ["campaigns:write"] })
+
+      const { activation } = yield* client.activations.activate({
+        path: { creatorId, campaignId },
+        headers: { "idempotency-key": crypto.randomUUID() },
+        payload: { socialUsername: "@janedoe", plannedPostAt: "2026-12-01" }
+      })
+      expect(activation).toMatchObject({ creatorId, campaignId, status: "ACTIVE", socialUsername: "@janedoe" })
+    }).pipe(Effect.provide(FetchHttpClient.layer)))
+
+  it.effect("fails with the API's tagged errors", () =>
+    Effect.gen(function*() {
+      const reader = yield* Effect.promise(() => createKey(database, { scopes: ["campaigns:read"] }))
+      const writer = yield* Effect.promise(() => createKey(database, { scopes: ["campaigns:write"] }))
+      const activate = (apiKey: string, idempotencyKey: string, socialUsername: string) =>
+        Effect.flatMap(campaignClient(server.url, apiKey), (client) =>
+          client.activations.activate({
+            path: { creatorId, campaignId },
+            headers: { "idempotency-key": idempotencyKey },
+            payload: { socialUsername, plannedPostAt: null }
+          }))
+
+      const forbidden = yield* Effect.flip(activate(reader.apiKey, crypto.randomUUID(), "@janedoe"))
+      expect(forbidden._tag).toBe("Forbidden")
+      expect(forbidden.message).toContain("campaigns:write")
+
+      const idempotencyKey = crypto.randomUUID()
+      yield* activate(writer.apiKey, idempotencyKey, "@janedoe")
+      const conflict = yield* Effect.flip(activate(writer.apiKey, idempotencyKey, "@someoneelse"))
+      expect(conflict._tag).toBe("IdempotencyConflict")
+    }).pipe(Effect.provide(FetchHttpClient.layer)))
+})

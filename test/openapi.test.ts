@@ -1,0 +1,287 @@
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { Validator } from "@seriousme/openapi-schema-validator"
+import Ajv2020 from "ajv/dist/2020"
+import addFormats from "ajv-formats"
+import { activate, activatePath, type Answer, request } from "./support/live.ts"
+import type { Scope } from "../src/Domain/ApiKey.ts"
+import { createKey, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
+
+type Json = Record<string, any>
+
+const rateLimitMax = 3
+
+let server: RunningServer
+let database: string
+let document: Json
+
+beforeAll(async () => {
+  database = tempDatabase()
+  server = await startServer(database, { RATE_LIMIT_MAX: String(rateLimitMax) })
+  const answer = await request(`${server.url}/openapi.json`)
+  expect(answer.status).toBe(200)
+  expect(answer.headers.get("content-type")).toMatch(/^application\/json/)
+  document = answer.json
+})
+
+afterAll(async () => {
+  await server?.stop()
+})
+
+const operations = () =>
+  Object.entries<Json>(document.paths).flatMap(([path, methods]) =>
+    Object.entries<Json>(methods).map(([method, operation]) => ({ path, method, operation }))
+  )
+
+const operation = (operationId: string): Json => {
+  const found = operations().find(({ operation }) => operation.operationId === operationId)
+  if (found === undefined) throw new Error(`no operation ${operationId}`)
+  return found.operation
+}
+
+const component = (ref: string): Json => {
+  const prefix = "#/components/schemas/"
+  if (!ref.startsWith(prefix)) throw new Error(`not a component schema: ${ref}`)
+  const schema = document.components.schemas[ref.slice(prefix.length)]
+  if (schema === undefined) throw new Error(`dangling $ref ${ref}`)
+  return schema
+}
+
+const responseSchema = (response: Json): Json => response.content["application/json"].schema
+
+const alternatives = (schema: Json): Array<Json> =>
+  (schema.anyOf ?? schema.oneOf ?? [schema]).map((s: Json) => (s.$ref === undefined ? s : component(s.$ref)))
+
+/** CONTRACT.md's error codes for each operation, by status. */
+const contractErrors: Record<string, Record<string, Array<string>>> = {
+  "activations.activate": {
+    "400": ["IDEMPOTENCY_KEY_REQUIRED", "MALFORMED_JSON", "VALIDATION_ERROR"],
+    "401": ["UNAUTHORIZED"],
+    "403": ["FORBIDDEN"],
+    "409": ["IDEMPOTENCY_CONFLICT", "IDEMPOTENCY_IN_PROGRESS"],
+    "413": ["PAYLOAD_TOO_LARGE"],
+    "415": ["UNSUPPORTED_MEDIA_TYPE"],
+    "429": ["RATE_LIMITED"],
+    "500": ["INTERNAL_ERROR"],
+    "503": ["SERVICE_UNAVAILABLE"]
+  },
+  "identity.whoami": {
+    "401": ["UNAUTHORIZED"],
+    "429": ["RATE_LIMITED"],
+    "500": ["INTERNAL_ERROR"],
+    "503": ["SERVICE_UNAVAILABLE"]
+  },
+  "health.alive": { "500": ["INTERNAL_ERROR"], "503": ["SERVICE_UNAVAILABLE"] },
+  "health.ready": { "500": ["INTERNAL_ERROR"], "503": ["SERVICE_UNAVAILABLE"] }
+}
+
+const secured = ["activations.activate", "identity.whoami"]
+
+const standardHeaders = ["content-type", "content-length", "date", "connection", "keep-alive", "allow"]
+
+describe("GET /openapi.json", () => {
+  it("is a valid OpenAPI 3.1 document", async () => {
+    expect(document.openapi).toMatch(/^3\.1\./)
+    const result = await new Validator().validate(document)
+    expect(result.errors ?? []).toEqual([])
+    expect(result.valid).toBe(true)
+  })
+
+  it("matches the reviewed snapshot of the wire contract", async () => {
+    await expect(`${JSON.stringify(document, null, 2)}\n`).toMatchFileSnapshot("__snapshots__/openapi.json")
+  })
+
+  it("has exactly the four operations, and every $ref resolves", () => {
+    expect(operations().map(({ method, operation, path }) => [operation.operationId, method, path]).sort()).toEqual([
+      ["activations.activate", "post", "/v1/creators/{creatorId}/campaigns/{campaignId}/activate"],
+      ["health.alive", "get", "/healthz"],
+      ["health.ready", "get", "/readyz"],
+      ["identity.whoami", "get", "/v1/whoami"]
+    ])
+    const refs = [...JSON.stringify(document).matchAll(/"\$ref":"([^"]+)"/g)].map((match) => match[1]!)
+    expect(refs.length).toBeGreaterThan(0)
+    for (const ref of refs) expect(() => component(ref)).not.toThrow()
+  })
+
+  it("never mentions HttpApiDecodeError, which never reaches the wire", () => {
+    expect(JSON.stringify(document)).not.toContain("HttpApiDecodeError")
+    expect(Object.keys(document.components.schemas)).not.toContain("Issue")
+  })
+
+  it("documents every error response as the envelope with exactly CONTRACT.md's codes", () => {
+    for (const [operationId, expected] of Object.entries(contractErrors)) {
+      const responses: Json = operation(operationId).responses
+      const documented = Object.fromEntries(
+        Object.entries(responses)
+          .filter(([status]) => Number(status) >= 400)
+          .map(([status, response]) => {
+            const codes = alternatives(responseSchema(response)).map((schema) => {
+              expect(schema).toMatchObject({
+                type: "object",
+                required: ["ok", "code", "message"],
+                properties: { ok: { enum: [false] }, message: { type: "string" } },
+                additionalProperties: false
+              })
+              expect(schema.properties.code.enum).toHaveLength(1)
+              return schema.properties.code.enum[0] as string
+            })
+            return [status, codes.sort()]
+          })
+      )
+      expect({ operationId, errors: documented }).toEqual({ operationId, errors: expected })
+    }
+  })
+
+  it("declares the bearer scheme on the key-protected operations only", () => {
+    expect(document.components.securitySchemes).toEqual({
+      bearer: expect.objectContaining({ type: "http", scheme: "bearer", description: expect.any(String) })
+    })
+    for (const operationId of Object.keys(contractErrors)) {
+      expect(operation(operationId).security).toEqual(secured.includes(operationId) ? [{ bearer: [] }] : [])
+    }
+  })
+
+  it("requires the Idempotency-Key header on activate", () => {
+    const parameters: Array<Json> = operation("activations.activate").parameters
+    expect(parameters.filter((p) => p.in === "header")).toEqual([
+      expect.objectContaining({ name: "Idempotency-Key", required: true, schema: expect.objectContaining({ type: "string" }) })
+    ])
+    expect(parameters.filter((p) => p.in === "path").map((p) => p.name)).toEqual(["creatorId", "campaignId"])
+  })
+
+  it("documents X-Request-Id, RateLimit, RateLimit-Policy, Retry-After, Idempotent-Replayed and WWW-Authenticate", () => {
+    for (const operationId of Object.keys(contractErrors)) {
+      for (const [status, response] of Object.entries<Json>(operation(operationId).responses)) {
+        const headers = Object.keys(response.headers ?? {})
+        const where = `${operationId} ${status}`
+        expect(headers, where).toContain("X-Request-Id")
+        const limited = secured.includes(operationId) && status !== "401"
+        for (const name of ["RateLimit", "RateLimit-Policy"]) {
+          expect(headers.includes(name), `${where} ${name}`).toBe(limited)
+        }
+        if (status === "429") expect(headers, where).toContain("Retry-After")
+        if (secured.includes(operationId) && (status === "401" || status === "403")) {
+          expect(headers, where).toContain("WWW-Authenticate")
+        }
+      }
+    }
+    expect(Object.keys(operation("activations.activate").responses["200"].headers)).toContain("Idempotent-Replayed")
+    expect(Object.keys(operation("activations.activate").responses["409"].headers)).toContain("Retry-After")
+  })
+
+  it("has a title, a description, and a summary and description on every operation and response", () => {
+    expect(document.info.title).toBe("Campaign Activation and Identity API")
+    expect(document.info.description.length).toBeGreaterThan(20)
+    expect(document.info.version).toMatch(/^\d+\.\d+\.\d+$/)
+    for (const { operation } of operations()) {
+      expect(operation.summary, operation.operationId).toEqual(expect.stringMatching(/\w/))
+      expect(operation.description, operation.operationId).toEqual(expect.stringMatching(/\w/))
+      for (const [status, response] of Object.entries<Json>(operation.responses)) {
+        expect(response.description, `${operation.operationId} ${status}`).toEqual(expect.stringMatching(/\w/))
+      }
+      for (const parameter of operation.parameters ?? []) {
+        expect(parameter.description, `${operation.operationId} ${parameter.name}`).toEqual(expect.stringMatching(/\w/))
+      }
+    }
+    expect(operation("activations.activate").summary).toBe("Activate a campaign for a creator")
+    expect(operation("identity.whoami").summary).toBe("Resolve the API key")
+  })
+})
+
+describe("live responses against the document", () => {
+  const ajv = new Ajv2020({ allErrors: true, strict: true })
+  addFormats(ajv)
+
+  beforeAll(() => {
+    for (const [name, schema] of Object.entries<Json>(document.components.schemas)) {
+      ajv.addSchema(schema, `#/components/schemas/${name}`)
+    }
+  })
+
+  const templateOf = (path: string): string | undefined =>
+    Object.keys(document.paths).find((template) =>
+      new RegExp(`^${template.replace(/\{[^}]+\}/g, "[^/]+")}$`).test(path)
+    )
+
+  /** Checks an answer against the document's operation for the method and path it was sent to. */
+  const conforms = (method: string, path: string, answer: Answer) => {
+    const template = templateOf(path)
+    expect(template, `${method} ${path} is documented`).toBeDefined()
+    const documented: Json = document.paths[template!][method.toLowerCase()]
+    expect(Object.keys(documented.responses), `${documented.operationId} lists ${answer.status}`).toContain(
+      String(answer.status)
+    )
+    const response: Json = documented.responses[String(answer.status)]
+    const validate = ajv.compile(responseSchema(response))
+    expect(answer.headers.get("content-type")).toMatch(/^application\/json/)
+    expect(
+      { body: answer.json, errors: validate(answer.json) ? [] : validate.errors },
+      `${documented.operationId} ${answer.status}`
+    ).toEqual({ body: answer.json, errors: [] })
+    const documentedHeaders = Object.keys(response.headers ?? {}).map((name) => name.toLowerCase())
+    const ownHeaders: Array<string> = []
+    answer.headers.forEach((_, name) => {
+      if (!standardHeaders.includes(name)) ownHeaders.push(name)
+    })
+    expect(documentedHeaders, `${documented.operationId} ${answer.status} documents what it sends`).toEqual(
+      expect.arrayContaining(ownHeaders)
+    )
+  }
+
+  it("whoami: 200, 401 and 429", async () => {
+    const key = await createKey(database, { scopes: ["analytics:read"] })
+    const ok = await request(`${server.url}/v1/whoami`, { apiKey: key.apiKey })
+    expect(ok.status).toBe(200)
+    conforms("GET", "/v1/whoami", ok)
+    const anonymous = await request(`${server.url}/v1/whoami`)
+    expect(anonymous.status).toBe(401)
+    conforms("GET", "/v1/whoami", anonymous)
+    for (let i = 1; i < rateLimitMax; i++) await request(`${server.url}/v1/whoami`, { apiKey: key.apiKey })
+    const limited = await request(`${server.url}/v1/whoami`, { apiKey: key.apiKey })
+    expect(limited.status).toBe(429)
+    conforms("GET", "/v1/whoami", limited)
+  })
+
+  it("activate: 200, its replay and a conflicting reuse (409)", async () => {
+    const writer = await createKey(database)
+    const key = `contract-${crypto.randomUUID()}`
+    const body = { socialUsername: "@contract", plannedPostAt: "2026-12-01" }
+    const created = await activate(server.url, writer.apiKey, key, body)
+    expect(created.status).toBe(200)
+    conforms("POST", activatePath, created)
+    const replayed = await activate(server.url, writer.apiKey, key, body)
+    expect(replayed.headers.get("idempotent-replayed")).toBe("true")
+    conforms("POST", activatePath, replayed)
+    const conflict = await activate(server.url, writer.apiKey, key, { socialUsername: "@other" })
+    expect(conflict.json.code).toBe("IDEMPOTENCY_CONFLICT")
+    conforms("POST", activatePath, conflict)
+  })
+
+  it("activate: 400s, 403, 413 and 415", async () => {
+    const send = async (headers: Record<string, string>, body: string, scope: Scope = "campaigns:write") => {
+      const { apiKey } = await createKey(database, { scopes: [scope] })
+      return request(`${server.url}${activatePath}`, { method: "POST", apiKey, headers, body })
+    }
+    const json = { "content-type": "application/json" }
+    const withKey = () => ({ ...json, "idempotency-key": `contract-${crypto.randomUUID()}` })
+    const answers: Array<[string, Answer]> = [
+      ["VALIDATION_ERROR", await send(withKey(), JSON.stringify({ socialUsername: "jane" }))],
+      ["MALFORMED_JSON", await send(withKey(), "{not json")],
+      ["IDEMPOTENCY_KEY_REQUIRED", await send(json, JSON.stringify({ socialUsername: "@jane" }))],
+      ["FORBIDDEN", await send(withKey(), JSON.stringify({ socialUsername: "@jane" }), "campaigns:read")],
+      ["PAYLOAD_TOO_LARGE", await send(withKey(), JSON.stringify({ socialUsername: `@${"a".repeat(17 * 1024)}` }))],
+      ["UNSUPPORTED_MEDIA_TYPE", await send({ ...withKey(), "content-type": "text/plain" }, "@jane")]
+    ]
+    for (const [code, answer] of answers) {
+      expect(answer.json?.code).toBe(code)
+      conforms("POST", activatePath, answer)
+    }
+  })
+
+  it("healthz and readyz: 200", async () => {
+    for (const path of ["/healthz", "/readyz"]) {
+      const answer = await request(`${server.url}${path}`)
+      expect(answer.status).toBe(200)
+      conforms("GET", path, answer)
+    }
+  })
+})

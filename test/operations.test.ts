@@ -1,0 +1,291 @@
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import {
+  accessLog,
+  activate,
+  activateRoute,
+  type Answer,
+  type Environment,
+  lockDatabase,
+  logLines,
+  otlpCollector,
+  type OtlpCollector,
+  type OtlpSpan,
+  request,
+  session,
+  spanAttribute
+} from "./support/live.ts"
+import { createKey, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
+
+const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+
+const expectEnvelope = (answer: Answer, status: number, code: string) => {
+  expect(answer.status).toBe(status)
+  expect(answer.headers.get("content-type")).toMatch(/^application\/json/)
+  expect(answer.json).toEqual({ ok: false, code, message: expect.stringMatching(/\w/) })
+}
+
+let database: string
+let server: RunningServer
+
+beforeAll(async () => {
+  database = tempDatabase()
+  server = await startServer(database, { RATE_LIMIT_MAX: "1" })
+})
+
+afterAll(async () => {
+  await server?.stop()
+})
+
+describe("health", () => {
+  it("GET /healthz is 200 alive, without a key and without RateLimit headers", async () => {
+    const answer = await request(`${server.url}/healthz`)
+    expect(answer.status).toBe(200)
+    expect(answer.headers.get("content-type")).toMatch(/^application\/json/)
+    expect(answer.json).toStrictEqual({ ok: true, status: "alive" })
+    expect(answer.headers.get("ratelimit")).toBeNull()
+    expect(answer.headers.get("ratelimit-policy")).toBeNull()
+  })
+
+  it("GET /readyz is 200 ready while the database answers", async () => {
+    const answer = await request(`${server.url}/readyz`)
+    expect(answer.status).toBe(200)
+    expect(answer.json).toStrictEqual({ ok: true, status: "ready" })
+    expect(answer.headers.get("ratelimit")).toBeNull()
+  })
+
+  it("is never rate limited, even where a key gets one request per window", async () => {
+    const key = await createKey(database)
+    expect((await request(`${server.url}/v1/whoami`, { apiKey: key.apiKey })).status).toBe(200)
+    expect((await request(`${server.url}/v1/whoami`, { apiKey: key.apiKey })).status).toBe(429)
+    for (let i = 0; i < 20; i++) {
+      for (const path of ["/healthz", "/readyz"]) {
+        const answer = await request(`${server.url}${path}`, { apiKey: key.apiKey })
+        expect({ path, status: answer.status }).toEqual({ path, status: 200 })
+      }
+    }
+  })
+
+  it("GET /readyz is 503 SERVICE_UNAVAILABLE while the database does not answer, then ready again", async () => {
+    const lockedDatabase = tempDatabase()
+    const { result, stderr } = await session(lockedDatabase, {}, async (url) => {
+      const before = await request(`${url}/readyz`)
+      const release = lockDatabase(lockedDatabase)
+      const during = await request(`${url}/readyz`).finally(release)
+      return { before, during, after: await request(`${url}/readyz`) }
+    })
+    expect(result.before.status).toBe(200)
+    expectEnvelope(result.during, 503, "SERVICE_UNAVAILABLE")
+    expect(result.after.json).toStrictEqual({ ok: true, status: "ready" })
+    const requestId = result.during.headers.get("x-request-id")
+    expect(requestId).toMatch(uuid)
+    const ofRequest = logLines(stderr).filter((line) => line.annotations?.requestId === requestId)
+    expect(ofRequest.map((line) => [line.logLevel, line.message])).toEqual([
+      ["WARN", "readiness check failed"],
+      ["INFO", "request"]
+    ])
+  })
+})
+
+describe("X-Request-Id", () => {
+  const idOf = async (headers: Record<string, string>) =>
+    (await request(`${server.url}/healthz`, { headers })).headers.get("x-request-id")
+
+  it("echoes a sane id the caller sent", async () => {
+    expect(await idOf({ "x-request-id": "abc-123" })).toBe("abc-123")
+  })
+
+  it.each([
+    ["absent", {}],
+    ["with spaces", { "x-request-id": "abc 123" }],
+    ["200 characters long", { "x-request-id": "a".repeat(200) }],
+    ["with a control character", { "x-request-id": "abc\t123" }],
+    ["empty", { "x-request-id": "" }]
+  ])("is a new UUID when the caller's is %s", async (_, headers: Record<string, string>) => {
+    const first = await idOf(headers)
+    const second = await idOf(headers)
+    expect(first).toMatch(uuid)
+    expect(second).toMatch(uuid)
+    expect(second).not.toBe(first)
+  })
+
+  it("is on 401, 404 and 405 answers too", async () => {
+    const answers: Array<[Answer, number, string]> = [
+      [await request(`${server.url}/v1/whoami`, { headers: { "x-request-id": "id-401" } }), 401, "id-401"],
+      [await request(`${server.url}/nowhere`, { headers: { "x-request-id": "id-404" } }), 404, "id-404"],
+      [await request(`${server.url}/v1/whoami`, { method: "DELETE", headers: { "x-request-id": "id-405" } }), 405, "id-405"]
+    ]
+    for (const [answer, status, id] of answers) {
+      expect([answer.status, answer.headers.get("x-request-id")]).toEqual([status, id])
+    }
+  })
+})
+
+describe("structured logs", () => {
+  it("writes one JSON access-log line per request, with its request id and never the key", async () => {
+    const logged = tempDatabase()
+    const key = await createKey(logged, { scopes: ["campaigns:write"] })
+    const wrongSecret = `${key.apiKey.slice(0, -8)}deadbeef`
+    const identity = { keyId: key.keyId, brandId: key.brandId }
+    const anonymous = { keyId: null, brandId: null }
+    const { result: calls, stderr, stdout } = await session(logged, {}, async (url) => [
+      {
+        answer: await request(`${url}/v1/whoami`, { apiKey: key.apiKey, headers: { "x-request-id": "log-whoami" } }),
+        expected: { method: "GET", route: "/v1/whoami", status: 200, ...identity }
+      },
+      {
+        answer: await request(`${url}/v1/whoami`, { apiKey: wrongSecret }),
+        expected: { method: "GET", route: "/v1/whoami", status: 401, ...anonymous }
+      },
+      {
+        answer: await activate(url, key.apiKey, crypto.randomUUID()),
+        expected: { method: "POST", route: activateRoute, status: 200, ...identity }
+      },
+      {
+        answer: await request(`${url}/nowhere`),
+        expected: { method: "GET", route: expect.any(String), status: 404, ...anonymous }
+      },
+      {
+        answer: await request(`${url}/v1/whoami`, { method: "DELETE" }),
+        expected: { method: "DELETE", route: "/v1/whoami", status: 405, ...anonymous }
+      },
+      {
+        answer: await request(`${url}/healthz`),
+        expected: { method: "GET", route: "/healthz", status: 200, ...anonymous }
+      }
+    ])
+    expect(stdout).toBe("")
+    for (const line of logLines(stderr)) {
+      expect(line).toEqual(expect.objectContaining({ message: expect.anything(), logLevel: expect.any(String) }))
+    }
+    const entries = accessLog(stderr)
+    expect(entries).toHaveLength(calls.length)
+    for (const { answer, expected } of calls) {
+      const requestId = answer.headers.get("x-request-id")
+      expect(answer.status).toBe(expected.status)
+      expect(entries.filter((entry) => entry.requestId === requestId)).toEqual([
+        { ...expected, requestId, durationMs: expect.any(Number) }
+      ])
+    }
+    expect(calls[0]!.answer.headers.get("x-request-id")).toBe("log-whoami")
+    for (const secret of [key.apiKey, key.apiKey.split("_")[2]!, wrongSecret, wrongSecret.split("_")[2]!]) {
+      expect(stderr).not.toContain(secret)
+    }
+  })
+
+  it("LOG_LEVEL=warning leaves the access log out", async () => {
+    const { result, stderr } = await session(tempDatabase(), { LOG_LEVEL: "warning" }, async (url) => [
+      await request(`${url}/healthz`),
+      await request(`${url}/nowhere`)
+    ])
+    expect(result.map((answer) => answer.status)).toEqual([200, 404])
+    expect(accessLog(stderr)).toEqual([])
+  })
+})
+
+describe("tracing", () => {
+  const isServerSpan = (span: OtlpSpan) => span.name.startsWith("http.server")
+
+  describe("with OTEL_EXPORTER_OTLP_ENDPOINT", () => {
+    const traced = tempDatabase()
+    let collector: OtlpCollector
+    let apiKey: string
+    let whoamiId: string
+    let activateId: string
+    let healthId: string
+
+    beforeAll(async () => {
+      collector = otlpCollector()
+      const key = await createKey(traced)
+      apiKey = key.apiKey
+      const env = { OTEL_EXPORTER_OTLP_ENDPOINT: collector.url, OTEL_SERVICE_NAME: undefined }
+      const { code, result } = await session(traced, env, async (url) => ({
+        whoami: await request(`${url}/v1/whoami`, { apiKey }),
+        activate: await activate(url, apiKey, crypto.randomUUID()),
+        health: await request(`${url}/healthz`)
+      }))
+      expect(code).toBe(0)
+      whoamiId = result.whoami.headers.get("x-request-id")!
+      activateId = result.activate.headers.get("x-request-id")!
+      healthId = result.health.headers.get("x-request-id")!
+    })
+
+    afterAll(() => collector?.stop())
+
+    const serverSpan = (requestId: string) => {
+      const found = collector.spans().filter((span) =>
+        isServerSpan(span) && spanAttribute(span, "http.response.header.x-request-id") === requestId
+      )
+      expect(found).toHaveLength(1)
+      return found[0]!
+    }
+
+    it("exports OTLP/JSON to <endpoint>/v1/traces as service campaign-api", () => {
+      expect(collector.received.length).toBeGreaterThan(0)
+      expect(new Set(collector.received.map(({ path }) => path))).toEqual(new Set(["/v1/traces"]))
+      for (const resource of collector.resources()) {
+        expect(resource.attributes).toContainEqual({ key: "service.name", value: { stringValue: "campaign-api" } })
+      }
+    })
+
+    it("has one http.server span per request, with its route and status", () => {
+      expect(collector.spans().filter(isServerSpan)).toHaveLength(3)
+      const expected: Array<[string, string, string, number]> = [
+        [whoamiId, "GET", "/v1/whoami", 200],
+        [activateId, "POST", activateRoute, 200],
+        [healthId, "GET", "/healthz", 200]
+      ]
+      for (const [id, method, route, status] of expected) {
+        const span = serverSpan(id)
+        expect([
+          spanAttribute(span, "http.request.method"),
+          spanAttribute(span, "http.route"),
+          Number(spanAttribute(span, "http.response.status_code"))
+        ]).toEqual([method, route, status])
+      }
+    })
+
+    it("nests the request's work under its span: ApiKeys.authenticate is a child of whoami's", () => {
+      const parent = serverSpan(whoamiId)
+      const children = collector.spans().filter((span) => span.parentSpanId === parent.spanId)
+      expect(children.map((span) => span.name)).toContain("ApiKeys.authenticate")
+      expect(children.every((span) => span.traceId === parent.traceId)).toBe(true)
+    })
+
+    it("keeps the activation's own spans in the activate request's trace", () => {
+      const parent = serverSpan(activateId)
+      const activation = collector.spans().filter((span) => span.name === "Activations.activate")
+      expect(activation).toHaveLength(1)
+      expect(activation[0]!.traceId).toBe(parent.traceId)
+    })
+
+    it("never exports the API key or its secret", () => {
+      const exported = JSON.stringify(collector.received)
+      expect(exported).not.toContain(apiKey)
+      expect(exported).not.toContain(apiKey.split("_")[2]!)
+    })
+  })
+
+  describe("without OTEL_EXPORTER_OTLP_ENDPOINT", () => {
+    let defaultCollector: OtlpCollector
+
+    // 4318 is OTLP/HTTP's default port: a tracer left on by default would send here.
+    beforeAll(() => {
+      defaultCollector = otlpCollector(4318)
+    })
+
+    afterAll(() => defaultCollector?.stop())
+
+    it.each([
+      ["unset", { OTEL_EXPORTER_OTLP_ENDPOINT: undefined }],
+      ["empty (OpenTelemetry reads an empty variable as unset)", { OTEL_EXPORTER_OTLP_ENDPOINT: "" }]
+    ])("exports nothing when the variable is %s", async (_, env: Environment) => {
+      const { code, result } = await session(tempDatabase(), env, async (url) => [
+        (await request(`${url}/healthz`)).status,
+        (await request(`${url}/v1/whoami`)).status
+      ])
+      expect(code).toBe(0)
+      expect(result).toEqual([200, 401])
+      expect(defaultCollector.received).toEqual([])
+    })
+  })
+})
