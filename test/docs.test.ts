@@ -6,7 +6,10 @@ import { type BrowserContext, chromium, type Page } from "playwright-core"
 import { root, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
 
 const chromiumPath = "/usr/bin/chromium"
-const screenshotPath = join(root, "test/__screenshots__/docs.png")
+// The README's picture is refreshed on request only (UPDATE_SCREENSHOTS=1): it shows a random port.
+const screenshotPath = process.env.UPDATE_SCREENSHOTS
+  ? join(root, "test/__screenshots__/docs.png")
+  : join(tmpdir(), `campaign-api-docs-${process.pid}.png`)
 const missing = `Chromium is not installed at ${chromiumPath} (Debian: apt-get install -y chromium)`
 const chromiumMissing = !existsSync(chromiumPath)
 
