@@ -83,15 +83,16 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
         Effect.forkScoped
       )
 
+      const replayOrConflict = (stored: IdempotencyRow, fingerprint: string) =>
+        stored.fingerprint === fingerprint
+          ? Effect.succeed(toResponse({ status: stored.statusCode, body: stored.responseBody }, true))
+          : Effect.fail(conflict)
+
       const attempt = <E>(request: IdempotentRequest, fingerprint: string, operation: Effect.Effect<StoredResponse, E>) =>
         Effect.gen(function*() {
           const now = yield* Clock.currentTimeMillis
           const existing = yield* repo.claim(request.brandId, request.key, now)
-          if (Option.isSome(existing)) {
-            return existing.value.fingerprint === fingerprint
-              ? toResponse({ status: existing.value.statusCode, body: existing.value.responseBody }, true)
-              : yield* conflict
-          }
+          if (Option.isSome(existing)) return yield* replayOrConflict(existing.value, fingerprint)
           const response = yield* operation
           const row: IdempotencyRow = {
             brandId: request.brandId,
@@ -111,8 +112,9 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
           Effect.catchIf((e): e is LostRace => e instanceof LostRace, () => Effect.die("idempotency insert kept losing races"))
         )
 
-      const run = <E>(
+      const runOnce = <E>(
         request: IdempotentRequest,
+        fingerprint: string,
         operation: Effect.Effect<StoredResponse, E>
       ): Effect.Effect<HttpServerResponse.HttpServerResponse, E | IdempotencyConflict | IdempotencyInProgress> =>
         Effect.suspend(() => {
@@ -121,18 +123,30 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
           if (original !== undefined) {
             return Deferred.await(original).pipe(
               Effect.timeoutFail({ duration: inProgressBound, onTimeout: () => inProgress }),
-              Effect.zipRight(run(request, operation))
+              Effect.zipRight(runOnce(request, fingerprint, operation))
             )
           }
-          const done = Deferred.unsafeMake<void>(FiberId.none)
-          inFlight.set(slot, done)
-          return attempt(request, fingerprintOf(request), operation).pipe(
-            Effect.ensuring(Effect.suspend(() => {
-              inFlight.delete(slot)
-              return Deferred.succeed(done, undefined)
-            }))
-          )
-        }).pipe(span("Idempotency.run"))
+          const lookup = Effect.flatMap(Clock.currentTimeMillis, (now) => repo.find(request.brandId, request.key, now))
+          return Effect.flatMap(lookup, Option.match({
+            // A stored key is answered from a read alone: replays never queue behind writes.
+            onSome: (stored) => replayOrConflict(stored, fingerprint),
+            onNone: () =>
+              Effect.suspend(() => {
+                if (inFlight.has(slot)) return runOnce(request, fingerprint, operation)
+                const done = Deferred.unsafeMake<void>(FiberId.none)
+                inFlight.set(slot, done)
+                return attempt(request, fingerprint, operation).pipe(
+                  Effect.ensuring(Effect.suspend(() => {
+                    inFlight.delete(slot)
+                    return Deferred.succeed(done, undefined)
+                  }))
+                )
+              })
+          }))
+        })
+
+      const run = <E>(request: IdempotentRequest, operation: Effect.Effect<StoredResponse, E>) =>
+        Effect.suspend(() => runOnce(request, fingerprintOf(request), operation)).pipe(span("Idempotency.run"))
 
       return { run }
     })

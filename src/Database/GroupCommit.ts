@@ -1,6 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { SqlError } from "@effect/sql/SqlError"
-import { Cause, Chunk, Context, Deferred, Effect, Exit, FiberRef, Layer, Option, Queue, Schedule } from "effect"
+import { Cause, Chunk, Context, Deferred, Duration, Effect, Exit, FiberRef, Layer, Option, Queue, Schedule } from "effect"
 import { span } from "../Span.ts"
 import { busyTimeout, DatabaseFile } from "./Sql.ts"
 import { isBusy } from "./SqlErrors.ts"
@@ -61,8 +61,16 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
           Effect.exit
         )
 
+      // Requests whose work is on its way (mid-parse, mid-authentication) join the batch: after the
+      // first item, yield to the event loop and take what arrived, until a turn brings nothing new.
+      const gather = (batch: Array<Pending>): Effect.Effect<ReadonlyArray<Pending>> =>
+        batch.length >= maxBatch
+          ? Effect.succeed(batch)
+          : Effect.flatMap(Effect.zipRight(Effect.sleep(Duration.zero), Queue.takeUpTo(queue, maxBatch - batch.length)), (more) =>
+            Chunk.isEmpty(more) ? Effect.succeed(batch) : gather([...batch, ...more]))
+
       yield* Queue.takeBetween(queue, 1, maxBatch).pipe(
-        Effect.map(Chunk.toReadonlyArray),
+        Effect.flatMap((first) => gather(Chunk.toArray(first))),
         Effect.flatMap((batch) =>
           Effect.flatMap(commit(batch), (outcome) =>
             Effect.forEach(batch, (pending, i) =>
@@ -77,6 +85,9 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
               ), { discard: true }))
         ),
         Effect.forever,
+        // The work brings its services along; an empty context keeps the savepoints' context
+        // updates cheap (each compares the whole context, once per statement batch).
+        Effect.locally(FiberRef.currentContext, Context.empty()),
         Effect.forkScoped
       )
 
