@@ -1,5 +1,4 @@
 import { describe, expect, it } from "@effect/vitest"
-import { runBounded } from "./support/live.ts"
 import { runCli, tempDatabase } from "./support/server.ts"
 
 const brandId = "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f"
@@ -116,7 +115,7 @@ describe("exit codes", () => {
     ["LOG_LEVEL", "loud"],
     ["OTEL_EXPORTER_OTLP_ENDPOINT", "not a url"]
   ])("78 and a message naming %s for the bad value %j", async (name, value) => {
-    const result = await runBounded(["serve"], { DATABASE_URL: tempDatabase(), [name]: value })
+    const result = await runCli(["serve"], { DATABASE_URL: tempDatabase(), [name]: value })
     expect({ code: result.code, timedOut: result.timedOut }).toEqual({ code: 78, timedOut: false })
     expect(result.stderr).toContain(name)
   })

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Database } from "bun:sqlite"
+import { whoami } from "./support/client.ts"
+import { inspect } from "./support/database.ts"
 import { runCli, startServer, tempDatabase } from "./support/server.ts"
 
 const brandId = "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f"
@@ -23,13 +24,13 @@ describe("keys command line", () => {
       expect(key.brandId).toBe(brandId)
       expect(key.scopes).toEqual(["campaigns:write", "analytics:read"])
 
-      const whoami = await fetch(`${server.url}/v1/whoami`, { headers: { authorization: `Bearer ${key.apiKey}` } })
-      expect(whoami.status).toBe(200)
-      expect(await whoami.json()).toStrictEqual({ ok: true, keyId: key.keyId, brandId, scopes: key.scopes })
+      const identity = await whoami(server.url, key.apiKey)
+      expect(identity.status).toBe(200)
+      expect(identity.json).toStrictEqual({ ok: true, keyId: key.keyId, brandId, scopes: key.scopes })
 
       const revoked = await runCli(["keys", "revoke", key.keyId], env)
       expect(revoked.code).toBe(0)
-      const after = await fetch(`${server.url}/v1/whoami`, { headers: { authorization: `Bearer ${key.apiKey}` } })
+      const after = await whoami(server.url, key.apiKey)
       expect(after.status).toBe(401)
     } finally {
       await server.stop()
@@ -46,9 +47,7 @@ describe("keys command line", () => {
     expect(apiKey).toBeDefined()
     expect(created.stdout).toContain("shown only this once")
     const secret = apiKey!.split("_")[2]!
-    const db = new Database(database, { readonly: true })
-    const rows = db.query("SELECT * FROM api_keys").all()
-    db.close()
+    const rows = inspect(database, (db) => db.query("SELECT * FROM api_keys").all())
     expect(JSON.stringify(rows)).not.toContain(secret)
     const digest = new Bun.CryptoHasher("sha256").update(secret).digest("hex")
     expect(rows).toEqual([expect.objectContaining({ secret_sha256: digest, brand_id: brandId, revoked_at: null })])

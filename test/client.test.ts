@@ -2,7 +2,7 @@ import { FetchHttpClient, HttpApiClient, HttpClient, HttpClientRequest } from "@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { CampaignApi } from "../src/Api.ts"
-import { campaignId, creatorId } from "./support/live.ts"
+import { campaignId, creatorId } from "./support/client.ts"
 import { createKey, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
 
 const campaignClient = (baseUrl: string, apiKey: string) =>

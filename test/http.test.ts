@@ -1,11 +1,17 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { Database } from "bun:sqlite"
+import {
+  type Activate,
+  activate,
+  activatePath,
+  type Answer,
+  call,
+  campaignId,
+  creatorId,
+  uniqueKey
+} from "./support/client.ts"
+import { count } from "./support/database.ts"
 import { createKey, type CreatedTestKey, revokeKey, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
-
-const creatorId = "11111111-1111-4111-8111-111111111111"
-const campaignId = "22222222-2222-4222-8222-222222222222"
-const activatePath = (creator = creatorId, campaign = campaignId) =>
-  `/v1/creators/${creator}/campaigns/${campaign}/activate`
 
 let database: string
 let server: RunningServer
@@ -23,52 +29,10 @@ afterAll(async () => {
   await server?.stop()
 })
 
-const uniqueKey = () => `test-${crypto.randomUUID()}`
+const activateAsWriter = (options: Partial<Activate> = {}) =>
+  activate(server.url, { apiKey: writer.apiKey, ...options })
 
-interface Call {
-  readonly method?: string
-  readonly path: string
-  readonly apiKey?: string | undefined
-  readonly headers?: Record<string, string>
-  readonly body?: string | undefined
-  readonly base?: string
-}
-
-/** A raw HTTP call: status, headers and the body text exactly as sent. */
-const call = async ({ apiKey, base, body, headers = {}, method = "GET", path }: Call) => {
-  const response = await fetch(`${base ?? server.url}${path}`, {
-    method,
-    headers: { ...(apiKey === undefined ? {} : { authorization: `Bearer ${apiKey}` }), ...headers },
-    ...(body === undefined ? {} : { body })
-  })
-  const text = await response.text()
-  return { status: response.status, headers: response.headers, text, json: JSON.parse(text) as any }
-}
-
-const activate = (options: {
-  readonly apiKey?: string | undefined
-  readonly key?: string | undefined
-  readonly body?: unknown
-  readonly rawBody?: string
-  readonly path?: string
-  readonly contentType?: string | undefined
-  readonly base?: string
-}) =>
-  call({
-    method: "POST",
-    path: options.path ?? activatePath(),
-    apiKey: "apiKey" in options ? options.apiKey : writer.apiKey,
-    ...(options.base === undefined ? {} : { base: options.base }),
-    headers: {
-      ...(options.key === undefined ? {} : { "idempotency-key": options.key }),
-      ...("contentType" in options
-        ? options.contentType === undefined ? {} : { "content-type": options.contentType }
-        : { "content-type": "application/json" })
-    },
-    body: options.rawBody ?? JSON.stringify(options.body ?? { socialUsername: "@jane" })
-  })
-
-const expectEnvelope = (result: Awaited<ReturnType<typeof call>>, status: number, code: string) => {
+const expectEnvelope = (result: Answer, status: number, code: string) => {
   expect(result.status).toBe(status)
   expect(result.headers.get("content-type")).toMatch(/^application\/json/)
   expect(Object.keys(result.json).sort()).toEqual(["code", "message", "ok"])
@@ -78,18 +42,12 @@ const expectEnvelope = (result: Awaited<ReturnType<typeof call>>, status: number
   expect(result.json.message.length).toBeGreaterThan(0)
 }
 
-const countActivations = (where = "1 = 1", ...params: Array<string>) => {
-  const db = new Database(database, { readonly: true })
-  try {
-    return (db.query(`SELECT COUNT(*) AS n FROM activations WHERE ${where}`).get(...params) as { n: number }).n
-  } finally {
-    db.close()
-  }
-}
+const countActivations = (where = "1 = 1", ...params: Array<string>) =>
+  count(database, `SELECT 1 FROM activations WHERE ${where}`, ...params)
 
 describe("GET /v1/whoami", () => {
   it("returns exactly ok, keyId, brandId and scopes of the key", async () => {
-    const result = await call({ path: "/v1/whoami", apiKey: reader.apiKey })
+    const result = await call(server.url, { path: "/v1/whoami", apiKey: reader.apiKey })
     expect(result.status).toBe(200)
     expect(result.headers.get("content-type")).toMatch(/^application\/json/)
     expect(result.json).toStrictEqual({
@@ -102,15 +60,15 @@ describe("GET /v1/whoami", () => {
 
   it("carries RateLimit-Policy and RateLimit headers (draft-10)", async () => {
     const key = await createKey(database)
-    const first = await call({ path: "/v1/whoami", apiKey: key.apiKey })
+    const first = await call(server.url, { path: "/v1/whoami", apiKey: key.apiKey })
     expect(first.headers.get("ratelimit-policy")).toBe(`"default";q=120;w=60`)
     expect(first.headers.get("ratelimit")).toBe(`"default";r=119;t=0`)
-    const second = await call({ path: "/v1/whoami", apiKey: key.apiKey })
+    const second = await call(server.url, { path: "/v1/whoami", apiKey: key.apiKey })
     expect(second.headers.get("ratelimit")).toBe(`"default";r=118;t=0`)
   })
 
   it("accepts the Bearer scheme in any case (RFC 9110)", async () => {
-    const result = await call({ path: "/v1/whoami", headers: { authorization: `bEaReR ${reader.apiKey}` } })
+    const result = await call(server.url, { path: "/v1/whoami", headers: { authorization: `bEaReR ${reader.apiKey}` } })
     expect(result.status).toBe(200)
   })
 
@@ -122,7 +80,7 @@ describe("GET /v1/whoami", () => {
     ["an unknown key id", { authorization: `Bearer cak_aaaaaaaaaaaaaaaa_${"0".repeat(64)}` }],
     ["two tokens", { authorization: "Bearer a b" }]
   ])("is 401 UNAUTHORIZED with WWW-Authenticate for %s", async (_, headers) => {
-    const result = await call({ path: "/v1/whoami", headers })
+    const result = await call(server.url, { path: "/v1/whoami", headers })
     expectEnvelope(result, 401, "UNAUTHORIZED")
     expect(result.json.message).toMatch(/API key is missing or invalid/)
     expect(result.headers.get("www-authenticate")).toBe("Bearer")
@@ -131,41 +89,41 @@ describe("GET /v1/whoami", () => {
 
   it("is 401 for a known key id with a wrong secret, with the same message as an unknown id", async () => {
     const wrong = reader.apiKey.slice(0, -4) + (reader.apiKey.endsWith("0000") ? "1111" : "0000")
-    const result = await call({ path: "/v1/whoami", apiKey: wrong })
-    const unknown = await call({ path: "/v1/whoami", apiKey: `cak_zzzzzzzzzzzzzzzz_${"1".repeat(64)}` })
+    const result = await call(server.url, { path: "/v1/whoami", apiKey: wrong })
+    const unknown = await call(server.url, { path: "/v1/whoami", apiKey: `cak_zzzzzzzzzzzzzzzz_${"1".repeat(64)}` })
     expectEnvelope(result, 401, "UNAUTHORIZED")
     expect(result.text).toBe(unknown.text)
   })
 
   it("refuses a revoked key on the very next request", async () => {
     const key = await createKey(database)
-    expect((await call({ path: "/v1/whoami", apiKey: key.apiKey })).status).toBe(200)
+    expect((await call(server.url, { path: "/v1/whoami", apiKey: key.apiKey })).status).toBe(200)
     expect(await revokeKey(database, key.keyId)).toBe(true)
-    expectEnvelope(await call({ path: "/v1/whoami", apiKey: key.apiKey }), 401, "UNAUTHORIZED")
+    expectEnvelope(await call(server.url, { path: "/v1/whoami", apiKey: key.apiKey }), 401, "UNAUTHORIZED")
   })
 
   it("refuses an expired key", async () => {
     const key = await createKey(database, { expiresInDays: 1 })
-    expect((await call({ path: "/v1/whoami", apiKey: key.apiKey })).status).toBe(200)
+    expect((await call(server.url, { path: "/v1/whoami", apiKey: key.apiKey })).status).toBe(200)
     const db = new Database(database)
     db.query("UPDATE api_keys SET expires_at = ? WHERE key_id = ?").run(Date.now() - 1000, key.keyId)
     db.close()
-    expectEnvelope(await call({ path: "/v1/whoami", apiKey: key.apiKey }), 401, "UNAUTHORIZED")
+    expectEnvelope(await call(server.url, { path: "/v1/whoami", apiKey: key.apiKey }), 401, "UNAUTHORIZED")
   })
 })
 
 describe("routing", () => {
   it("answers an unknown route with a 404 envelope, before authentication", async () => {
-    expectEnvelope(await call({ path: "/v1/nope" }), 404, "NOT_FOUND")
-    expectEnvelope(await call({ path: "/" }), 404, "NOT_FOUND")
-    expectEnvelope(await call({ path: "/v1/whoami/extra", apiKey: reader.apiKey }), 404, "NOT_FOUND")
+    expectEnvelope(await call(server.url, { path: "/v1/nope" }), 404, "NOT_FOUND")
+    expectEnvelope(await call(server.url, { path: "/" }), 404, "NOT_FOUND")
+    expectEnvelope(await call(server.url, { path: "/v1/whoami/extra", apiKey: reader.apiKey }), 404, "NOT_FOUND")
   })
 
   it("answers a known route with another method with 405 and Allow", async () => {
-    const post = await call({ method: "POST", path: "/v1/whoami", body: "{}" })
+    const post = await call(server.url, { method: "POST", path: "/v1/whoami", body: "{}" })
     expectEnvelope(post, 405, "METHOD_NOT_ALLOWED")
     expect(post.headers.get("allow")).toBe("GET")
-    const get = await call({ path: activatePath() })
+    const get = await call(server.url, { path: activatePath() })
     expectEnvelope(get, 405, "METHOD_NOT_ALLOWED")
     expect(get.headers.get("allow")).toBe("POST")
   })
@@ -173,7 +131,10 @@ describe("routing", () => {
 
 describe("POST /v1/creators/{creatorId}/campaigns/{campaignId}/activate", () => {
   it("creates an ACTIVE record with exactly the SPEC.md fields", async () => {
-    const result = await activate({ key: uniqueKey(), body: { socialUsername: "@jane.doe", plannedPostAt: "2026-12-01" } })
+    const result = await activateAsWriter({
+      key: uniqueKey(),
+      body: { socialUsername: "@jane.doe", plannedPostAt: "2026-12-01" }
+    })
     expect(result.status).toBe(200)
     expect(result.headers.get("content-type")).toMatch(/^application\/json/)
     expect(result.headers.get("idempotent-replayed")).toBeNull()
@@ -196,17 +157,21 @@ describe("POST /v1/creators/{creatorId}/campaigns/{campaignId}/activate", () => 
   })
 
   it("sets plannedPostAt to null when it is omitted or null", async () => {
-    const omitted = await activate({ key: uniqueKey(), body: { socialUsername: "@a" } })
+    const omitted = await activateAsWriter({ key: uniqueKey(), body: { socialUsername: "@a" } })
     expect(omitted.json.activation.plannedPostAt).toBeNull()
     expect(omitted.text).toContain(`"plannedPostAt":null`)
-    const explicitNull = await activate({ key: uniqueKey(), body: { socialUsername: "@a", plannedPostAt: null } })
+    const explicitNull = await activateAsWriter({ key: uniqueKey(), body: { socialUsername: "@a", plannedPostAt: null } })
     expect(explicitNull.json.activation.plannedPostAt).toBeNull()
   })
 
   it("returns socialUsername exactly as submitted and path ids as given", async () => {
     const upper = "AAAAAAAA-BBBB-4CCC-8DDD-EEEEEEEEEEEE"
     const handle = "@Ünïcödé_Näme 🎉"
-    const result = await activate({ key: uniqueKey(), path: activatePath(upper, upper), body: { socialUsername: handle } })
+    const result = await activateAsWriter({
+      key: uniqueKey(),
+      path: activatePath(upper, upper),
+      body: { socialUsername: handle }
+    })
     expect(result.status).toBe(200)
     expect(result.json.activation.socialUsername).toBe(handle)
     expect(result.json.activation.creatorId).toBe(upper)
@@ -216,8 +181,8 @@ describe("POST /v1/creators/{creatorId}/campaigns/{campaignId}/activate", () => 
   describe("idempotency", () => {
     it("replays the original response byte for byte, whatever the key order and whitespace", async () => {
       const key = uniqueKey()
-      const original = await activate({ key, rawBody: `{"socialUsername":"@sam","plannedPostAt":"2027-01-31"}` })
-      const replay = await activate({ key, rawBody: `{ "plannedPostAt" : "2027-01-31",\n  "socialUsername": "@sam" }` })
+      const original = await activateAsWriter({ key, rawBody: `{"socialUsername":"@sam","plannedPostAt":"2027-01-31"}` })
+      const replay = await activateAsWriter({ key, rawBody: `{ "plannedPostAt" : "2027-01-31",\n  "socialUsername": "@sam" }` })
       expect(original.status).toBe(200)
       expect(replay.status).toBe(200)
       expect(replay.text).toBe(original.text)
@@ -227,27 +192,27 @@ describe("POST /v1/creators/{creatorId}/campaigns/{campaignId}/activate", () => 
 
     it("treats plannedPostAt null and omitted as the same body", async () => {
       const key = uniqueKey()
-      const original = await activate({ key, body: { socialUsername: "@sam" } })
-      const replay = await activate({ key, body: { socialUsername: "@sam", plannedPostAt: null } })
+      const original = await activateAsWriter({ key, body: { socialUsername: "@sam" } })
+      const replay = await activateAsWriter({ key, body: { socialUsername: "@sam", plannedPostAt: null } })
       expect(replay.text).toBe(original.text)
     })
 
     it("is 409 IDEMPOTENCY_CONFLICT for the same key with another body, and stores nothing", async () => {
       const key = uniqueKey()
-      const original = await activate({ key, body: { socialUsername: "@sam" } })
+      const original = await activateAsWriter({ key, body: { socialUsername: "@sam" } })
       const before = countActivations()
-      const conflict = await activate({ key, body: { socialUsername: "@other" } })
+      const conflict = await activateAsWriter({ key, body: { socialUsername: "@other" } })
       expectEnvelope(conflict, 409, "IDEMPOTENCY_CONFLICT")
       expect(countActivations()).toBe(before)
-      const replay = await activate({ key, body: { socialUsername: "@sam" } })
+      const replay = await activateAsWriter({ key, body: { socialUsername: "@sam" } })
       expect(replay.text).toBe(original.text)
     })
 
     it("is 409 IDEMPOTENCY_CONFLICT for the same key and body on another path", async () => {
       const key = uniqueKey()
-      expect((await activate({ key })).status).toBe(200)
+      expect((await activateAsWriter({ key })).status).toBe(200)
       const otherPath = activatePath(creatorId, "33333333-3333-4333-8333-333333333333")
-      expectEnvelope(await activate({ key, path: otherPath }), 409, "IDEMPOTENCY_CONFLICT")
+      expectEnvelope(await activateAsWriter({ key, path: otherPath }), 409, "IDEMPOTENCY_CONFLICT")
     })
 
     it("shares the key space between keys of one brand, never between brands", async () => {
@@ -256,9 +221,9 @@ describe("POST /v1/creators/{creatorId}/campaigns/{campaignId}/activate", () => 
       const second = await createKey(database, { brandId })
       const stranger = await createKey(database)
       const key = uniqueKey()
-      const original = await activate({ apiKey: first.apiKey, key })
-      const sameBrand = await activate({ apiKey: second.apiKey, key })
-      const otherBrand = await activate({ apiKey: stranger.apiKey, key })
+      const original = await activate(server.url, { apiKey: first.apiKey, key })
+      const sameBrand = await activate(server.url, { apiKey: second.apiKey, key })
+      const otherBrand = await activate(server.url, { apiKey: stranger.apiKey, key })
       expect(sameBrand.text).toBe(original.text)
       expect(sameBrand.headers.get("idempotent-replayed")).toBe("true")
       expect(otherBrand.status).toBe(200)
@@ -268,17 +233,17 @@ describe("POST /v1/creators/{creatorId}/campaigns/{campaignId}/activate", () => 
 
     it("unquotes an RFC 9651 string key", async () => {
       const key = uniqueKey()
-      const quoted = await activate({ key: `"${key}"` })
-      const bare = await activate({ key })
+      const quoted = await activateAsWriter({ key: `"${key}"` })
+      const bare = await activateAsWriter({ key })
       expect(bare.text).toBe(quoted.text)
       expect(bare.headers.get("idempotent-replayed")).toBe("true")
     })
 
     it("lets a key be used again after a rejected request (rejections are never stored)", async () => {
       const key = uniqueKey()
-      expectEnvelope(await activate({ key, body: { socialUsername: "no-at" } }), 400, "VALIDATION_ERROR")
-      expectEnvelope(await activate({ key, rawBody: "{" }), 400, "MALFORMED_JSON")
-      const accepted = await activate({ key, body: { socialUsername: "@fixed" } })
+      expectEnvelope(await activateAsWriter({ key, body: { socialUsername: "no-at" } }), 400, "VALIDATION_ERROR")
+      expectEnvelope(await activateAsWriter({ key, rawBody: "{" }), 400, "MALFORMED_JSON")
+      const accepted = await activateAsWriter({ key, body: { socialUsername: "@fixed" } })
       expect(accepted.status).toBe(200)
       expect(accepted.headers.get("idempotent-replayed")).toBeNull()
     })
@@ -287,7 +252,8 @@ describe("POST /v1/creators/{creatorId}/campaigns/{campaignId}/activate", () => 
       const key = uniqueKey()
       const creator = crypto.randomUUID()
       const results = await Promise.all(
-        Array.from({ length: 50 }, () => activate({ key, path: activatePath(creator), body: { socialUsername: "@crowd" } }))
+        Array.from({ length: 50 }, () =>
+          activateAsWriter({ key, path: activatePath(creator), body: { socialUsername: "@crowd" } }))
       )
       expect(results.map((r) => r.status)).toEqual(Array(50).fill(200))
       expect(new Set(results.map((r) => r.text)).size).toBe(1)
@@ -296,23 +262,23 @@ describe("POST /v1/creators/{creatorId}/campaigns/{campaignId}/activate", () => 
     })
 
     it("is 400 IDEMPOTENCY_KEY_REQUIRED without the header or with an empty one", async () => {
-      expectEnvelope(await activate({}), 400, "IDEMPOTENCY_KEY_REQUIRED")
-      expectEnvelope(await activate({ key: "" }), 400, "IDEMPOTENCY_KEY_REQUIRED")
-      expectEnvelope(await activate({ key: `""` }), 400, "IDEMPOTENCY_KEY_REQUIRED")
+      expectEnvelope(await activateAsWriter(), 400, "IDEMPOTENCY_KEY_REQUIRED")
+      expectEnvelope(await activateAsWriter({ key: "" }), 400, "IDEMPOTENCY_KEY_REQUIRED")
+      expectEnvelope(await activateAsWriter({ key: `""` }), 400, "IDEMPOTENCY_KEY_REQUIRED")
     })
 
     it("is 400 VALIDATION_ERROR for a key that is too long or not visible ASCII", async () => {
-      const long = await activate({ key: "k".repeat(256) })
+      const long = await activateAsWriter({ key: "k".repeat(256) })
       expectEnvelope(long, 400, "VALIDATION_ERROR")
       expect(long.json.message).toMatch(/Idempotency-Key/)
-      expectEnvelope(await activate({ key: "has space" }), 400, "VALIDATION_ERROR")
-      expect((await activate({ key: "k".repeat(255) })).status).toBe(200)
+      expectEnvelope(await activateAsWriter({ key: "has space" }), 400, "VALIDATION_ERROR")
+      expect((await activateAsWriter({ key: "k".repeat(255) })).status).toBe(200)
     })
   })
 
   describe("scope", () => {
     it("is 403 FORBIDDEN naming the scope, with WWW-Authenticate insufficient_scope", async () => {
-      const result = await activate({ apiKey: reader.apiKey, key: uniqueKey() })
+      const result = await activate(server.url, { apiKey: reader.apiKey, key: uniqueKey() })
       expectEnvelope(result, 403, "FORBIDDEN")
       expect(result.json.message).toContain("campaigns:write")
       expect(result.headers.get("www-authenticate")).toBe(`Bearer error="insufficient_scope", scope="campaigns:write"`)
@@ -320,30 +286,30 @@ describe("POST /v1/creators/{creatorId}/campaigns/{campaignId}/activate", () => 
 
     it("lets any valid key call whoami", async () => {
       const key = await createKey(database, { scopes: ["analytics:read"] })
-      expect((await call({ path: "/v1/whoami", apiKey: key.apiKey })).status).toBe(200)
+      expect((await call(server.url, { path: "/v1/whoami", apiKey: key.apiKey })).status).toBe(200)
     })
   })
 
   describe("body", () => {
     it("is 415 for another media type, and accepts parameters or no Content-Type", async () => {
-      expectEnvelope(await activate({ key: uniqueKey(), contentType: "text/plain" }), 415, "UNSUPPORTED_MEDIA_TYPE")
+      expectEnvelope(await activateAsWriter({ key: uniqueKey(), contentType: "text/plain" }), 415, "UNSUPPORTED_MEDIA_TYPE")
       expectEnvelope(
-        await activate({ key: uniqueKey(), contentType: "application/x-www-form-urlencoded" }),
+        await activateAsWriter({ key: uniqueKey(), contentType: "application/x-www-form-urlencoded" }),
         415,
         "UNSUPPORTED_MEDIA_TYPE"
       )
-      expect((await activate({ key: uniqueKey(), contentType: "application/json; charset=utf-8" })).status).toBe(200)
-      expect((await activate({ key: uniqueKey(), contentType: "Application/JSON" })).status).toBe(200)
-      expect((await activate({ key: uniqueKey(), contentType: undefined })).status).toBe(200)
+      expect((await activateAsWriter({ key: uniqueKey(), contentType: "application/json; charset=utf-8" })).status).toBe(200)
+      expect((await activateAsWriter({ key: uniqueKey(), contentType: "Application/JSON" })).status).toBe(200)
+      expect((await activateAsWriter({ key: uniqueKey(), contentType: null })).status).toBe(200)
     })
 
     it("is 413 PAYLOAD_TOO_LARGE over 16 KiB", async () => {
       const big = JSON.stringify({ socialUsername: "@big", padding: "x".repeat(16 * 1024) })
-      expectEnvelope(await activate({ key: uniqueKey(), rawBody: big }), 413, "PAYLOAD_TOO_LARGE")
+      expectEnvelope(await activateAsWriter({ key: uniqueKey(), rawBody: big }), 413, "PAYLOAD_TOO_LARGE")
     })
 
     it.each(["{", "", "not json", `{"socialUsername":"@a",}`])("is 400 MALFORMED_JSON for %j", async (rawBody) => {
-      expectEnvelope(await activate({ key: uniqueKey(), rawBody }), 400, "MALFORMED_JSON")
+      expectEnvelope(await activateAsWriter({ key: uniqueKey(), rawBody }), 400, "MALFORMED_JSON")
     })
 
     it.each([
@@ -362,62 +328,67 @@ describe("POST /v1/creators/{creatorId}/campaigns/{campaignId}/activate", () => 
       ["@jane", "The request body must be a JSON object."]
     ])("is 400 VALIDATION_ERROR for %j, naming the field", async (body, message) => {
       const before = countActivations()
-      const result = await activate({ key: uniqueKey(), rawBody: JSON.stringify(body) })
+      const result = await activateAsWriter({ key: uniqueKey(), rawBody: JSON.stringify(body) })
       expectEnvelope(result, 400, "VALIDATION_ERROR")
       expect(result.json.message).toContain(message)
       expect(countActivations()).toBe(before)
     })
 
     it("accepts socialUsername of exactly 100 characters", async () => {
-      const result = await activate({ key: uniqueKey(), body: { socialUsername: "@" + "x".repeat(99) } })
+      const result = await activateAsWriter({ key: uniqueKey(), body: { socialUsername: "@" + "x".repeat(99) } })
       expect(result.status).toBe(200)
     })
 
     it("is 400 VALIDATION_ERROR for path ids that are not UUIDs", async () => {
-      const result = await activate({ key: uniqueKey(), path: activatePath("not-a-uuid") })
+      const result = await activateAsWriter({ key: uniqueKey(), path: activatePath("not-a-uuid") })
       expectEnvelope(result, 400, "VALIDATION_ERROR")
       expect(result.json.message).toBe("creatorId must be a UUID")
-      const campaign = await activate({ key: uniqueKey(), path: activatePath(creatorId, "123") })
+      const campaign = await activateAsWriter({ key: uniqueKey(), path: activatePath(creatorId, "123") })
       expect(campaign.json.message).toBe("campaignId must be a UUID")
     })
   })
 
   describe("order of checks", () => {
     it("route before authentication", async () => {
-      expectEnvelope(await call({ method: "POST", path: "/v1/creators/x/activate" }), 404, "NOT_FOUND")
-      expectEnvelope(await call({ method: "DELETE", path: activatePath() }), 405, "METHOD_NOT_ALLOWED")
+      expectEnvelope(await call(server.url, { method: "POST", path: "/v1/creators/x/activate" }), 404, "NOT_FOUND")
+      expectEnvelope(await call(server.url, { method: "DELETE", path: activatePath() }), 405, "METHOD_NOT_ALLOWED")
     })
 
     it("authentication before scope, Idempotency-Key and body", async () => {
-      const result = await activate({ apiKey: undefined, contentType: "text/plain", rawBody: "{" })
+      const result = await activate(server.url, { apiKey: undefined, contentType: "text/plain", rawBody: "{" })
       expectEnvelope(result, 401, "UNAUTHORIZED")
     })
 
     it("scope before Idempotency-Key", async () => {
-      expectEnvelope(await activate({ apiKey: reader.apiKey, rawBody: "{" }), 403, "FORBIDDEN")
+      expectEnvelope(await activate(server.url, { apiKey: reader.apiKey, rawBody: "{" }), 403, "FORBIDDEN")
     })
 
     it("Idempotency-Key before media type", async () => {
-      expectEnvelope(await activate({ contentType: "text/plain", rawBody: "{" }), 400, "IDEMPOTENCY_KEY_REQUIRED")
+      expectEnvelope(await activateAsWriter({ contentType: "text/plain", rawBody: "{" }), 400, "IDEMPOTENCY_KEY_REQUIRED")
     })
 
     it("media type before size", async () => {
       const big = "x".repeat(20_000)
-      expectEnvelope(await activate({ key: uniqueKey(), contentType: "text/plain", rawBody: big }), 415, "UNSUPPORTED_MEDIA_TYPE")
+      expectEnvelope(
+        await activateAsWriter({ key: uniqueKey(), contentType: "text/plain", rawBody: big }),
+        415,
+        "UNSUPPORTED_MEDIA_TYPE"
+      )
     })
 
     it("size before JSON", async () => {
-      expectEnvelope(await activate({ key: uniqueKey(), rawBody: "{" + "x".repeat(20_000) }), 413, "PAYLOAD_TOO_LARGE")
+      expectEnvelope(await activateAsWriter({ key: uniqueKey(), rawBody: "{" + "x".repeat(20_000) }), 413, "PAYLOAD_TOO_LARGE")
     })
 
     it("JSON before validation of body and path", async () => {
-      expectEnvelope(await activate({ key: uniqueKey(), path: activatePath("nope"), rawBody: "{" }), 400, "MALFORMED_JSON")
+      const result = await activateAsWriter({ key: uniqueKey(), path: activatePath("nope"), rawBody: "{" })
+      expectEnvelope(result, 400, "MALFORMED_JSON")
     })
 
     it("validation before idempotency", async () => {
       const key = uniqueKey()
-      expect((await activate({ key })).status).toBe(200)
-      expectEnvelope(await activate({ key, body: { socialUsername: "bad" } }), 400, "VALIDATION_ERROR")
+      expect((await activateAsWriter({ key })).status).toBe(200)
+      expectEnvelope(await activateAsWriter({ key, body: { socialUsername: "bad" } }), 400, "VALIDATION_ERROR")
     })
   })
 })
@@ -439,21 +410,21 @@ describe("rate limiting", () => {
     const other = await createKey(limitedDb, { scopes: ["campaigns:read"] })
     const base = limited.url
     const statuses = []
-    for (let i = 0; i < 3; i++) statuses.push((await call({ base, path: "/v1/whoami", apiKey: key.apiKey })).status)
+    for (let i = 0; i < 3; i++) statuses.push((await call(base, { path: "/v1/whoami", apiKey: key.apiKey })).status)
     expect(statuses).toEqual([200, 200, 200])
-    const refused = await call({ base, path: "/v1/whoami", apiKey: key.apiKey })
+    const refused = await call(base, { path: "/v1/whoami", apiKey: key.apiKey })
     expectEnvelope(refused, 429, "RATE_LIMITED")
     expect(Number(refused.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
     expect(refused.headers.get("ratelimit-policy")).toBe(`"default";q=3;w=3600`)
     expect(refused.headers.get("ratelimit")).toBe(`"default";r=0;t=${refused.headers.get("retry-after")}`)
-    expect((await call({ base, path: "/v1/whoami", apiKey: other.apiKey })).status).toBe(200)
-    expectEnvelope(await call({ base, path: "/v1/whoami" }), 401, "UNAUTHORIZED")
+    expect((await call(base, { path: "/v1/whoami", apiKey: other.apiKey })).status).toBe(200)
+    expectEnvelope(await call(base, { path: "/v1/whoami" }), 401, "UNAUTHORIZED")
   })
 
   it("checks the rate limit before the scope", async () => {
     const key = await createKey(limitedDb, { scopes: ["campaigns:read"] })
-    for (let i = 0; i < 3; i++) await call({ base: limited.url, path: "/v1/whoami", apiKey: key.apiKey })
-    expectEnvelope(await activate({ base: limited.url, apiKey: key.apiKey, key: uniqueKey() }), 429, "RATE_LIMITED")
+    for (let i = 0; i < 3; i++) await call(limited.url, { path: "/v1/whoami", apiKey: key.apiKey })
+    expectEnvelope(await activate(limited.url, { apiKey: key.apiKey, key: uniqueKey() }), 429, "RATE_LIMITED")
   })
 })
 
@@ -463,13 +434,13 @@ describe("durability", () => {
     const first = await startServer(db)
     const key = await createKey(db)
     const idempotencyKey = uniqueKey()
-    const original = await activate({ base: first.url, apiKey: key.apiKey, key: idempotencyKey })
+    const original = await activate(first.url, { apiKey: key.apiKey, key: idempotencyKey })
     expect(original.status).toBe(200)
     expect(await first.stop("SIGTERM")).toBe(0)
 
     const second = await startServer(db)
     try {
-      const replay = await activate({ base: second.url, apiKey: key.apiKey, key: idempotencyKey })
+      const replay = await activate(second.url, { apiKey: key.apiKey, key: idempotencyKey })
       expect(replay.status).toBe(200)
       expect(replay.text).toBe(original.text)
       expect(replay.headers.get("idempotent-replayed")).toBe("true")
@@ -487,10 +458,10 @@ describe("failures", () => {
     const lock = new Database(db)
     try {
       lock.run("BEGIN IMMEDIATE")
-      const result = await activate({ base: local.url, apiKey: key.apiKey, key: uniqueKey() })
+      const result = await activate(local.url, { apiKey: key.apiKey, key: uniqueKey() })
       expectEnvelope(result, 503, "SERVICE_UNAVAILABLE")
       lock.run("ROLLBACK")
-      const retried = await activate({ base: local.url, apiKey: key.apiKey, key: uniqueKey() })
+      const retried = await activate(local.url, { apiKey: key.apiKey, key: uniqueKey() })
       expect(retried.status).toBe(200)
     } finally {
       lock.close()
@@ -506,7 +477,7 @@ describe("failures", () => {
     admin.run("DROP TABLE activations")
     admin.close()
     try {
-      const result = await activate({ base: local.url, apiKey: key.apiKey, key: uniqueKey() })
+      const result = await activate(local.url, { apiKey: key.apiKey, key: uniqueKey() })
       expectEnvelope(result, 500, "INTERNAL_ERROR")
       expect(result.json.message).toBe("An unexpected error occurred.")
       expect(result.text).not.toMatch(/activations|SQL|sqlite|at /i)

@@ -2,8 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { Validator } from "@seriousme/openapi-schema-validator"
 import Ajv2020 from "ajv/dist/2020"
 import addFormats from "ajv-formats"
-import { activate, activatePath, type Answer, request } from "./support/live.ts"
 import type { Scope } from "../src/Domain/ApiKey.ts"
+import { activate, activatePath, type Answer, call } from "./support/client.ts"
 import { createKey, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
 
 type Json = Record<string, any>
@@ -17,7 +17,7 @@ let document: Json
 beforeAll(async () => {
   database = tempDatabase()
   server = await startServer(database, { RATE_LIMIT_MAX: String(rateLimitMax) })
-  const answer = await request(`${server.url}/openapi.json`)
+  const answer = await call(server.url, { path: "/openapi.json" })
   expect(answer.status).toBe(200)
   expect(answer.headers.get("content-type")).toMatch(/^application\/json/)
   document = answer.json
@@ -229,14 +229,14 @@ describe("live responses against the document", () => {
 
   it("whoami: 200, 401 and 429", async () => {
     const key = await createKey(database, { scopes: ["analytics:read"] })
-    const ok = await request(`${server.url}/v1/whoami`, { apiKey: key.apiKey })
+    const ok = await call(server.url, { path: "/v1/whoami", apiKey: key.apiKey })
     expect(ok.status).toBe(200)
     conforms("GET", "/v1/whoami", ok)
-    const anonymous = await request(`${server.url}/v1/whoami`)
+    const anonymous = await call(server.url, { path: "/v1/whoami" })
     expect(anonymous.status).toBe(401)
     conforms("GET", "/v1/whoami", anonymous)
-    for (let i = 1; i < rateLimitMax; i++) await request(`${server.url}/v1/whoami`, { apiKey: key.apiKey })
-    const limited = await request(`${server.url}/v1/whoami`, { apiKey: key.apiKey })
+    for (let i = 1; i < rateLimitMax; i++) await call(server.url, { path: "/v1/whoami", apiKey: key.apiKey })
+    const limited = await call(server.url, { path: "/v1/whoami", apiKey: key.apiKey })
     expect(limited.status).toBe(429)
     conforms("GET", "/v1/whoami", limited)
   })
@@ -245,21 +245,21 @@ describe("live responses against the document", () => {
     const writer = await createKey(database)
     const key = `contract-${crypto.randomUUID()}`
     const body = { socialUsername: "@contract", plannedPostAt: "2026-12-01" }
-    const created = await activate(server.url, writer.apiKey, key, body)
+    const created = await activate(server.url, { apiKey: writer.apiKey, key, body })
     expect(created.status).toBe(200)
-    conforms("POST", activatePath, created)
-    const replayed = await activate(server.url, writer.apiKey, key, body)
+    conforms("POST", activatePath(), created)
+    const replayed = await activate(server.url, { apiKey: writer.apiKey, key, body })
     expect(replayed.headers.get("idempotent-replayed")).toBe("true")
-    conforms("POST", activatePath, replayed)
-    const conflict = await activate(server.url, writer.apiKey, key, { socialUsername: "@other" })
+    conforms("POST", activatePath(), replayed)
+    const conflict = await activate(server.url, { apiKey: writer.apiKey, key, body: { socialUsername: "@other" } })
     expect(conflict.json.code).toBe("IDEMPOTENCY_CONFLICT")
-    conforms("POST", activatePath, conflict)
+    conforms("POST", activatePath(), conflict)
   })
 
   it("activate: 400s, 403, 413 and 415", async () => {
     const send = async (headers: Record<string, string>, body: string, scope: Scope = "campaigns:write") => {
       const { apiKey } = await createKey(database, { scopes: [scope] })
-      return request(`${server.url}${activatePath}`, { method: "POST", apiKey, headers, body })
+      return call(server.url, { method: "POST", path: activatePath(), apiKey, headers, body })
     }
     const json = { "content-type": "application/json" }
     const withKey = () => ({ ...json, "idempotency-key": `contract-${crypto.randomUUID()}` })
@@ -273,13 +273,13 @@ describe("live responses against the document", () => {
     ]
     for (const [code, answer] of answers) {
       expect(answer.json?.code).toBe(code)
-      conforms("POST", activatePath, answer)
+      conforms("POST", activatePath(), answer)
     }
   })
 
   it("healthz and readyz: 200", async () => {
     for (const path of ["/healthz", "/readyz"]) {
-      const answer = await request(`${server.url}${path}`)
+      const answer = await call(server.url, { path })
       expect(answer.status).toBe(200)
       conforms("GET", path, answer)
     }

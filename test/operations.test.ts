@@ -1,20 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
-import {
-  accessLog,
-  activate,
-  activateRoute,
-  type Answer,
-  type Environment,
-  lockDatabase,
-  logLines,
-  otlpCollector,
-  type OtlpCollector,
-  type OtlpSpan,
-  request,
-  session,
-  spanAttribute
-} from "./support/live.ts"
-import { createKey, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
+import { activate, activateRoute, type Answer, call } from "./support/client.ts"
+import { lockDatabase } from "./support/database.ts"
+import { createKey, type Environment, type RunningServer, session, startServer, tempDatabase } from "./support/server.ts"
+import { accessLog, logLines, otlpCollector, type OtlpCollector, type OtlpSpan, spanAttribute } from "./support/telemetry.ts"
 
 const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
@@ -38,7 +26,7 @@ afterAll(async () => {
 
 describe("health", () => {
   it("GET /healthz is 200 alive, without a key and without RateLimit headers", async () => {
-    const answer = await request(`${server.url}/healthz`)
+    const answer = await call(server.url, { path: "/healthz" })
     expect(answer.status).toBe(200)
     expect(answer.headers.get("content-type")).toMatch(/^application\/json/)
     expect(answer.json).toStrictEqual({ ok: true, status: "alive" })
@@ -47,7 +35,7 @@ describe("health", () => {
   })
 
   it("GET /readyz is 200 ready while the database answers", async () => {
-    const answer = await request(`${server.url}/readyz`)
+    const answer = await call(server.url, { path: "/readyz" })
     expect(answer.status).toBe(200)
     expect(answer.json).toStrictEqual({ ok: true, status: "ready" })
     expect(answer.headers.get("ratelimit")).toBeNull()
@@ -55,11 +43,11 @@ describe("health", () => {
 
   it("is never rate limited, even where a key gets one request per window", async () => {
     const key = await createKey(database)
-    expect((await request(`${server.url}/v1/whoami`, { apiKey: key.apiKey })).status).toBe(200)
-    expect((await request(`${server.url}/v1/whoami`, { apiKey: key.apiKey })).status).toBe(429)
+    expect((await call(server.url, { path: "/v1/whoami", apiKey: key.apiKey })).status).toBe(200)
+    expect((await call(server.url, { path: "/v1/whoami", apiKey: key.apiKey })).status).toBe(429)
     for (let i = 0; i < 20; i++) {
       for (const path of ["/healthz", "/readyz"]) {
-        const answer = await request(`${server.url}${path}`, { apiKey: key.apiKey })
+        const answer = await call(server.url, { path, apiKey: key.apiKey })
         expect({ path, status: answer.status }).toEqual({ path, status: 200 })
       }
     }
@@ -68,10 +56,10 @@ describe("health", () => {
   it("GET /readyz is 503 SERVICE_UNAVAILABLE while the database does not answer, then ready again", async () => {
     const lockedDatabase = tempDatabase()
     const { result, stderr } = await session(lockedDatabase, {}, async (url) => {
-      const before = await request(`${url}/readyz`)
+      const before = await call(url, { path: "/readyz" })
       const release = lockDatabase(lockedDatabase)
-      const during = await request(`${url}/readyz`).finally(release)
-      return { before, during, after: await request(`${url}/readyz`) }
+      const during = await call(url, { path: "/readyz" }).finally(release)
+      return { before, during, after: await call(url, { path: "/readyz" }) }
     })
     expect(result.before.status).toBe(200)
     expectEnvelope(result.during, 503, "SERVICE_UNAVAILABLE")
@@ -88,7 +76,7 @@ describe("health", () => {
 
 describe("X-Request-Id", () => {
   const idOf = async (headers: Record<string, string>) =>
-    (await request(`${server.url}/healthz`, { headers })).headers.get("x-request-id")
+    (await call(server.url, { path: "/healthz", headers })).headers.get("x-request-id")
 
   it("echoes a sane id the caller sent", async () => {
     expect(await idOf({ "x-request-id": "abc-123" })).toBe("abc-123")
@@ -110,9 +98,9 @@ describe("X-Request-Id", () => {
 
   it("is on 401, 404 and 405 answers too", async () => {
     const answers: Array<[Answer, number, string]> = [
-      [await request(`${server.url}/v1/whoami`, { headers: { "x-request-id": "id-401" } }), 401, "id-401"],
-      [await request(`${server.url}/nowhere`, { headers: { "x-request-id": "id-404" } }), 404, "id-404"],
-      [await request(`${server.url}/v1/whoami`, { method: "DELETE", headers: { "x-request-id": "id-405" } }), 405, "id-405"]
+      [await call(server.url, { path: "/v1/whoami", headers: { "x-request-id": "id-401" } }), 401, "id-401"],
+      [await call(server.url, { path: "/nowhere", headers: { "x-request-id": "id-404" } }), 404, "id-404"],
+      [await call(server.url, { path: "/v1/whoami", method: "DELETE", headers: { "x-request-id": "id-405" } }), 405, "id-405"]
     ]
     for (const [answer, status, id] of answers) {
       expect([answer.status, answer.headers.get("x-request-id")]).toEqual([status, id])
@@ -129,27 +117,27 @@ describe("structured logs", () => {
     const anonymous = { keyId: null, brandId: null }
     const { result: calls, stderr, stdout } = await session(logged, {}, async (url) => [
       {
-        answer: await request(`${url}/v1/whoami`, { apiKey: key.apiKey, headers: { "x-request-id": "log-whoami" } }),
+        answer: await call(url, { path: "/v1/whoami", apiKey: key.apiKey, headers: { "x-request-id": "log-whoami" } }),
         expected: { method: "GET", route: "/v1/whoami", status: 200, ...identity }
       },
       {
-        answer: await request(`${url}/v1/whoami`, { apiKey: wrongSecret }),
+        answer: await call(url, { path: "/v1/whoami", apiKey: wrongSecret }),
         expected: { method: "GET", route: "/v1/whoami", status: 401, ...anonymous }
       },
       {
-        answer: await activate(url, key.apiKey, crypto.randomUUID()),
+        answer: await activate(url, { apiKey: key.apiKey, key: crypto.randomUUID() }),
         expected: { method: "POST", route: activateRoute, status: 200, ...identity }
       },
       {
-        answer: await request(`${url}/nowhere`),
+        answer: await call(url, { path: "/nowhere" }),
         expected: { method: "GET", route: expect.any(String), status: 404, ...anonymous }
       },
       {
-        answer: await request(`${url}/v1/whoami`, { method: "DELETE" }),
+        answer: await call(url, { path: "/v1/whoami", method: "DELETE" }),
         expected: { method: "DELETE", route: "/v1/whoami", status: 405, ...anonymous }
       },
       {
-        answer: await request(`${url}/healthz`),
+        answer: await call(url, { path: "/healthz" }),
         expected: { method: "GET", route: "/healthz", status: 200, ...anonymous }
       }
     ])
@@ -174,8 +162,8 @@ describe("structured logs", () => {
 
   it("LOG_LEVEL=warning leaves the access log out", async () => {
     const { result, stderr } = await session(tempDatabase(), { LOG_LEVEL: "warning" }, async (url) => [
-      await request(`${url}/healthz`),
-      await request(`${url}/nowhere`)
+      await call(url, { path: "/healthz" }),
+      await call(url, { path: "/nowhere" })
     ])
     expect(result.map((answer) => answer.status)).toEqual([200, 404])
     expect(accessLog(stderr)).toEqual([])
@@ -199,9 +187,9 @@ describe("tracing", () => {
       apiKey = key.apiKey
       const env = { OTEL_EXPORTER_OTLP_ENDPOINT: collector.url, OTEL_SERVICE_NAME: undefined }
       const { code, result } = await session(traced, env, async (url) => ({
-        whoami: await request(`${url}/v1/whoami`, { apiKey }),
-        activate: await activate(url, apiKey, crypto.randomUUID()),
-        health: await request(`${url}/healthz`)
+        whoami: await call(url, { path: "/v1/whoami", apiKey }),
+        activate: await activate(url, { apiKey, key: crypto.randomUUID() }),
+        health: await call(url, { path: "/healthz" })
       }))
       expect(code).toBe(0)
       whoamiId = result.whoami.headers.get("x-request-id")!
@@ -280,8 +268,8 @@ describe("tracing", () => {
       ["empty (OpenTelemetry reads an empty variable as unset)", { OTEL_EXPORTER_OTLP_ENDPOINT: "" }]
     ])("exports nothing when the variable is %s", async (_, env: Environment) => {
       const { code, result } = await session(tempDatabase(), env, async (url) => [
-        (await request(`${url}/healthz`)).status,
-        (await request(`${url}/v1/whoami`)).status
+        (await call(url, { path: "/healthz" })).status,
+        (await call(url, { path: "/v1/whoami" })).status
       ])
       expect(code).toBe(0)
       expect(result).toEqual([200, 401])

@@ -4,6 +4,8 @@ export const creatorId = "11111111-1111-4111-8111-111111111111"
 export const campaignId = "22222222-2222-4222-8222-222222222222"
 export const activatePath = (creator = creatorId, campaign = campaignId) =>
   `/v1/creators/${creator}/campaigns/${campaign}/activate`
+/** The activate route as the access log and spans name it. */
+export const activateRoute = "/v1/creators/:creatorId/campaigns/:campaignId/activate"
 
 export const uniqueKey = () => `test-${crypto.randomUUID()}`
 
@@ -50,6 +52,8 @@ export interface Activate {
   /** Sent as is instead of `body`. */
   readonly rawBody?: string | Uint8Array | ReadableStream<Uint8Array>
   readonly path?: string
+  /** `application/json` unless given; `null` sends no Content-Type. */
+  readonly contentType?: string | null
 }
 
 export const activate = (base: string, options: Activate): Promise<Answer> =>
@@ -58,7 +62,7 @@ export const activate = (base: string, options: Activate): Promise<Answer> =>
     path: options.path ?? activatePath(),
     apiKey: options.apiKey,
     headers: {
-      "content-type": "application/json",
+      ...(options.contentType === null ? {} : { "content-type": options.contentType ?? "application/json" }),
       ...(options.key === undefined ? {} : { "idempotency-key": options.key })
     },
     body: options.rawBody ?? JSON.stringify(options.body ?? { socialUsername: "@jane" })

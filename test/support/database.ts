@@ -1,5 +1,6 @@
+import { dlopen, FFIType, ptr } from "bun:ffi"
 import { Database } from "bun:sqlite"
-import { existsSync, statSync } from "node:fs"
+import { closeSync, existsSync, openSync, statSync } from "node:fs"
 
 /** Runs `read` on a connection of its own to the file, closed right after. */
 export const inspect = <A>(file: string, read: (db: Database) => A): A => {
@@ -41,3 +42,31 @@ export const databaseFiles = (file: string): ReadonlyArray<string> =>
   [file, `${file}-wal`, `${file}-shm`].filter((path) => existsSync(path))
 
 export const permissions = (path: string): number => statSync(path).mode & 0o777
+
+/**
+ * Makes the server's database stop answering: in WAL mode a reader must take one of the
+ * read locks in the `-shm` file, so holding all of them (bytes 120..127, SQLite's
+ * WAL_WRITE_LOCK to WAL_READ_LOCK(4)) leaves every statement retrying until SQLITE_PROTOCOL.
+ * bun:sqlite cannot take such a lock, hence fcntl(F_SETLK) through FFI (Linux, 64-bit
+ * `struct flock`). A lock held by another SQLite connection of the server is refused.
+ */
+export const lockDatabase = (database: string): (() => void) => {
+  if (process.platform !== "linux") throw new Error("lockDatabase needs Linux's struct flock")
+  const libc = dlopen("libc.so.6", { fcntl: { args: [FFIType.i32, FFIType.i32, FFIType.ptr], returns: FFIType.i32 } })
+  const F_SETLK = 6
+  const F_WRLCK = 1
+  const flock = new DataView(new ArrayBuffer(32))
+  flock.setInt16(0, F_WRLCK, true)
+  flock.setBigInt64(8, 120n, true)
+  flock.setBigInt64(16, 8n, true)
+  const fd = openSync(`${database}-shm`, "r+")
+  if (libc.symbols.fcntl(fd, F_SETLK, ptr(flock.buffer)) !== 0) {
+    closeSync(fd)
+    libc.close()
+    throw new Error("could not lock the database's shared memory")
+  }
+  return () => {
+    closeSync(fd)
+    libc.close()
+  }
+}

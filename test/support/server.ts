@@ -1,17 +1,30 @@
 import { type Subprocess, spawn } from "bun"
 import { ConfigProvider, Duration, Effect, Option } from "effect"
 import { mkdtempSync } from "node:fs"
+import { connect } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { ApiKeys } from "../../src/ApiKeys.ts"
 import { KeysLive } from "../../src/Cli.ts"
 import type { BrandId, Scope } from "../../src/Domain/ApiKey.ts"
+import { eventually } from "./load.ts"
 
 export const root = new URL("../..", import.meta.url).pathname
 export const mainTs = join(root, "src/main.ts")
 
 /** A fresh SQLite file path in its own temporary directory. */
 export const tempDatabase = (): string => join(mkdtempSync(join(tmpdir(), "campaign-api-test-")), "db.sqlite")
+
+/** Variables for a child process on top of this one's; `undefined` removes one. */
+export type Environment = Readonly<Record<string, string | undefined>>
+
+const environment = (overrides: Environment): Record<string, string> =>
+  Object.fromEntries(
+    Object.entries({ ...process.env, ...overrides }).filter((entry): entry is [string, string] => entry[1] !== undefined)
+  )
+
+const spawnMain = (args: ReadonlyArray<string>, env: Environment) =>
+  spawn(["bun", mainTs, ...args], { cwd: root, env: environment(env), stdin: "ignore", stdout: "pipe", stderr: "pipe" })
 
 export interface RunningServer {
   readonly url: string
@@ -21,17 +34,8 @@ export interface RunningServer {
 }
 
 /** Starts `bun src/main.ts serve` on a free port and waits until it listens. */
-export const startServer = async (
-  database: string,
-  env: Record<string, string> = {}
-): Promise<RunningServer> => {
-  const proc = spawn(["bun", mainTs, "serve"], {
-    cwd: root,
-    env: { ...process.env, PORT: "0", HOST: "127.0.0.1", DATABASE_URL: database, LOG_LEVEL: "info", ...env },
-    stdin: "ignore",
-    stdout: "pipe",
-    stderr: "pipe"
-  })
+export const startServer = async (database: string, env: Environment = {}): Promise<RunningServer> => {
+  const proc = spawnMain(["serve"], { PORT: "0", HOST: "127.0.0.1", DATABASE_URL: database, LOG_LEVEL: "info", ...env })
   let output = ""
   const decoder = new TextDecoder()
   const url = await new Promise<string>((resolve, reject) => {
@@ -62,6 +66,65 @@ export const startServer = async (
       return await proc.exited
     }
   }
+}
+
+const freePort = (): number => {
+  const listener = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } })
+  const { port } = listener
+  listener.stop(true)
+  return port
+}
+
+const accepts = (port: number) =>
+  new Promise<boolean>((resolve) => {
+    const socket = connect(port, "127.0.0.1")
+    socket.once("connect", () => {
+      socket.destroy()
+      resolve(true)
+    })
+    socket.once("error", () => resolve(false))
+  })
+
+/**
+ * Runs `use` against a server of its own, then stops it with SIGTERM: `use`'s result, the exit
+ * code and everything the server wrote. Unlike `startServer` it is ready once its port accepts
+ * connections rather than on the "Listening" log line, so it works at any LOG_LEVEL.
+ */
+export const session = async <A>(database: string, env: Environment, use: (url: string) => Promise<A>) => {
+  const port = freePort()
+  const proc = spawnMain(["serve"], {
+    HOST: "127.0.0.1",
+    DATABASE_URL: database,
+    LOG_LEVEL: "info",
+    ...env,
+    PORT: String(port)
+  })
+  const output = Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text()])
+  const stop = async () => {
+    proc.kill("SIGTERM")
+    const code = await proc.exited
+    const [stdout, stderr] = await output
+    return { code, stdout, stderr }
+  }
+  let exited = false
+  void proc.exited.then(() => (exited = true))
+  try {
+    await eventually("the server to listen", async () => {
+      if (exited) throw new Error(`server exited with ${proc.exitCode}:\n${(await output)[1]}`)
+      return accepts(port)
+    }, { timeoutMs: 15_000 })
+  } catch (error) {
+    proc.kill("SIGKILL")
+    throw error
+  }
+  let result: A
+  try {
+    result = await use(`http://127.0.0.1:${port}`)
+  } catch (error) {
+    await stop()
+    throw error
+  }
+  return { result, ...(await stop()) }
 }
 
 export interface CreatedTestKey {
@@ -97,19 +160,23 @@ export const revokeKey = (database: string, keyId: string): Promise<boolean> =>
     Effect.runPromise
   )
 
-/** Runs the real command line and collects what it printed. */
-export const runCli = async (args: ReadonlyArray<string>, env: Record<string, string>) => {
-  const proc = spawn(["bun", mainTs, ...args], {
-    cwd: root,
-    env: { ...process.env, ...env },
-    stdin: "ignore",
-    stdout: "pipe",
-    stderr: "pipe"
-  })
+/**
+ * Runs the real command line and collects what it printed. It is stopped with SIGTERM after
+ * `timeoutMs`: a `serve` that should have refused its configuration must not keep running
+ * (on loopback only).
+ */
+export const runCli = async (args: ReadonlyArray<string>, env: Environment, timeoutMs = 10_000) => {
+  const proc = spawnMain(args, { HOST: "127.0.0.1", PORT: "0", ...env })
+  let timedOut = false
+  const timer = setTimeout(() => {
+    timedOut = true
+    proc.kill("SIGTERM")
+  }, timeoutMs)
   const [stdout, stderr, code] = await Promise.all([
     new Response(proc.stdout).text(),
     new Response(proc.stderr).text(),
     proc.exited
   ])
-  return { stdout, stderr, code }
+  clearTimeout(timer)
+  return { stdout, stderr, code, timedOut }
 }

@@ -1,0 +1,52 @@
+/** Every stderr line as JSON; a line that is not JSON fails the parse, as it should. */
+export const logLines = (stderr: string): Array<Record<string, any>> =>
+  stderr.split("\n").filter((line) => line.trim() !== "").map((line) => JSON.parse(line))
+
+export interface AccessLogEntry {
+  readonly method: string
+  readonly route: string
+  readonly status: number
+  readonly durationMs: number
+  readonly keyId: string | null
+  readonly brandId: string | null
+  readonly requestId: string
+}
+
+export const accessLog = (stderr: string): Array<AccessLogEntry> =>
+  logLines(stderr).filter((line) => line.message === "request").map((line) => line.annotations)
+
+export interface OtlpSpan {
+  readonly traceId: string
+  readonly spanId: string
+  readonly parentSpanId?: string
+  readonly name: string
+  readonly attributes: ReadonlyArray<{ readonly key: string; readonly value: Record<string, unknown> }>
+}
+
+export const spanAttribute = (span: OtlpSpan, key: string): unknown => {
+  const value = span.attributes.find((attribute) => attribute.key === key)?.value
+  return value === undefined ? undefined : Object.values(value)[0]
+}
+
+export type OtlpCollector = ReturnType<typeof otlpCollector>
+
+/** An OTLP/HTTP collector on loopback that keeps every JSON body POSTed to /v1/traces. */
+export const otlpCollector = (port = 0) => {
+  const received: Array<{ readonly path: string; readonly body: any }> = []
+  const server = Bun.serve({
+    hostname: "127.0.0.1",
+    port,
+    fetch: async (req) => {
+      received.push({ path: new URL(req.url).pathname, body: await req.json() })
+      return Response.json({})
+    }
+  })
+  return {
+    url: `http://127.0.0.1:${server.port}`,
+    received,
+    resources: () => received.flatMap(({ body }) => body.resourceSpans.map((r: any) => r.resource)),
+    spans: (): Array<OtlpSpan> =>
+      received.flatMap(({ body }) => body.resourceSpans.flatMap((r: any) => r.scopeSpans.flatMap((s: any) => s.spans))),
+    stop: () => server.stop(true)
+  }
+}
