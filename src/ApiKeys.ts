@@ -97,8 +97,9 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
           expiresAt: Option.getOrNull(Option.map(options.expiresIn, (d) => now + Duration.toMillis(d))),
           revokedAt: null
         }
+        const info = toInfo(row)
         yield* repo.insert(row)
-        return { apiKey: `cak_${keyId}_${secret}`, info: toInfo(row) }
+        return { apiKey: `cak_${keyId}_${secret}`, info }
       }).pipe(span("ApiKeys.create"))
 
       return {

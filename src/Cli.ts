@@ -41,7 +41,9 @@ const create = Command.make("create", {
   ),
   name: Options.text("name").pipe(Options.optional, Options.withDescription("A label to recognise the key by.")),
   expiresIn: Options.integer("expires-in").pipe(
-    Options.withSchema(Schema.Int.pipe(Schema.positive({ message: () => "--expires-in takes a number of days above 0" }))),
+    Options.withSchema(Schema.Int.pipe(
+      Schema.between(1, 36_500, { message: () => "--expires-in takes a number of days from 1 to 36500" })
+    )),
     Options.optional,
     Options.withDescription("Days until the key expires; without it the key does not expire.")
   ),

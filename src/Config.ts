@@ -18,8 +18,12 @@ export const DatabaseConfig = Config.all({ filename: databaseFile })
 
 export const ServerConfig = Config.all({
   // 0 asks the system for a free port (the tests use it); the address is logged at start.
-  port: Config.integer("PORT").pipe(
-    Config.validate({ message: "Expected a port number from 0 to 65535", validation: (p) => p >= 0 && p <= 65535 }),
+  port: Config.string("PORT").pipe(
+    Config.validate({
+      message: "Expected a port number from 0 to 65535",
+      validation: (text) => /^\d{1,5}$/.test(text.trim()) && Number(text) <= 65535
+    }),
+    Config.map(Number),
     Config.withDefault(3000)
   ),
   host: Config.string("HOST").pipe(
@@ -62,7 +66,10 @@ export class AppConfig extends Context.Tag("Config/AppConfig")<AppConfig, {
       const windowSeconds = yield* positiveInt("RATE_LIMIT_WINDOW_SECONDS", 60)
       // Fractions are allowed (0.01 is 36 s): the soak test needs a TTL of seconds.
       const ttlHours = yield* Config.number("IDEMPOTENCY_TTL_HOURS").pipe(
-        Config.validate({ message: "Expected a number of hours greater than 0", validation: (n) => n > 0 }),
+        Config.validate({
+          message: "Expected a number of hours of at least one second (0.0003)",
+          validation: (n) => n * 3_600_000 >= 1000
+        }),
         Config.withDefault(24)
       )
       return {

@@ -32,7 +32,7 @@ const routes = [
     }))
   ),
   ...Object.values(documentRoutes).map((path) => ({ method: "GET", path }))
-].map((route) => ({ ...route, pattern: new RegExp(`^${route.path.replace(/:[^/]+/g, "[^/]+")}$`) }))
+].map((route) => ({ ...route, pattern: new RegExp(`^${route.path.replace(/:[^/]+/g, "[^/]+")}/?$`) }))
 
 export const allowedMethods = (path: string): ReadonlyArray<string> =>
   routes.filter((route) => route.pattern.test(path)).map((route) => route.method)
@@ -46,9 +46,10 @@ const routeNotFound = Effect.gen(function*() {
   if (allowed.length === 0) {
     return errorResponse(new NotFound({ message: `No route for ${request.method} ${path}.` }))
   }
-  // The route matched but the router could not decode the path (a stray `%`, say).
+  // The pattern matches but the router could not decode the path (a stray `%`, say): no route,
+  // answered before authentication as the order of checks wants, and never a 405 naming this method.
   if (allowed.includes(request.method)) {
-    return errorResponse(new ValidationError({ message: `The path ${path} is not validly percent-encoded.` }))
+    return errorResponse(new NotFound({ message: `No route for ${request.method} ${path}: it is not validly percent-encoded.` }))
   }
   return HttpServerResponse.setHeader(
     errorResponse(new MethodNotAllowed({ message: `${request.method} is not allowed on ${path}; use ${allowed.join(", ")}.` })),

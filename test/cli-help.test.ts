@@ -107,11 +107,13 @@ describe("exit codes", () => {
   it.each([
     ["PORT", "http"],
     ["PORT", "70000"],
+    ["PORT", ""],
     ["HOST", " "],
     ["DATABASE_URL", "sqlite:"],
     ["RATE_LIMIT_MAX", "0"],
     ["RATE_LIMIT_WINDOW_SECONDS", "-1"],
     ["IDEMPOTENCY_TTL_HOURS", "0"],
+    ["IDEMPOTENCY_TTL_HOURS", "0.0000001"],
     ["LOG_LEVEL", "loud"],
     ["OTEL_EXPORTER_OTLP_ENDPOINT", "not a url"]
   ])("78 and a message naming %s for the bad value %j", async (name, value) => {

@@ -82,6 +82,8 @@ describe("keys command line", () => {
     expect(badBrand.code).not.toBe(0)
     const badScope = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:delete"], env)
     expect(badScope.code).not.toBe(0)
+    const farFuture = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--expires-in", "100000000"], env)
+    expect(farFuture.code).toBe(2)
     const unknown = await runCli(["keys", "revoke", "aaaaaaaaaaaaaaaa"], env)
     expect(unknown.code).toBe(1)
     expect(unknown.stderr).toContain("No active API key with id aaaaaaaaaaaaaaaa")

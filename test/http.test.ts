@@ -127,6 +127,18 @@ describe("routing", () => {
     expectEnvelope(get, 405, "METHOD_NOT_ALLOWED")
     expect(get.headers.get("allow")).toBe("POST")
   })
+
+  it("treats a trailing slash as the same route, for 405 and for idempotency alike", async () => {
+    expect((await call(server.url, { path: "/v1/whoami/", apiKey: reader.apiKey })).status).toBe(200)
+    const deleted = await call(server.url, { method: "DELETE", path: "/v1/whoami/" })
+    expectEnvelope(deleted, 405, "METHOD_NOT_ALLOWED")
+    expect(deleted.headers.get("allow")).toBe("GET")
+    const key = uniqueKey()
+    const original = await activateAsWriter({ key })
+    const slashed = await activateAsWriter({ key, path: `${activatePath()}/` })
+    expect(slashed.text).toBe(original.text)
+    expect(slashed.headers.get("idempotent-replayed")).toBe("true")
+  })
 })
 
 describe("POST /v1/creators/{creatorId}/campaigns/{campaignId}/activate", () => {
@@ -318,6 +330,7 @@ describe("POST /v1/creators/{creatorId}/campaigns/{campaignId}/activate", () => 
       [{ socialUsername: "@" }, "socialUsername"],
       [{ socialUsername: "@" + "x".repeat(100) }, "socialUsername must be at most 100 characters"],
       [{ socialUsername: 42 }, "socialUsername must be a string"],
+      [{ socialUsername: "@\ud800x" }, "socialUsername must be valid Unicode text"],
       [{ socialUsername: "@a", plannedPostAt: "2026-2-1" }, "plannedPostAt"],
       [{ socialUsername: "@a", plannedPostAt: "2026-02-30" }, "plannedPostAt must be a real calendar date"],
       [{ socialUsername: "@a", plannedPostAt: "2026-12-01T00:00:00Z" }, "plannedPostAt"],

@@ -171,6 +171,18 @@ layer(RateLimitInMemory)("RateLimit (3 per 60 s)", (it) => {
       expect(fourth.retryAfterSeconds).toBeGreaterThanOrEqual(1)
     }))
 
+  it.effect("counts Retry-After down to the next token, not a whole refill interval", () =>
+    Effect.gen(function*() {
+      const third = (yield* consumeTimes("counts-down", 3))[2]!
+      expect(third).toEqual({ allowed: true, remaining: 0, retryAfterSeconds: 20 })
+      yield* TestClock.adjust("15 seconds")
+      expect(yield* consume("counts-down")).toEqual({ allowed: false, remaining: 0, retryAfterSeconds: 5 })
+      yield* TestClock.adjust("4500 millis")
+      expect((yield* consume("counts-down")).retryAfterSeconds).toBe(1)
+      yield* TestClock.adjust("500 millis")
+      expect((yield* consume("counts-down")).allowed).toBe(true)
+    }))
+
   it.effect("keeps a bucket per key", () =>
     Effect.gen(function*() {
       yield* consumeTimes("exhausted", 4)

@@ -28,7 +28,8 @@ export const HttpActivationsLive = HttpApiBuilder.group(CampaignApi, "activation
           brandId: by.brandId,
           key,
           method: request.method,
-          path: request.url.split("?")[0]!,
+          // The router serves the path with or without a trailing slash: both are one request.
+          path: request.url.split("?")[0]!.replace(/\/$/, ""),
           body: payload
         }, operation).pipe(
           Effect.tapErrorTag("IdempotencyInProgress", () => setHeaders({ "retry-after": "1" }))

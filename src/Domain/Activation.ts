@@ -32,10 +32,14 @@ export const PlannedPostDate = Schema.String.annotations(message("plannedPostAt 
     examples: ["2026-12-01"]
   })
 
+const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
+
 export const SocialUsername = Schema.String.annotations(message("socialUsername must be a string")).pipe(
   Schema.startsWith("@", message(`socialUsername must start with "@"`)),
   Schema.filter((s) => s.length >= 2, message(`socialUsername must have at least one character after "@"`)),
-  Schema.filter((s) => [...s].length <= 100, message("socialUsername must be at most 100 characters"))
+  Schema.filter((s) => [...s].length <= 100, message("socialUsername must be at most 100 characters")),
+  // A lone surrogate would be stored as U+FFFD: the record would differ from the answer.
+  Schema.filter((s) => !loneSurrogate.test(s), message("socialUsername must be valid Unicode text"))
 ).annotations({
   jsonSchema: {
     type: "string",
