@@ -56,13 +56,23 @@ const isCalendarDate = (text: string) => {
   return month >= 1 && month <= 12 && day >= 1 && day <= daysInMonth(year, month)
 }
 
+/** Unicode text without a lone surrogate: encodeURIComponent refuses exactly those. */
+const isWellFormed = (text: string): boolean => {
+  try {
+    encodeURIComponent(text)
+    return true
+  } catch {
+    return false
+  }
+}
+
 /** README's rules for the activate body, written independently of src/. */
 const isValidBody = (value: unknown): boolean => {
   if (typeof value !== "object" || value === null || Array.isArray(value)) return false
   if (!Object.keys(value).every((key) => key === "socialUsername" || key === "plannedPostAt")) return false
   const { plannedPostAt, socialUsername } = value as Record<string, unknown>
   return typeof socialUsername === "string" && socialUsername.startsWith("@") && socialUsername.length >= 2 &&
-    [...socialUsername].length <= 100 &&
+    [...socialUsername].length <= 100 && isWellFormed(socialUsername) &&
     (plannedPostAt === undefined || plannedPostAt === null ||
       (typeof plannedPostAt === "string" && isCalendarDate(plannedPostAt)))
 }
