@@ -34,7 +34,7 @@ const routes = [
   ...Object.values(documentRoutes).map((path) => ({ method: "GET", path }))
 ].map((route) => ({ ...route, pattern: new RegExp(`^${route.path.replace(/:[^/]+/g, "[^/]+")}/?$`) }))
 
-export const allowedMethods = (path: string): ReadonlyArray<string> =>
+const allowedMethods = (path: string): ReadonlyArray<string> =>
   routes.filter((route) => route.pattern.test(path)).map((route) => route.method)
 
 const routeOf = (path: string): string => routes.find((route) => route.pattern.test(path))?.path ?? "(unknown)"
@@ -61,7 +61,7 @@ const routeNotFound = Effect.gen(function*() {
 type Issue = HttpApiError.HttpApiDecodeError["issues"][number]
 
 /** One sentence naming the field, from the first schema issue. */
-export const describeIssue = (issue: Issue | undefined): string => {
+const describeIssue = (issue: Issue | undefined): string => {
   if (issue === undefined) return "The request is invalid."
   const field = issue.path.map(String).join(".")
   if (field === "") return "The request body must be a JSON object."

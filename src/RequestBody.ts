@@ -1,5 +1,8 @@
 import { Context } from "effect"
 
+/** Bodies above this are refused with 413 (CONTRACT.md). */
+export const maxBodyBytes = 16 * 1024
+
 /**
  * The request body as the server read it before the app ran: at most the size limit
  * is ever held in memory, and a body that does not arrive in time is given up on.

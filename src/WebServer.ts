@@ -3,8 +3,7 @@ import { BunHttpServer } from "@effect/platform-bun"
 import { Context, Deferred, Duration, Effect, Layer, Runtime } from "effect"
 import { ServerConfig } from "./Config.ts"
 import { errorResponse, ServiceUnavailable } from "./Domain/Errors.ts"
-import { maxBodyBytes } from "./Middleware/Http.ts"
-import { emptyBody, readBody, RequestBody } from "./RequestBody.ts"
+import { emptyBody, maxBodyBytes, readBody, RequestBody } from "./RequestBody.ts"
 import { isSaneRequestId } from "./RequestLog.ts"
 
 /** How long in-flight requests may take to finish after SIGTERM before their connections are closed. */

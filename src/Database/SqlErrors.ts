@@ -1,7 +1,7 @@
 import { SqlError } from "@effect/sql/SqlError"
 
 /** The SQLite result code behind a failure (`SQLITE_BUSY`, `SQLITE_IOERR_WRITE`, ...), if it is one. */
-export const sqliteCode = (u: unknown): string | undefined =>
+const sqliteCode = (u: unknown): string | undefined =>
   u instanceof SqlError && typeof u.cause === "object" && u.cause !== null && "code" in u.cause
     ? String(u.cause.code)
     : undefined

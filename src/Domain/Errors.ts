@@ -62,7 +62,7 @@ export const wireCodes = {
   ServiceUnavailable: [503, "SERVICE_UNAVAILABLE"]
 } as const satisfies { readonly [K in ApiError["_tag"]]: readonly [number, string] }
 
-export const envelopeOf = (error: ApiError) => ({
+const envelopeOf = (error: ApiError) => ({
   ok: false as const,
   code: wireCodes[error._tag][1],
   message: error.message

@@ -12,7 +12,7 @@ import {
 } from "../Domain/Errors.ts"
 import { parseIdempotencyKey } from "../Domain/IdempotencyKey.ts"
 import { RateLimit } from "../RateLimit.ts"
-import { RequestBody } from "../RequestBody.ts"
+import { maxBodyBytes, RequestBody } from "../RequestBody.ts"
 import { requestIdentity } from "../RequestLog.ts"
 import {
   Authentication,
@@ -22,8 +22,6 @@ import {
   RequireIdempotencyKey
 } from "./Api.ts"
 
-/** Bodies above this are refused with 413 (CONTRACT.md). */
-export const maxBodyBytes = 16 * 1024
 
 /** Headers for whatever response this request ends in, an error envelope included. */
 export const setHeaders = (headers: Record<string, string>) =>
