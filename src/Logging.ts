@@ -1,5 +1,6 @@
 import { Effect, Layer, Logger } from "effect"
 import { LogLevelConfig } from "./Config.ts"
+import { withAccessLogFields } from "./RequestLog.ts"
 
 /**
  * Logs go to stderr, so stdout carries only what a command prints (`keys create --json`
@@ -10,7 +11,9 @@ export const LoggingLive = Layer.unwrapEffect(
     Layer.mergeAll(
       Logger.replace(
         Logger.defaultLogger,
-        process.stderr.isTTY ? Logger.prettyLogger({ stderr: true }) : Logger.withConsoleError(Logger.jsonLogger)
+        withAccessLogFields(
+          process.stderr.isTTY ? Logger.prettyLogger({ stderr: true }) : Logger.withConsoleError(Logger.jsonLogger)
+        )
       ),
       Logger.minimumLogLevel(level)
     ))

@@ -1,5 +1,5 @@
 import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Clock, Effect } from "effect"
+import { Clock, Effect, HashMap, Logger } from "effect"
 import type { ApiKeyIdentity } from "./Domain/ApiKey.ts"
 
 /**
@@ -14,6 +14,24 @@ const saneRequestId = /^[A-Za-z0-9._:@+=\/-]{1,128}$/
 export const isSaneRequestId = (header: string | null | undefined): header is string =>
   typeof header === "string" && saneRequestId.test(header)
 
+/**
+ * One access-log line's fields, logged as the message and lifted into annotations by the
+ * logger (`withAccessLogFields`). `Effect.annotateLogs` would copy the fiber's locals twice
+ * per request, whether or not the line is written at the configured level.
+ */
+class AccessLogEntry {
+  constructor(readonly fields: Readonly<Record<string, string | number | null>>) {}
+}
+
+/** Writes an access-log entry as the message "request" with its fields as annotations. */
+export const withAccessLogFields = <Output>(logger: Logger.Logger<unknown, Output>) =>
+  Logger.mapInputOptions(logger, (options) => {
+    const [entry] = options.message as ReadonlyArray<unknown>
+    if (!(entry instanceof AccessLogEntry)) return options
+    let annotations = options.annotations
+    for (const [key, value] of Object.entries(entry.fields)) annotations = HashMap.set(annotations, key, value)
+    return { ...options, message: ["request"], annotations }
+  })
 
 /**
  * Gives every request an `X-Request-Id` that all its log lines carry, and writes one
@@ -31,17 +49,18 @@ export const withRequestLog = <E, R>(
     const started = yield* Clock.currentTimeNanos
     return yield* app.pipe(
       Effect.tap((response) =>
-        Effect.gen(function*() {
+        Effect.flatMap(Clock.currentTimeNanos, (now) => {
           const identity = requestIdentity.get(request)
-          const path = request.url.split("?")[0]!
-          yield* Effect.logInfo("request").pipe(Effect.annotateLogs({
-            method: request.method,
-            route: route(path),
-            status: response.status,
-            durationMs: Math.round(Number((yield* Clock.currentTimeNanos) - started) / 1e3) / 1e3,
-            keyId: identity?.keyId ?? null,
-            brandId: identity?.brandId ?? null
-          }))
+          return Effect.logInfo(
+            new AccessLogEntry({
+              method: request.method,
+              route: route(request.url.split("?")[0]!),
+              status: response.status,
+              durationMs: Math.round(Number(now - started) / 1e3) / 1e3,
+              keyId: identity?.keyId ?? null,
+              brandId: identity?.brandId ?? null
+            })
+          )
         })
       ),
       Effect.map((response) => HttpServerResponse.setHeader(response, "x-request-id", requestId)),
