@@ -54,6 +54,11 @@ class LostRace {
   readonly _tag = "LostRace"
 }
 
+const isLostRace = (e: unknown): e is LostRace => e instanceof LostRace
+
+/** Lost races in a row before giving up: each means another writer stored the key first. */
+const maxLostRaces = 3
+
 export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
   /**
    * Runs `operation` once per (brand, key): the first request runs it and stores its
@@ -88,13 +93,12 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
           ? Effect.succeed(toResponse({ status: stored.statusCode, body: stored.responseBody }, true))
           : Effect.fail(conflict)
 
+      // The operation's writes and its stored response commit together, or neither does.
       const attempt = <E>(request: IdempotentRequest, fingerprint: string, operation: Effect.Effect<StoredResponse, E>) =>
         Effect.gen(function*() {
-          const now = yield* Clock.currentTimeMillis
-          const existing = yield* repo.claim(request.brandId, request.key, now)
-          if (Option.isSome(existing)) return yield* replayOrConflict(existing.value, fingerprint)
           const response = yield* operation
-          const row: IdempotencyRow = {
+          const now = yield* Clock.currentTimeMillis
+          const stored = yield* repo.insert({
             brandId: request.brandId,
             key: request.key,
             fingerprint,
@@ -103,19 +107,16 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
             responseBody: response.body,
             createdAt: now,
             expiresAt: now + ttlMillis
-          }
-          if (!(yield* repo.insert(row))) return yield* Effect.fail(new LostRace())
+          })
+          if (!stored) return yield* Effect.fail(new LostRace())
           return toResponse(response, false)
-        }).pipe(
-          groupCommit.transaction,
-          Effect.retry({ while: (e) => e instanceof LostRace, times: 3 }),
-          Effect.catchIf((e): e is LostRace => e instanceof LostRace, () => Effect.die("idempotency insert kept losing races"))
-        )
+        }).pipe(groupCommit.transaction)
 
       const runOnce = <E>(
         request: IdempotentRequest,
         fingerprint: string,
-        operation: Effect.Effect<StoredResponse, E>
+        operation: Effect.Effect<StoredResponse, E>,
+        lostRaces = 0
       ): Effect.Effect<HttpServerResponse.HttpServerResponse, E | IdempotencyConflict | IdempotencyInProgress> =>
         Effect.suspend(() => {
           const slot = `${request.brandId}\n${request.key}`
@@ -123,7 +124,7 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
           if (original !== undefined) {
             return Deferred.await(original).pipe(
               Effect.timeoutFail({ duration: inProgressBound, onTimeout: () => inProgress }),
-              Effect.zipRight(runOnce(request, fingerprint, operation))
+              Effect.zipRight(runOnce(request, fingerprint, operation, lostRaces))
             )
           }
           const lookup = Effect.flatMap(Clock.currentTimeMillis, (now) => repo.find(request.brandId, request.key, now))
@@ -132,14 +133,19 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
             onSome: (stored) => replayOrConflict(stored, fingerprint),
             onNone: () =>
               Effect.suspend(() => {
-                if (inFlight.has(slot)) return runOnce(request, fingerprint, operation)
+                if (inFlight.has(slot)) return runOnce(request, fingerprint, operation, lostRaces)
                 const done = Deferred.unsafeMake<void>(FiberId.none)
                 inFlight.set(slot, done)
                 return attempt(request, fingerprint, operation).pipe(
                   Effect.ensuring(Effect.suspend(() => {
                     inFlight.delete(slot)
                     return Deferred.succeed(done, undefined)
-                  }))
+                  })),
+                  // Rolled back: answer from what the other writer stored, as a replay or a conflict.
+                  Effect.catchIf(isLostRace, () =>
+                    lostRaces + 1 < maxLostRaces
+                      ? runOnce(request, fingerprint, operation, lostRaces + 1)
+                      : Effect.die("idempotency insert kept losing races"))
                 )
               })
           }))

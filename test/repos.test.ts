@@ -10,7 +10,7 @@ import { GroupCommit } from "../src/Database/GroupCommit.ts"
 import { SqlLive } from "../src/Database/Sql.ts"
 import type { Activation } from "../src/Domain/Activation.ts"
 import { IdempotencyConflict, IdempotencyInProgress } from "../src/Domain/Errors.ts"
-import { Idempotency, type IdempotentRequest, type StoredResponse } from "../src/Idempotency.ts"
+import { fingerprintOf, Idempotency, type IdempotentRequest, type StoredResponse } from "../src/Idempotency.ts"
 import { IdempotencyRepo, type IdempotencyRow } from "../src/Idempotency/IdempotencyRepo.ts"
 import { tempDatabase } from "./support/server.ts"
 import { makeTestLayer } from "./support/testLayer.ts"
@@ -170,12 +170,12 @@ const idempotencyEntry = (overrides: Partial<IdempotencyRow> = {}): IdempotencyR
 const IdempotencyRepoOnFreshFile = () => IdempotencyRepo.Live.pipe(Layer.provide(SqlLiveAt(tempDatabase())))
 
 layer(IdempotencyRepoOnFreshFile())("IdempotencyRepo", (it) => {
-  it.effect("insert then claim returns the entry", () =>
+  it.effect("insert then find returns the entry", () =>
     Effect.gen(function*() {
       const repo = yield* IdempotencyRepo
       const entry = idempotencyEntry({ resourceId: null, statusCode: 201 })
       expect(yield* repo.insert(entry)).toBe(true)
-      expect(yield* repo.claim(entry.brandId, entry.key, 1_500_000)).toEqual(Option.some(entry))
+      expect(yield* repo.find(entry.brandId, entry.key, 1_500_000)).toEqual(Option.some(entry))
     }))
 
   it.effect("a second insert of the same brand and key reports false and keeps the first", () =>
@@ -184,7 +184,7 @@ layer(IdempotencyRepoOnFreshFile())("IdempotencyRepo", (it) => {
       const first = idempotencyEntry()
       yield* repo.insert(first)
       expect(yield* repo.insert({ ...first, fingerprint: "e".repeat(64), responseBody: "{}" })).toBe(false)
-      expect(yield* repo.claim(first.brandId, first.key, 1_500_000)).toEqual(Option.some(first))
+      expect(yield* repo.find(first.brandId, first.key, 1_500_000)).toEqual(Option.some(first))
     }))
 
   it.effect("the same key under another brand is independent", () =>
@@ -194,19 +194,30 @@ layer(IdempotencyRepoOnFreshFile())("IdempotencyRepo", (it) => {
       const theirs = { ...ours, brandId: otherBrandId, fingerprint: "e".repeat(64) }
       expect(yield* repo.insert(ours)).toBe(true)
       expect(yield* repo.insert(theirs)).toBe(true)
-      expect(yield* repo.claim(brandId, ours.key, 1_500_000)).toEqual(Option.some(ours))
-      expect(yield* repo.claim(otherBrandId, ours.key, 1_500_000)).toEqual(Option.some(theirs))
+      expect(yield* repo.find(brandId, ours.key, 1_500_000)).toEqual(Option.some(ours))
+      expect(yield* repo.find(otherBrandId, ours.key, 1_500_000)).toEqual(Option.some(theirs))
     }))
 
-  it.effect("claim after expiry returns none and deletes the entry, so the key can be used again", () =>
+  it.effect("find after expiry returns none, and an insert replaces the expired entry", () =>
     Effect.gen(function*() {
       const repo = yield* IdempotencyRepo
       const entry = idempotencyEntry()
       yield* repo.insert(entry)
-      expect(Option.isSome(yield* repo.claim(entry.brandId, entry.key, entry.expiresAt - 1))).toBe(true)
-      expect(yield* repo.claim(entry.brandId, entry.key, entry.expiresAt + 1)).toEqual(Option.none())
-      expect(yield* repo.claim(entry.brandId, entry.key, entry.createdAt)).toEqual(Option.none())
-      expect(yield* repo.insert({ ...entry, createdAt: 3_000_000, expiresAt: 4_000_000 })).toBe(true)
+      expect(Option.isSome(yield* repo.find(entry.brandId, entry.key, entry.expiresAt - 1))).toBe(true)
+      expect(yield* repo.find(entry.brandId, entry.key, entry.expiresAt)).toEqual(Option.none())
+      const next = { ...entry, fingerprint: "e".repeat(64), createdAt: entry.expiresAt, expiresAt: 4_000_000 }
+      expect(yield* repo.insert(next)).toBe(true)
+      expect(yield* repo.find(entry.brandId, entry.key, entry.expiresAt)).toEqual(Option.some(next))
+    }))
+
+  it.effect("an insert over a live entry reports false and changes nothing, up to the last millisecond", () =>
+    Effect.gen(function*() {
+      const repo = yield* IdempotencyRepo
+      const entry = idempotencyEntry()
+      yield* repo.insert(entry)
+      const early = { ...entry, fingerprint: "e".repeat(64), createdAt: entry.expiresAt - 1, expiresAt: 9_000_000 }
+      expect(yield* repo.insert(early)).toBe(false)
+      expect(yield* repo.find(entry.brandId, entry.key, entry.expiresAt - 1)).toEqual(Option.some(entry))
     }))
 })
 
@@ -219,9 +230,9 @@ layer(IdempotencyRepoOnFreshFile())("IdempotencyRepo.purgeExpired", (it) => {
       yield* Effect.forEach([...expired, live], repo.insert)
       expect(yield* repo.purgeExpired(2_500_000)).toBe(2)
       expect(yield* repo.purgeExpired(2_500_000)).toBe(0)
-      expect(yield* repo.claim(live.brandId, live.key, 0)).toEqual(Option.some(live))
+      expect(yield* repo.find(live.brandId, live.key, 0)).toEqual(Option.some(live))
       for (const entry of expired) {
-        expect(yield* repo.claim(entry.brandId, entry.key, 0)).toEqual(Option.none())
+        expect(yield* repo.find(entry.brandId, entry.key, 0)).toEqual(Option.none())
       }
     }))
 })
@@ -237,29 +248,29 @@ const IdempotencyOnFreshFile = Idempotency.Live.pipe(
 
 class DownstreamFailure extends Data.TaggedError("DownstreamFailure") {}
 
+const request = (): IdempotentRequest => ({
+  brandId,
+  key: unique("order-"),
+  method: "POST",
+  path: "/v1/creators/9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d/campaigns/1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f/activate",
+  body: { socialUsername: "@jane", plannedPostAt: "2026-06-01" }
+})
+
+const created = (body: unknown): StoredResponse => ({ status: 201, body: JSON.stringify(body), resourceId: null })
+
+const bodyOf = (response: HttpServerResponse.HttpServerResponse) =>
+  Effect.promise(() => HttpServerResponse.toWeb(response).text())
+
+const isReplay = (response: HttpServerResponse.HttpServerResponse) =>
+  response.headers["idempotent-replayed"] === "true"
+
 layer(IdempotencyOnFreshFile)("Idempotency on SQLite", (it) => {
-  const request = (): IdempotentRequest => ({
-    brandId,
-    key: unique("order-"),
-    method: "POST",
-    path: "/v1/creators/9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d/campaigns/1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f/activate",
-    body: { socialUsername: "@jane", plannedPostAt: "2026-06-01" }
-  })
-
-  const created = (body: unknown): StoredResponse => ({ status: 201, body: JSON.stringify(body), resourceId: null })
-
   /** An operation that counts its runs and answers with the run number. */
   const countedOperation = Effect.gen(function*() {
     const runs = yield* Ref.make(0)
     const operation = Ref.updateAndGet(runs, (n) => n + 1).pipe(Effect.map((run) => created({ ok: true, run })))
     return { runs, operation }
   })
-
-  const bodyOf = (response: HttpServerResponse.HttpServerResponse) =>
-    Effect.promise(() => HttpServerResponse.toWeb(response).text())
-
-  const isReplay = (response: HttpServerResponse.HttpServerResponse) =>
-    response.headers["idempotent-replayed"] === "true"
 
   it.effect("stores the first response and replays it, marked, for the same request", () =>
     Effect.gen(function*() {
@@ -359,5 +370,67 @@ layer(IdempotencyOnFreshFile)("Idempotency on SQLite", (it) => {
       yield* idempotency.run(first, insert)
       expect(yield* activations.findById(activation.id)).toEqual(Option.some(activation))
       expect(isReplay(yield* idempotency.run(first, insert))).toBe(true)
+    }))
+})
+
+/** Another instance stores the same key between this one's read and its write: the read misses it once. */
+const racedKeys = new Set<string>()
+
+const IdempotencyRepoRaced = Layer.effect(
+  IdempotencyRepo,
+  Effect.map(IdempotencyRepo, (repo) => ({
+    ...repo,
+    find: (brandId: string, key: string, now: number) =>
+      racedKeys.delete(key) ? Effect.succeed(Option.none()) : repo.find(brandId, key, now)
+  }))
+).pipe(Layer.provide(IdempotencyRepo.Live))
+
+const IdempotencyRacedOnFreshFile = Idempotency.Live.pipe(
+  Layer.provideMerge(Layer.merge(IdempotencyRepoRaced, GroupCommit.Live)),
+  Layer.provideMerge(ActivationsRepo.Live),
+  Layer.provideMerge(SqlLiveAt(tempDatabase())),
+  Layer.provide(AppConfigTest)
+)
+
+layer(IdempotencyRacedOnFreshFile)("Idempotency against another instance's write", (it) => {
+  const storedByTheOther = (request: IdempotentRequest, body: string) =>
+    Effect.flatMap(IdempotencyRepo, (repo) =>
+      repo.insert({
+        brandId: request.brandId,
+        key: request.key,
+        fingerprint: fingerprintOf(request),
+        resourceId: null,
+        statusCode: 201,
+        responseBody: body,
+        createdAt: 0,
+        expiresAt: Duration.toMillis("24 hours")
+      }))
+
+  it.effect("losing the race rolls back this request's writes and replays the other's response", () =>
+    Effect.gen(function*() {
+      const idempotency = yield* Idempotency
+      const activations = yield* ActivationsRepo
+      const first = request()
+      expect(yield* storedByTheOther(first, "{\"ok\":true,\"by\":\"the other\"}")).toBe(true)
+      racedKeys.add(first.key)
+      const activation = activationRecord()
+      const ours = activations.insert(activation, owner).pipe(Effect.as(created({ ok: true, by: "this one" })))
+      const response = yield* idempotency.run(first, ours)
+      expect(isReplay(response)).toBe(true)
+      expect(yield* bodyOf(response)).toBe("{\"ok\":true,\"by\":\"the other\"}")
+      expect(yield* activations.findById(activation.id)).toEqual(Option.none())
+    }))
+
+  it.effect("losing the race to a different request is a conflict, and nothing of this one is kept", () =>
+    Effect.gen(function*() {
+      const idempotency = yield* Idempotency
+      const activations = yield* ActivationsRepo
+      const first = request()
+      yield* storedByTheOther({ ...first, body: { socialUsername: "@other" } }, "{}")
+      racedKeys.add(first.key)
+      const activation = activationRecord()
+      const ours = activations.insert(activation, owner).pipe(Effect.as(created({ ok: true })))
+      expect(yield* Effect.flip(idempotency.run(first, ours))).toBeInstanceOf(IdempotencyConflict)
+      expect(yield* activations.findById(activation.id)).toEqual(Option.none())
     }))
 })

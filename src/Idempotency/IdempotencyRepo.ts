@@ -35,11 +35,15 @@ const fromStored = (brandId: string, key: string, row: Stored): IdempotencyRow =
 
 /** Stored responses by (brand, Idempotency-Key). SQL errors are defects. */
 export class IdempotencyRepo extends Context.Tag("Idempotency/IdempotencyRepo")<IdempotencyRepo, {
-  /** A live (unexpired) entry, read in a transaction of its own so it sees only committed writes. */
+  /**
+   * The live (unexpired) entry, if any. Outside a transaction it sees only committed entries:
+   * a statement waits while another fiber's transaction holds the connection.
+   */
   readonly find: (brandId: string, key: string, now: number) => Effect.Effect<Option.Option<IdempotencyRow>>
-  /** A live (unexpired) entry, inside the caller's write transaction; an expired one of the same key is deleted. */
-  readonly claim: (brandId: string, key: string, now: number) => Effect.Effect<Option.Option<IdempotencyRow>>
-  /** False when another writer stored the same key first (possible once several instances share a database). */
+  /**
+   * Stores the entry, replacing an expired one of the same brand and key; false when a live
+   * one is there (another instance stored it first), which is left as it was.
+   */
   readonly insert: (row: IdempotencyRow) => Effect.Effect<boolean>
   readonly purgeExpired: (now: number) => Effect.Effect<number>
 }>() {
@@ -47,30 +51,27 @@ export class IdempotencyRepo extends Context.Tag("Idempotency/IdempotencyRepo")<
     IdempotencyRepo,
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
-      const select = (brandId: string, key: string, now: number) =>
-        sql<Stored>`
-          SELECT fingerprint, resource_id, status_code, response_body, created_at, expires_at
-          FROM idempotency_keys
-          WHERE brand_id = ${brandId} AND idempotency_key = ${key} AND expires_at > ${now}`.pipe(
-          Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), (row) => fromStored(brandId, key, row)))
-        )
       return {
         find: (brandId, key, now) =>
-          select(brandId, key, now).pipe(sql.withTransaction, Effect.orDie, span("IdempotencyRepo.find")),
-        claim: (brandId, key, now) =>
-          Effect.gen(function*() {
-            // A write first: inside a transaction it takes the write lock at once, so a
-            // concurrent writer in another process cannot turn this read into SQLITE_BUSY later.
-            yield* sql`DELETE FROM idempotency_keys
-                       WHERE brand_id = ${brandId} AND idempotency_key = ${key} AND expires_at <= ${now}`
-            return yield* select(brandId, key, now)
-          }).pipe(Effect.orDie, span("IdempotencyRepo.claim")),
+          sql<Stored>`
+            SELECT fingerprint, resource_id, status_code, response_body, created_at, expires_at
+            FROM idempotency_keys
+            WHERE brand_id = ${brandId} AND idempotency_key = ${key} AND expires_at > ${now}`.pipe(
+            Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), (row) => fromStored(brandId, key, row))),
+            Effect.orDie,
+            span("IdempotencyRepo.find")
+          ),
+        // One statement: a write takes the write lock at once, and an expired entry is replaced in place.
         insert: (row) =>
           sql`INSERT INTO idempotency_keys
                 (brand_id, idempotency_key, fingerprint, resource_id, status_code, response_body, created_at, expires_at)
               VALUES (${row.brandId}, ${row.key}, ${row.fingerprint}, ${row.resourceId}, ${row.statusCode},
                       ${row.responseBody}, ${row.createdAt}, ${row.expiresAt})
-              ON CONFLICT (brand_id, idempotency_key) DO NOTHING
+              ON CONFLICT (brand_id, idempotency_key) DO UPDATE SET
+                fingerprint = excluded.fingerprint, resource_id = excluded.resource_id,
+                status_code = excluded.status_code, response_body = excluded.response_body,
+                created_at = excluded.created_at, expires_at = excluded.expires_at
+              WHERE idempotency_keys.expires_at <= excluded.created_at
               RETURNING brand_id`.pipe(
             Effect.map((rows) => rows.length === 1),
             Effect.orDie,
