@@ -16,34 +16,46 @@ export const RequestBody = Context.GenericTag<"RequestBody", RequestBody>("Reque
 
 export const emptyBody: RequestBody = { _tag: "Read", bytes: new Uint8Array(0) }
 
-export const readBody = async (request: Request, limit: number, timeoutMs: number): Promise<RequestBody> => {
-  const declared = request.headers.get("content-length")
-  if (declared !== null && Number(declared) > limit) return { _tag: "TooLarge" }
-  if (request.body === null) return emptyBody
-  const reader = request.body.getReader()
+const tooLarge: RequestBody = { _tag: "TooLarge" }
+const incomplete: RequestBody = { _tag: "Incomplete" }
+
+/** A chunked body, read chunk by chunk and given up on past the limit. */
+const readChunked = async (body: ReadableStream<Uint8Array<ArrayBuffer>>, limit: number): Promise<RequestBody> => {
+  const reader = body.getReader()
   const chunks: Array<Uint8Array<ArrayBuffer>> = []
   let size = 0
-  let timedOut = false
-  const timer = setTimeout(() => {
-    timedOut = true
-    void reader.cancel().catch(() => {})
-  }, timeoutMs)
-  try {
-    for (;;) {
-      const { done, value } = await reader.read()
-      if (timedOut) return { _tag: "Incomplete" }
-      if (done) break
-      size += value.byteLength
-      if (size > limit) {
-        void reader.cancel().catch(() => {})
-        return { _tag: "TooLarge" }
-      }
-      chunks.push(value)
+  for (;;) {
+    const { done, value } = await reader.read()
+    if (done) break
+    size += value.byteLength
+    if (size > limit) {
+      void reader.cancel().catch(() => {})
+      return tooLarge
     }
-  } catch {
-    return { _tag: "Incomplete" }
+    chunks.push(value)
+  }
+  return { _tag: "Read", bytes: chunks.length === 1 ? chunks[0]! : new Uint8Array(Buffer.concat(chunks)) }
+}
+
+export const readBody = async (request: Request, limit: number, timeoutMs: number): Promise<RequestBody> => {
+  const declared = request.headers.get("content-length")
+  if (declared !== null && Number(declared) > limit) return tooLarge
+  if (request.body === null) return emptyBody
+  let timer: Timer | undefined
+  const timedOut = new Promise<RequestBody>((resolve) => {
+    timer = setTimeout(() => {
+      void request.body?.cancel().catch(() => {})
+      resolve(incomplete)
+    }, timeoutMs)
+  })
+  // A declared length within the limit bounds what can arrive: Bun reads it whole, natively,
+  // at a third of the CPU time of reading the stream chunk by chunk.
+  const read = declared !== null && /^\d+$/.test(declared)
+    ? request.arrayBuffer().then((buffer): RequestBody => ({ _tag: "Read", bytes: new Uint8Array(buffer) }))
+    : readChunked(request.body, limit)
+  try {
+    return await Promise.race([read.catch(() => incomplete), timedOut])
   } finally {
     clearTimeout(timer)
   }
-  return { _tag: "Read", bytes: chunks.length === 1 ? chunks[0]! : new Uint8Array(Buffer.concat(chunks)) }
 }
