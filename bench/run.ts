@@ -1,7 +1,7 @@
 /**
  * The benchmark (issue 4): the real service against a framework-free baseline on the same machine.
  *
- *   bun bench/run.ts                      # BENCH_DURATION=10 (seconds per measured run), BENCH_WARMUP=3
+ *   bun bench/run.ts                      # BENCH_DURATION=10 (seconds per measured run), BENCH_WARMUP=15
  *
  * Each server runs on its own temporary database (prepared by the service's `keys create`), pinned
  * to CPU 1; wrk is pinned to CPU 0. For every scenario and server: a warm-up run, then a measured
@@ -39,7 +39,12 @@ const envSeconds = (name: string, fallback: number): number => {
 }
 
 const durationSeconds = envSeconds("BENCH_DURATION", 10)
-const warmupSeconds = envSeconds("BENCH_WARMUP", 3)
+/**
+ * JavaScriptCore keeps compiling the service's hot paths for many seconds under load (`perf`
+ * showed its JIT thread taking a fifth of the server's core 4 s in, next to nothing after 18 s),
+ * so a short warm-up measures the compiler as much as the service.
+ */
+const warmupSeconds = envSeconds("BENCH_WARMUP", 15)
 const connections = 50
 /** wrk has one core to itself: one thread drives all connections. */
 const wrkThreads = 1
