@@ -1,7 +1,7 @@
 import { HttpServerResponse } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
-import { ConfigProvider, Data, Deferred, Duration, Effect, Fiber, Layer, Option, Ref, TestClock } from "effect"
+import { Cause, ConfigProvider, Data, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Ref, TestClock } from "effect"
 import { chmodSync, statSync, writeFileSync } from "node:fs"
 import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
 import { ApiKeysRepo, type ApiKeyRow } from "../src/ApiKeys/ApiKeysRepo.ts"
@@ -432,5 +432,54 @@ layer(IdempotencyRacedOnFreshFile)("Idempotency against another instance's write
       const ours = activations.insert(activation, owner).pipe(Effect.as(created({ ok: true })))
       expect(yield* Effect.flip(idempotency.run(first, ours))).toBeInstanceOf(IdempotencyConflict)
       expect(yield* activations.findById(activation.id)).toEqual(Option.none())
+    }))
+})
+
+const GroupCommitOnFreshFile = Layer.merge(GroupCommit.Live, ActivationsRepo.Live).pipe(
+  Layer.provideMerge(SqlLiveAt(tempDatabase()))
+)
+
+layer(GroupCommitOnFreshFile)("GroupCommit", (it) => {
+  /** Five transactions started together, so they share a batch; the third fails after its write. */
+  const fiveTogether = (third: (activation: Activation) => Effect.Effect<Activation, DownstreamFailure>) =>
+    Effect.gen(function*() {
+      const groupCommit = yield* GroupCommit
+      const activations = yield* ActivationsRepo
+      const records = Array.from({ length: 5 }, () => activationRecord({ id: uuidOf(++sequence) }))
+      const outcomes = yield* Effect.all(
+        records.map((activation, i) =>
+          activations.insert(activation, owner).pipe(
+            Effect.zipRight(i === 2 ? third(activation) : Effect.succeed(activation)),
+            groupCommit.transaction,
+            Effect.exit
+          )
+        ),
+        { concurrency: "unbounded" }
+      )
+      const stored = yield* Effect.forEach(records, (activation) => activations.findById(activation.id))
+      return { records, outcomes, stored }
+    })
+
+  it.effect("a failing piece of work undoes only its own writes; the others in its batch are kept", () =>
+    Effect.gen(function*() {
+      const { outcomes, records, stored } = yield* fiveTogether(() => Effect.fail(new DownstreamFailure()))
+      expect(outcomes.map(Exit.isSuccess)).toEqual([true, true, false, true, true])
+      expect(outcomes[2]).toEqual(Exit.fail(new DownstreamFailure()))
+      expect(stored).toEqual(records.map((record, i) => i === 2 ? Option.none() : Option.some(record)))
+    }))
+
+  it.effect("a defect in one piece of work rolls back the whole batch, and every piece of it dies", () =>
+    Effect.gen(function*() {
+      const { outcomes, stored } = yield* fiveTogether(() => Effect.die("a bug"))
+      expect(outcomes.every(Exit.isFailure)).toBe(true)
+      expect(outcomes.every((exit) => Exit.isFailure(exit) && Cause.isDie(exit.cause))).toBe(true)
+      expect(stored.every(Option.isNone)).toBe(true)
+    }))
+
+  it.effect("with nothing failing, every piece of work is answered and kept", () =>
+    Effect.gen(function*() {
+      const { outcomes, records, stored } = yield* fiveTogether(Effect.succeed)
+      expect(outcomes).toEqual(records.map(Exit.succeed))
+      expect(stored).toEqual(records.map(Option.some))
     }))
 })
