@@ -1,0 +1,92 @@
+/**
+ * The service's request handling without the network: starts the real server layers in this
+ * process, takes the `fetch` function they hand to `Bun.serve`, and calls it with 50 requests in
+ * flight at a time. Per-request CPU time, steadier than wrk for comparing one change (BENCHMARKS.md
+ * cites it as "in-process"). Pin it to one core:
+ *
+ *   taskset -c 1 bun bench/inprocess.ts whoami|fresh|replay [requests per round]   # ROUNDS=6
+ */
+import { BunContext } from "@effect/platform-bun"
+import { Effect, Layer, Option } from "effect"
+import { mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+
+const scenario = process.argv[2] ?? "whoami"
+if (!["whoami", "fresh", "replay"].includes(scenario)) throw new Error(`unknown scenario ${scenario}`)
+const perRound = Number(process.argv[3] ?? 10_000)
+const rounds = Number(process.env["ROUNDS"] ?? 6)
+const connections = 50
+
+process.env["DATABASE_URL"] = join(mkdtempSync(join(tmpdir(), "campaign-api-inprocess-")), "db.sqlite")
+process.env["PORT"] = "0"
+process.env["LOG_LEVEL"] ??= "warn"
+process.env["RATE_LIMIT_MAX"] = "1000000000"
+// Imported after the environment is set: the layers read it when they are built.
+const { ApiKeys } = await import("../src/ApiKeys.ts")
+const { KeysLive } = await import("../src/Cli.ts")
+const { LoggingLive } = await import("../src/Logging.ts")
+const { HttpLive } = await import("../src/Server.ts")
+
+const { apiKey } = await Effect.runPromise(
+  Effect.flatMap(ApiKeys, (keys) =>
+    keys.create({
+      brandId: "3f1c2b9e-8a4d-4c1e-9f0a-2b3c4d5e6f70" as never,
+      scopes: ["campaigns:write"],
+      name: Option.none(),
+      expiresIn: Option.none()
+    })).pipe(Effect.provide(KeysLive), Effect.provide(BunContext.layer))
+)
+
+type Fetch = (request: Request) => Promise<Response>
+let handle: Fetch | undefined
+const serve = Bun.serve
+Bun.serve = ((options: { fetch: Fetch }) => {
+  handle = options.fetch
+  return serve(options as never)
+}) as typeof Bun.serve
+Effect.runFork(Layer.launch(HttpLive).pipe(Effect.provide(Layer.mergeAll(BunContext.layer, LoggingLive))))
+while (handle === undefined) await Bun.sleep(10)
+const fetch = handle
+
+const activatePath =
+  "/v1/creators/11111111-1111-4111-8111-111111111111/campaigns/22222222-2222-4222-8222-222222222222/activate"
+let sequence = 0
+const request = () =>
+  scenario === "whoami"
+    ? new Request("http://localhost/v1/whoami", { headers: { authorization: `Bearer ${apiKey}` } })
+    : new Request(`http://localhost${activatePath}`, {
+      method: "POST",
+      headers: {
+        authorization: `Bearer ${apiKey}`,
+        "content-type": "application/json",
+        "idempotency-key": scenario === "replay" ? "replayed" : `fresh-${++sequence}`
+      },
+      body: JSON.stringify({ socialUsername: "@bench", plannedPostAt: "2026-12-01" })
+    })
+
+const round = async (requests: number) => {
+  let started = 0
+  let failed = 0
+  const connection = async () => {
+    while (started++ < requests) {
+      const response = await fetch(request())
+      await response.arrayBuffer()
+      if (response.status !== 200) failed++
+    }
+  }
+  const begin = performance.now()
+  await Promise.all(Array.from({ length: connections }, connection))
+  if (failed > 0) throw new Error(`${failed} responses were not 200`)
+  return ((performance.now() - begin) * 1000) / requests
+}
+
+await round(Math.min(perRound, 5_000))
+const micros: Array<number> = []
+for (let i = 0; i < rounds; i++) micros.push(await round(perRound))
+micros.sort((a, b) => a - b)
+console.log(
+  `${scenario}: min ${micros[0]!.toFixed(1)} µs, median ${micros[micros.length >> 1]!.toFixed(1)} µs per request ` +
+    `(${rounds} rounds of ${perRound}, ${connections} in flight)`
+)
+process.exit(0)
