@@ -1,5 +1,5 @@
 import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Clock, Effect, HashMap, Logger } from "effect"
+import { Clock, Effect, FiberRef, HashMap, Logger } from "effect"
 import type { ApiKeyIdentity } from "./Domain/ApiKey.ts"
 
 /**
@@ -17,7 +17,8 @@ export const isSaneRequestId = (header: string | null | undefined): header is st
 /**
  * One access-log line's fields, logged as the message and lifted into annotations by the
  * logger (`withAccessLogFields`). `Effect.annotateLogs` would copy the fiber's locals twice
- * per request, whether or not the line is written at the configured level.
+ * per request, whether or not the line is written at the configured level. With tracing on
+ * the line is annotated the usual way, for the span's own log events.
  */
 class AccessLogEntry {
   constructor(readonly fields: Readonly<Record<string, string | number | null>>) {}
@@ -32,6 +33,15 @@ export const withAccessLogFields = <Output>(logger: Logger.Logger<unknown, Outpu
     for (const [key, value] of Object.entries(entry.fields)) annotations = HashMap.set(annotations, key, value)
     return { ...options, message: ["request"], annotations }
   })
+
+type AccessLogFields = AccessLogEntry["fields"]
+
+const logAccess = (fields: AccessLogFields) =>
+  Effect.flatMap(FiberRef.get(FiberRef.currentTracerEnabled), (traced) =>
+    traced
+      // Spans record log lines as events, named by the message and with the annotations as attributes.
+      ? Effect.logInfo("request").pipe(Effect.annotateLogs(fields))
+      : Effect.logInfo(new AccessLogEntry(fields)))
 
 /**
  * Gives every request an `X-Request-Id` that all its log lines carry, and writes one
@@ -51,16 +61,14 @@ export const withRequestLog = <E, R>(
       Effect.tap((response) =>
         Effect.flatMap(Clock.currentTimeNanos, (now) => {
           const identity = requestIdentity.get(request)
-          return Effect.logInfo(
-            new AccessLogEntry({
-              method: request.method,
-              route: route(request.url.split("?")[0]!),
-              status: response.status,
-              durationMs: Math.round(Number(now - started) / 1e3) / 1e3,
-              keyId: identity?.keyId ?? null,
-              brandId: identity?.brandId ?? null
-            })
-          )
+          return logAccess({
+            method: request.method,
+            route: route(request.url.split("?")[0]!),
+            status: response.status,
+            durationMs: Math.round(Number(now - started) / 1e3) / 1e3,
+            keyId: identity?.keyId ?? null,
+            brandId: identity?.brandId ?? null
+          })
         })
       ),
       Effect.map((response) => HttpServerResponse.setHeader(response, "x-request-id", requestId)),

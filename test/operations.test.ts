@@ -232,6 +232,14 @@ describe("tracing", () => {
       }
     })
 
+    it("records the access-log line on the request's span as an event named request, with its fields", () => {
+      const events = serverSpan(whoamiId).events ?? []
+      const logged = events.filter((event) => event.name === "request")
+      expect(logged).toHaveLength(1)
+      const fields = Object.fromEntries(logged[0]!.attributes.map(({ key, value }) => [key, Object.values(value)[0]]))
+      expect(fields).toMatchObject({ requestId: whoamiId, method: "GET", route: "/v1/whoami", keyId: expect.any(String) })
+    })
+
     it("nests the request's work under its span: ApiKeys.authenticate is a child of whoami's", () => {
       const parent = serverSpan(whoamiId)
       const children = collector.spans().filter((span) => span.parentSpanId === parent.spanId)

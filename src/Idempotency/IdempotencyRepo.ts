@@ -35,10 +35,7 @@ const fromStored = (brandId: string, key: string, row: Stored): IdempotencyRow =
 
 /** Stored responses by (brand, Idempotency-Key). SQL errors are defects. */
 export class IdempotencyRepo extends Context.Tag("Idempotency/IdempotencyRepo")<IdempotencyRepo, {
-  /**
-   * The live (unexpired) entry, if any. Outside a transaction it sees only committed entries:
-   * a statement waits while another fiber's transaction holds the connection.
-   */
+  /** The live (unexpired) entry, if any, read in a transaction of its own so it sees only committed writes. */
   readonly find: (brandId: string, key: string, now: number) => Effect.Effect<Option.Option<IdempotencyRow>>
   /**
    * Stores the entry, replacing an expired one of the same brand and key; false when a live
@@ -58,6 +55,9 @@ export class IdempotencyRepo extends Context.Tag("Idempotency/IdempotencyRepo")<
             FROM idempotency_keys
             WHERE brand_id = ${brandId} AND idempotency_key = ${key} AND expires_at > ${now}`.pipe(
             Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), (row) => fromStored(brandId, key, row))),
+            // The SQLite client's lock covers taking the shared connection, not running the statement:
+            // a plain read could run inside a group-commit batch opened meanwhile and see its writes.
+            sql.withTransaction,
             Effect.orDie,
             span("IdempotencyRepo.find")
           ),

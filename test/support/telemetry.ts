@@ -21,6 +21,10 @@ export interface OtlpSpan {
   readonly parentSpanId?: string
   readonly name: string
   readonly attributes: ReadonlyArray<{ readonly key: string; readonly value: Record<string, unknown> }>
+  readonly events?: ReadonlyArray<{
+    readonly name: string
+    readonly attributes: ReadonlyArray<{ readonly key: string; readonly value: Record<string, unknown> }>
+  }>
 }
 
 export const spanAttribute = (span: OtlpSpan, key: string): unknown => {
