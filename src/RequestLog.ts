@@ -1,6 +1,7 @@
 import { HttpServerRequest, HttpServerResponse } from "@effect/platform"
-import { Clock, Effect, FiberRef, HashMap, Logger } from "effect"
+import { Clock, Effect, HashMap, Logger } from "effect"
 import type { ApiKeyIdentity } from "./Domain/ApiKey.ts"
+import { whenTracing } from "./Span.ts"
 
 /**
  * The key each request authenticated with, noted by the authentication middleware for the
@@ -34,14 +35,12 @@ export const withAccessLogFields = <Output>(logger: Logger.Logger<unknown, Outpu
     return { ...options, message: ["request"], annotations }
   })
 
-type AccessLogFields = AccessLogEntry["fields"]
-
-const logAccess = (fields: AccessLogFields) =>
-  Effect.flatMap(FiberRef.get(FiberRef.currentTracerEnabled), (traced) =>
-    traced
-      // Spans record log lines as events, named by the message and with the annotations as attributes.
-      ? Effect.logInfo("request").pipe(Effect.annotateLogs(fields))
-      : Effect.logInfo(new AccessLogEntry(fields)))
+// Spans record log lines as events, named by the message and with the annotations as attributes.
+const logAccess = (fields: AccessLogEntry["fields"]) =>
+  whenTracing(
+    () => Effect.logInfo("request").pipe(Effect.annotateLogs(fields)),
+    Effect.logInfo(new AccessLogEntry(fields))
+  )
 
 /**
  * Gives every request an `X-Request-Id` that all its log lines carry, and writes one

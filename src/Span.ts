@@ -1,11 +1,16 @@
 import { Effect, FiberRef } from "effect"
 
+/** `traced()` while tracing is on (`OTEL_EXPORTER_OTLP_ENDPOINT` set), `plain` otherwise. */
+export const whenTracing = <A, E, R>(
+  traced: () => Effect.Effect<A, E, R>,
+  plain: Effect.Effect<A, E, R>
+): Effect.Effect<A, E, R> =>
+  Effect.flatMap(FiberRef.get(FiberRef.currentTracerEnabled), (enabled) => enabled ? traced() : plain)
+
 /**
- * A span named after a service method, only while tracing is on: with it off (no
- * `OTEL_EXPORTER_OTLP_ENDPOINT`) even a no-op span puts a parent span into the context of every
- * call, a visible share of a request's CPU time. Its call-site stack trace is never captured.
+ * A span named after a service method, only while tracing is on: with it off, even a no-op
+ * span puts a parent span into the context of every call, a visible share of a request's CPU
+ * time. Its call-site stack trace is never captured.
  */
-export const span = (name: string) => <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> => {
-  const traced = Effect.withSpan(self, name, { captureStackTrace: false })
-  return Effect.flatMap(FiberRef.get(FiberRef.currentTracerEnabled), (enabled) => enabled ? traced : self)
-}
+export const span = (name: string) => <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  whenTracing(() => Effect.withSpan(self, name, { captureStackTrace: false }), self)
