@@ -3,7 +3,7 @@ import { ActivationsRepo } from "./Activations/ActivationsRepo.ts"
 import type { Activation, ActivateRequest } from "./Domain/Activation.ts"
 import type { ApiKeyIdentity } from "./Domain/ApiKey.ts"
 import { Ids } from "./Ids.ts"
-import { span } from "./Span.ts"
+import { span } from "./Edge/Span.ts"
 
 export class Activations extends Context.Tag("Activations")<Activations, {
   readonly activate: (input: {

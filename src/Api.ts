@@ -1,6 +1,6 @@
 import { HttpApi, OpenApi } from "@effect/platform"
 import { ActivationsApi } from "./Activations/Api.ts"
-import { finishDocument } from "./ApiDocument.ts"
+import { finishDocument } from "./Edge/ApiDocument.ts"
 import { Envelope, InternalError, ServiceUnavailable } from "./Domain/Errors.ts"
 import { HealthApi } from "./Health/Api.ts"
 import { IdentityApi } from "./Identity/Api.ts"

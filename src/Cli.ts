@@ -1,16 +1,10 @@
 import { Args, Command, Options } from "@effect/cli"
 import { Console, DateTime, Duration, Effect, Layer, Option, Schema } from "effect"
 import { ApiKeys } from "./ApiKeys.ts"
-import { ApiKeysRepo } from "./ApiKeys/ApiKeysRepo.ts"
-import { SqlLive } from "./Database/Sql.ts"
+import { KeysLive, ServerLive } from "./App.ts"
 import { type ApiKeyInfo, BrandId, Scope } from "./Domain/ApiKey.ts"
-import { Ids } from "./Ids.ts"
-import { HttpLive } from "./Server.ts"
 
-/** The key store alone, for the key commands (and the tests) that share the server's database. */
-export const KeysLive = ApiKeys.Live.pipe(Layer.provide(ApiKeysRepo.Live), Layer.provide(SqlLive), Layer.provide(Ids.Live))
-
-const serve = Command.make("serve", {}, () => Layer.launch(HttpLive)).pipe(
+const serve = Command.make("serve", {}, () => Layer.launch(ServerLive)).pipe(
   Command.withDescription("Start the HTTP API (PORT, HOST, DATABASE_URL, RATE_LIMIT_*, IDEMPOTENCY_TTL_HOURS, LOG_LEVEL, OTEL_EXPORTER_OTLP_ENDPOINT).")
 )
 

@@ -32,6 +32,10 @@ export const ServerConfig = Config.all({
   )
 })
 
+export const EdgeConfig = Config.all({
+  docsEnabled: Config.boolean("DOCS_ENABLED").pipe(Config.withDefault(true))
+})
+
 const logLevels: Record<string, LogLevel.LogLevel> = {
   all: LogLevel.All,
   trace: LogLevel.Trace,

@@ -1,11 +1,11 @@
-import { HttpServerResponse } from "@effect/platform"
 import { Clock, Context, Deferred, Duration, Effect, FiberId, Layer, Option, Schedule } from "effect"
 import { createHash } from "node:crypto"
 import { AppConfig } from "./Config.ts"
 import { GroupCommit } from "./Database/GroupCommit.ts"
 import { IdempotencyConflict, IdempotencyInProgress } from "./Domain/Errors.ts"
 import { IdempotencyRepo, type IdempotencyRow } from "./Idempotency/IdempotencyRepo.ts"
-import { span } from "./Span.ts"
+import type { Reply } from "./Edge/Exchange.ts"
+import { span } from "./Edge/Span.ts"
 
 export interface IdempotentRequest {
   readonly brandId: string
@@ -37,10 +37,11 @@ export const fingerprintOf = (request: IdempotentRequest): string =>
     .update(`${request.method.toUpperCase()}\n${request.path}\n${canonicalJson(request.body)}`)
     .digest("hex")
 
-export const toResponse = (stored: { readonly status: number; readonly body: string }, replayed: boolean) => {
-  const response = HttpServerResponse.text(stored.body, { status: stored.status, contentType: "application/json" })
-  return replayed ? HttpServerResponse.setHeader(response, "idempotent-replayed", "true") : response
-}
+const replayedHeaders = { "idempotent-replayed": "true" }
+
+/** The reply to send: the stored bytes, marked when they answer a repeat. */
+export const toReply = (stored: { readonly status: number; readonly body: string }, replayed: boolean): Reply =>
+  replayed ? { status: stored.status, body: stored.body, headers: replayedHeaders } : { status: stored.status, body: stored.body }
 
 export const conflict = new IdempotencyConflict({
   message: "This Idempotency-Key was already used with a different request; use a new key for a new request."
@@ -68,7 +69,7 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
   readonly run: <E>(
     request: IdempotentRequest,
     operation: Effect.Effect<StoredResponse, E>
-  ) => Effect.Effect<HttpServerResponse.HttpServerResponse, E | IdempotencyConflict | IdempotencyInProgress>
+  ) => Effect.Effect<Reply, E | IdempotencyConflict | IdempotencyInProgress>
 }>() {
   static readonly Live = Layer.scoped(
     Idempotency,
@@ -90,7 +91,7 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
 
       const replayOrConflict = (stored: IdempotencyRow, fingerprint: string) =>
         stored.fingerprint === fingerprint
-          ? Effect.succeed(toResponse({ status: stored.statusCode, body: stored.responseBody }, true))
+          ? Effect.succeed(toReply({ status: stored.statusCode, body: stored.responseBody }, true))
           : Effect.fail(conflict)
 
       // The operation's writes and its stored response commit together, or neither does.
@@ -109,7 +110,7 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
             expiresAt: now + ttlMillis
           })
           if (!stored) return yield* Effect.fail(new LostRace())
-          return toResponse(response, false)
+          return toReply(response, false)
         }).pipe(groupCommit.transaction)
 
       const runOnce = <E>(
@@ -117,7 +118,7 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
         fingerprint: string,
         operation: Effect.Effect<StoredResponse, E>,
         lostRaces = 0
-      ): Effect.Effect<HttpServerResponse.HttpServerResponse, E | IdempotencyConflict | IdempotencyInProgress> =>
+      ): Effect.Effect<Reply, E | IdempotencyConflict | IdempotencyInProgress> =>
         Effect.suspend(() => {
           const slot = `${request.brandId}\n${request.key}`
           const original = inFlight.get(slot)

@@ -1,6 +1,6 @@
 import { Effect, Layer, Logger } from "effect"
 import { LogLevelConfig } from "./Config.ts"
-import { withAccessLogFields } from "./RequestLog.ts"
+import { withAccessLogFields } from "./Edge/AccessLog.ts"
 
 /**
  * Logs go to stderr, so stdout carries only what a command prints (`keys create --json`

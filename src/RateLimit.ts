@@ -1,7 +1,7 @@
 import { RateLimiter } from "@effect/experimental"
 import { Clock, Context, Duration, Effect, Layer } from "effect"
 import { AppConfig } from "./Config.ts"
-import { span } from "./Span.ts"
+import { span } from "./Edge/Span.ts"
 
 /** What one request's charge left over, in the terms of the RateLimit headers. */
 export interface RateLimitDecision {

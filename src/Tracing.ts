@@ -1,7 +1,7 @@
 // Deep imports: the package index loads the whole OpenTelemetry SDK, which OTLP export does not need.
 import * as OtlpSerialization from "@effect/opentelemetry/OtlpSerialization"
 import * as OtlpTracer from "@effect/opentelemetry/OtlpTracer"
-import { FetchHttpClient, HttpMiddleware } from "@effect/platform"
+import { FetchHttpClient } from "@effect/platform"
 import { Config, Effect, Layer, Option } from "effect"
 
 /**
@@ -16,10 +16,7 @@ export const TracingLive = Layer.unwrapEffect(
       ? Option.none()
       : Option.some(yield* Config.url("OTEL_EXPORTER_OTLP_ENDPOINT"))
     if (Option.isNone(endpoint)) {
-      return Layer.mergeAll(
-        Layer.setTracerEnabled(false),
-        Layer.locallyScoped(HttpMiddleware.currentTracerDisabledWhen, () => true)
-      )
+      return Layer.setTracerEnabled(false)
     }
     const serviceName = yield* Config.string("OTEL_SERVICE_NAME").pipe(Config.withDefault("campaign-api"))
     return OtlpTracer.layer({

@@ -1,4 +1,3 @@
-import { HttpServerResponse } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
 import { Cause, ConfigProvider, Data, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Ref, TestClock } from "effect"
@@ -12,6 +11,7 @@ import type { Activation } from "../src/Domain/Activation.ts"
 import { IdempotencyConflict, IdempotencyInProgress } from "../src/Domain/Errors.ts"
 import { fingerprintOf, Idempotency, type IdempotentRequest, type StoredResponse } from "../src/Idempotency.ts"
 import { IdempotencyRepo, type IdempotencyRow } from "../src/Idempotency/IdempotencyRepo.ts"
+import type { Reply } from "../src/Edge/Exchange.ts"
 import { tempDatabase } from "./support/server.ts"
 import { makeTestLayer } from "./support/testLayer.ts"
 
@@ -258,11 +258,9 @@ const request = (): IdempotentRequest => ({
 
 const created = (body: unknown): StoredResponse => ({ status: 201, body: JSON.stringify(body), resourceId: null })
 
-const bodyOf = (response: HttpServerResponse.HttpServerResponse) =>
-  Effect.promise(() => HttpServerResponse.toWeb(response).text())
+const bodyOf = (reply: Reply) => Effect.succeed(reply.body)
 
-const isReplay = (response: HttpServerResponse.HttpServerResponse) =>
-  response.headers["idempotent-replayed"] === "true"
+const isReplay = (reply: Reply) => reply.headers?.["idempotent-replayed"] === "true"
 
 layer(IdempotencyOnFreshFile)("Idempotency on SQLite", (it) => {
   /** An operation that counts its runs and answers with the run number. */

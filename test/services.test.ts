@@ -1,6 +1,6 @@
 import { RateLimiter } from "@effect/experimental"
 import { describe, expect, it, layer } from "@effect/vitest"
-import { Duration, Effect, Exit, Layer, Option, TestClock } from "effect"
+import { Duration, Effect, Either, Exit, Layer, Option, Schema, TestClock } from "effect"
 import { createHash } from "node:crypto"
 import { Activations } from "../src/Activations.ts"
 import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
@@ -10,7 +10,7 @@ import { AppConfig } from "../src/Config.ts"
 import type { Activation } from "../src/Domain/Activation.ts"
 import type { ApiKeyIdentity, BrandId, KeyId, Scope } from "../src/Domain/ApiKey.ts"
 import { Unauthorized } from "../src/Domain/Errors.ts"
-import { parseIdempotencyKey } from "../src/Domain/IdempotencyKey.ts"
+import { IdempotencyKeyHeader, isMissingIdempotencyKey } from "../src/Domain/IdempotencyKey.ts"
 import { canonicalJson, fingerprintOf, type IdempotentRequest } from "../src/Idempotency.ts"
 import { Ids } from "../src/Ids.ts"
 import { RateLimit } from "../src/RateLimit.ts"
@@ -295,34 +295,39 @@ describe("idempotency fingerprint", () => {
   })
 })
 
-describe("parseIdempotencyKey", () => {
-  it("a missing, empty or empty-quoted header is Missing", () => {
-    for (const header of [undefined, "", "   ", "\"\""]) {
-      expect(parseIdempotencyKey(header)).toEqual({ _tag: "Missing" })
+describe("the Idempotency-Key header", () => {
+  const decode = Schema.decodeUnknownEither(IdempotencyKeyHeader)
+  const valid = (header: string) => Either.getOrUndefined(decode(header))
+  const invalid = (header: string) => Either.isLeft(decode(header))
+
+  it("a missing, empty or empty-quoted header is missing", () => {
+    for (const header of [null, "", "   ", "\"\""]) {
+      expect(isMissingIdempotencyKey(header)).toBe(true)
     }
+    expect(isMissingIdempotencyKey("a")).toBe(false)
   })
 
   it("accepts up to 255 visible ASCII characters", () => {
     const longest = "!~".repeat(127) + "x"
-    expect(parseIdempotencyKey(longest)).toEqual({ _tag: "Valid", key: longest })
-    expect(parseIdempotencyKey(`${longest}y`)._tag).toBe("Invalid")
+    expect(valid(longest)).toBe(longest)
+    expect(invalid(`${longest}y`)).toBe(true)
   })
 
   it("refuses spaces, control characters and non-ASCII", () => {
     for (const header of ["order 1", "order\t1", "order\u00001", "order\u007f", "bestellung-ä", "🔑", "abc\u00a0", "\ufeffabc"]) {
-      expect(parseIdempotencyKey(header)._tag).toBe("Invalid")
+      expect(invalid(header)).toBe(true)
     }
   })
 
   it("unquotes an RFC 9651 string, escapes included", () => {
-    expect(parseIdempotencyKey("\"abc\"")).toEqual({ _tag: "Valid", key: "abc" })
-    expect(parseIdempotencyKey("\"a\\\"b\"")).toEqual({ _tag: "Valid", key: "a\"b" })
-    expect(parseIdempotencyKey("\"a\\\\b\"")).toEqual({ _tag: "Valid", key: "a\\b" })
+    expect(valid("\"abc\"")).toBe("abc")
+    expect(valid("\"a\\\"b\"")).toBe("a\"b")
+    expect(valid("\"a\\\\b\"")).toBe("a\\b")
   })
 
   it("refuses a malformed quoted string", () => {
     for (const header of ["\"abc", "\"a\"b\"", "\"a\\b\""]) {
-      expect(parseIdempotencyKey(header)._tag).toBe("Invalid")
+      expect(invalid(header)).toBe(true)
     }
   })
 })

@@ -1,7 +1,7 @@
 import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer, Option } from "effect"
 import type { Activation } from "../Domain/Activation.ts"
-import { span } from "../Span.ts"
+import { span } from "../Edge/Span.ts"
 
 interface Stored {
   readonly id: string

@@ -1,30 +1,51 @@
-import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
+import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
+import { ApiKeyAuth } from "../ApiKeys/Api.ts"
 import { ActivatePath, ActivateRequest, ActivateResponse } from "../Domain/Activation.ts"
-import { Envelope, IdempotencyConflict, IdempotencyInProgress, ValidationError } from "../Domain/Errors.ts"
-import { Authentication, JsonBody, RequireCampaignsWrite, RequireIdempotencyKey } from "../Middleware/Api.ts"
+import {
+  Envelope,
+  Forbidden,
+  IdempotencyConflict,
+  IdempotencyInProgress,
+  IdempotencyKeyRequired,
+  MalformedJson,
+  PayloadTooLarge,
+  UnsupportedMediaType,
+  ValidationError
+} from "../Domain/Errors.ts"
+import { IdempotencyKeyHeader } from "../Domain/IdempotencyKey.ts"
 
 /**
- * HttpApiBuilder runs an endpoint's middleware last-added first, so the list
- * below reads inside out: authentication and rate limit, then scope, then the
- * Idempotency-Key header, then media type, size and JSON: CONTRACT.md's order.
+ * The definition's word for the checks of an activation after authentication, each with its
+ * refusals for the OpenAPI document and the typed client. They run as the steps of the
+ * handler (`Activations/Http.ts`), in the README's order of checks.
  */
+export class RequireCampaignsWrite extends HttpApiMiddleware.Tag<RequireCampaignsWrite>()(
+  "Activations/RequireCampaignsWrite",
+  { failure: Envelope(Forbidden) }
+) {}
+
+export class RequireIdempotencyKey extends HttpApiMiddleware.Tag<RequireIdempotencyKey>()(
+  "Activations/RequireIdempotencyKey",
+  { failure: Schema.Union(Envelope(IdempotencyKeyRequired), Envelope(ValidationError)) }
+) {}
+
+export class JsonBody extends HttpApiMiddleware.Tag<JsonBody>()("Activations/JsonBody", {
+  failure: Schema.Union(Envelope(UnsupportedMediaType), Envelope(PayloadTooLarge), Envelope(MalformedJson))
+}) {}
+
 const activate = HttpApiEndpoint.post("activate", "/creators/:creatorId/campaigns/:campaignId/activate")
   .setPath(ActivatePath)
-  .setHeaders(Schema.Struct({
-    "idempotency-key": Schema.String.annotations({
-      description: "Any unique string of 1 to 255 visible ASCII characters, kept 24 hours per brand"
-    })
-  }))
+  .setHeaders(Schema.Struct({ "idempotency-key": IdempotencyKeyHeader }))
   .setPayload(ActivateRequest)
   .addSuccess(ActivateResponse)
   .addError(Envelope(ValidationError))
   .addError(Envelope(IdempotencyConflict))
   .addError(Envelope(IdempotencyInProgress))
-  .middleware(JsonBody)
-  .middleware(RequireIdempotencyKey)
+  .middleware(ApiKeyAuth)
   .middleware(RequireCampaignsWrite)
-  .middleware(Authentication)
+  .middleware(RequireIdempotencyKey)
+  .middleware(JsonBody)
   .annotate(OpenApi.Summary, "Activate a campaign for a creator")
   .annotate(
     OpenApi.Description,

@@ -1,38 +1,111 @@
-import { HttpApiBuilder } from "@effect/platform"
-import { Effect, Schema } from "effect"
+import { Effect } from "effect"
+import { ArrayFormatter } from "effect/ParseResult"
 import { Activations } from "../Activations.ts"
-import { CampaignApi } from "../Api.ts"
-import { ActivateResponse } from "../Domain/Activation.ts"
+import type { CampaignApi } from "../Api.ts"
+import { Authentication } from "../ApiKeys/Authentication.ts"
+import type { ApiKeyIdentity, Scope } from "../Domain/ApiKey.ts"
+import {
+  Forbidden,
+  IdempotencyKeyRequired,
+  MalformedJson,
+  PayloadTooLarge,
+  UnsupportedMediaType,
+  ValidationError
+} from "../Domain/Errors.ts"
+import { isMissingIdempotencyKey } from "../Domain/IdempotencyKey.ts"
+import { compile } from "../Edge/Endpoint.ts"
+import type { Exchange, Handlers } from "../Edge/Exchange.ts"
+import { maxBodyBytes, readBody } from "../Edge/RequestBody.ts"
 import { Idempotency } from "../Idempotency.ts"
-import { CurrentApiKey, RequestIdempotencyKey } from "../Middleware/Api.ts"
-import { setHeaders } from "../Middleware/Http.ts"
+import { ActivationsApi } from "./Api.ts"
 
-const encodeResponse = Schema.encodeSync(Schema.parseJson(ActivateResponse))
+const endpoint = compile(ActivationsApi.endpoints.activate)
 
-export const HttpActivationsLive = HttpApiBuilder.group(CampaignApi, "activations", (handlers) =>
+/** 403 unless the key carries the scope, with the scope named in `WWW-Authenticate`. */
+const requireScope = (exchange: Exchange, key: ApiKeyIdentity, scope: Scope) => {
+  if (key.scopes.includes(scope)) return Effect.void
+  exchange.headers["www-authenticate"] = `Bearer error="insufficient_scope", scope="${scope}"`
+  return Effect.fail(new Forbidden({ message: `This API key lacks the scope "${scope}" that this operation requires.` }))
+}
+
+const keyRequired = new IdempotencyKeyRequired({
+  message: "The Idempotency-Key header is required: send a unique value per activation, and the same value to retry it."
+})
+
+/** 400 unless an `Idempotency-Key` is there, and 400 naming the rule unless it keeps it. */
+const requireIdempotencyKey = (exchange: Exchange) => {
+  const header = exchange.request.headers.get("idempotency-key")
+  if (isMissingIdempotencyKey(header)) return Effect.fail(keyRequired)
+  return endpoint.decodeHeaders({ "idempotency-key": header }).pipe(
+    Effect.map((headers) => headers["idempotency-key"]),
+    Effect.mapError((error) => new ValidationError({ message: ArrayFormatter.formatErrorSync(error)[0]!.message }))
+  )
+}
+
+const mediaType = (contentType: string) => contentType.split(";")[0]!.trim().toLowerCase()
+const unsupported = new UnsupportedMediaType({ message: "Content-Type must be application/json." })
+const tooLarge = new PayloadTooLarge({ message: `The request body must be at most ${maxBodyBytes} bytes.` })
+const incomplete = new MalformedJson({ message: "The request body did not arrive completely in time." })
+const notJson = new MalformedJson({ message: "The request body is not valid JSON." })
+const utf8 = new TextDecoder("utf-8", { fatal: true })
+
+/**
+ * 415 for another media type, then the body: read once, bounded in size and time (413), and
+ * parsed once (400 MALFORMED_JSON). It is read only now, after every check its headers allow.
+ */
+const readJson = (exchange: Exchange) =>
   Effect.gen(function*() {
-    const activations = yield* Activations
-    const idempotency = yield* Idempotency
-    return handlers.handle("activate", ({ path, payload, request }) =>
+    const contentType = exchange.request.headers.get("content-type")
+    if (contentType !== null && contentType.trim() !== "" && mediaType(contentType) !== "application/json") {
+      return yield* unsupported
+    }
+    const body = yield* Effect.promise(() => readBody(exchange.request))
+    if (body._tag === "TooLarge") return yield* tooLarge
+    if (body._tag === "Incomplete") return yield* incomplete
+    exchange.bodyRead = true
+    try {
+      return JSON.parse(utf8.decode(body.bytes)) as unknown
+    } catch {
+      return yield* notJson
+    }
+  })
+
+/**
+ * POST /v1/creators/{creatorId}/campaigns/{campaignId}/activate, its checks as steps in the
+ * README's order: key, rate limit, scope, Idempotency-Key, media type, size, JSON, validation,
+ * then the activation itself under the Idempotency-Key.
+ */
+export const ActivationsHandlers = Effect.gen(function*() {
+  const authentication = yield* Authentication
+  const activations = yield* Activations
+  const idempotency = yield* Idempotency
+  const handlers: Handlers<typeof CampaignApi>["activations"] = {
+    activate: (exchange) =>
       Effect.gen(function*() {
-        const by = yield* CurrentApiKey
-        const key = yield* RequestIdempotencyKey
-        const operation = activations.activate({ ...path, request: payload, by }).pipe(
+        const by = yield* authentication.authenticate(exchange)
+        yield* requireScope(exchange, by, "campaigns:write")
+        const key = yield* requireIdempotencyKey(exchange)
+        const json = yield* readJson(exchange)
+        const path = yield* endpoint.decodePath(exchange.params)
+        const request = yield* endpoint.decodePayload(json)
+        const operation = activations.activate({ ...path, request, by }).pipe(
           Effect.map((activation) => ({
             status: 200,
-            body: encodeResponse({ ok: true, activation }),
+            body: endpoint.encodeSuccess({ ok: true, activation }),
             resourceId: activation.id
           }))
         )
         return yield* idempotency.run({
           brandId: by.brandId,
           key,
-          method: request.method,
-          // The router serves the path with or without a trailing slash: both are one request.
-          path: request.url.split("?")[0]!.replace(/\/$/, ""),
-          body: payload
+          method: exchange.request.method,
+          // A trailing slash is the same route: both spellings are one request.
+          path: exchange.path.replace(/\/$/, ""),
+          body: request
         }, operation).pipe(
-          Effect.tapErrorTag("IdempotencyInProgress", () => setHeaders({ "retry-after": "1" }))
+          Effect.tapErrorTag("IdempotencyInProgress", () => Effect.sync(() => void (exchange.headers["retry-after"] = "1")))
         )
-      }))
-  }))
+      })
+  }
+  return handlers
+})

@@ -1,6 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer, Option } from "effect"
-import { span } from "../Span.ts"
+import { span } from "../Edge/Span.ts"
 
 export interface ApiKeyRow {
   readonly keyId: string

@@ -1,7 +1,7 @@
 import { SqlClient } from "@effect/sql"
 import { SqlError } from "@effect/sql/SqlError"
 import { Cause, Chunk, Context, Deferred, Duration, Effect, Exit, FiberRef, Layer, Option, Queue, Schedule } from "effect"
-import { span } from "../Span.ts"
+import { span } from "../Edge/Span.ts"
 import { busyTimeout, DatabaseFile } from "./Sql.ts"
 import { isBusy } from "./SqlErrors.ts"
 

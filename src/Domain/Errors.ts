@@ -1,4 +1,4 @@
-import { HttpApiSchema, HttpServerResponse } from "@effect/platform"
+import { HttpApiSchema } from "@effect/platform"
 import { Schema } from "effect"
 
 /**
@@ -44,7 +44,7 @@ export type ApiError =
   | InternalError
   | ServiceUnavailable
 
-/** The status and code of every error: the one table CONTRACT.md's error rows live in. */
+/** The status and code of every error: the one table the README's error rows live in. */
 export const wireCodes = {
   ValidationError: [400, "VALIDATION_ERROR"],
   MalformedJson: [400, "MALFORMED_JSON"],
@@ -62,15 +62,14 @@ export const wireCodes = {
   ServiceUnavailable: [503, "SERVICE_UNAVAILABLE"]
 } as const satisfies { readonly [K in ApiError["_tag"]]: readonly [number, string] }
 
-const envelopeOf = (error: ApiError) => ({
-  ok: false as const,
-  code: wireCodes[error._tag][1],
-  message: error.message
-})
+export const isApiError = (u: unknown): u is ApiError =>
+  typeof u === "object" && u !== null && "_tag" in u && typeof u._tag === "string" && Object.hasOwn(wireCodes, u._tag)
 
-/** Renders an error that never passed through an endpoint's error schema (unknown route, decode failure, defect). */
-export const errorResponse = (error: ApiError): HttpServerResponse.HttpServerResponse =>
-  HttpServerResponse.unsafeJson(envelopeOf(error), { status: wireCodes[error._tag][0] })
+export const statusOf = (error: ApiError): number => wireCodes[error._tag][0]
+
+/** The envelope's bytes: the same as the error's schema (`Envelope` below) encodes. */
+export const envelopeJson = (error: ApiError): string =>
+  JSON.stringify({ ok: false, code: wireCodes[error._tag][1], message: error.message })
 
 type ErrorClass<E extends ApiError> = Schema.Schema<E, { readonly _tag: E["_tag"]; readonly message: string }> & {
   readonly _tag: E["_tag"]

@@ -1,40 +1,37 @@
-import { Either, Option, Schema } from "effect"
+import { ParseResult, Schema } from "effect"
+
+const rule = "Idempotency-Key must be 1 to 255 visible ASCII characters"
 
 /** 1 to 255 visible ASCII characters. */
 export const IdempotencyKey = Schema.String.pipe(
-  Schema.pattern(/^[\x21-\x7e]{1,255}$/, {
-    message: () => "Idempotency-Key must be 1 to 255 visible ASCII characters"
-  }),
-  Schema.brand("IdempotencyKey")
+  Schema.pattern(/^[\x21-\x7e]{1,255}$/, { message: () => rule })
 )
-export type IdempotencyKey = typeof IdempotencyKey.Type
 
 const sfString = /^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$/
 
-/** An RFC 9651 sf-string is unquoted; any other value is taken as it stands. */
-const unquote = (raw: string): Option.Option<string> => {
-  if (!raw.startsWith("\"")) return Option.some(raw)
-  const match = sfString.exec(raw)
-  return match ? Option.some(match[1]!.replace(/\\(["\\])/g, "$1")) : Option.none()
-}
+/**
+ * The header as sent: a key, or the same in double quotes (an RFC 9651 sf-string), unquoted.
+ * Only HTTP's own whitespace (RFC 9110 OWS: space, tab) around it is trimmed; any other
+ * character is part of the key.
+ */
+export const IdempotencyKeyHeader = Schema.transformOrFail(Schema.String, IdempotencyKey, {
+  strict: true,
+  decode: (header, _, ast) => {
+    const raw = header.replace(/^[ \t]+|[ \t]+$/g, "")
+    if (!raw.startsWith("\"")) return ParseResult.succeed(raw)
+    const match = sfString.exec(raw)
+    return match
+      ? ParseResult.succeed(match[1]!.replace(/\\(["\\])/g, "$1"))
+      : ParseResult.fail(new ParseResult.Type(ast, header, "Idempotency-Key is not a valid quoted string"))
+  },
+  encode: ParseResult.succeed
+}).annotations({
+  message: () => ({ message: rule, override: false }),
+  description: "Any unique string of 1 to 255 visible ASCII characters (optionally as an RFC 9651 quoted string), kept 24 hours per brand"
+})
 
-export type ParsedIdempotencyKey =
-  | { readonly _tag: "Missing" }
-  | { readonly _tag: "Invalid"; readonly message: string }
-  | { readonly _tag: "Valid"; readonly key: IdempotencyKey }
-
-const decodeKey = Schema.decodeUnknownEither(IdempotencyKey)
-
-export const parseIdempotencyKey = (header: string | undefined): ParsedIdempotencyKey => {
-  // Only HTTP's own whitespace (RFC 9110 OWS: space, tab) is trimmed; any other character is part of the key.
+/** No key at all: absent, empty, or an empty quoted string. */
+export const isMissingIdempotencyKey = (header: string | null): boolean => {
   const raw = header?.replace(/^[ \t]+|[ \t]+$/g, "") ?? ""
-  if (raw === "" || raw === "\"\"") return { _tag: "Missing" }
-  const unquoted = unquote(raw)
-  if (Option.isNone(unquoted)) {
-    return { _tag: "Invalid", message: "Idempotency-Key is not a valid quoted string" }
-  }
-  return Either.match(decodeKey(unquoted.value), {
-    onLeft: () => ({ _tag: "Invalid", message: "Idempotency-Key must be 1 to 255 visible ASCII characters" }),
-    onRight: (key) => ({ _tag: "Valid", key })
-  })
+  return raw === "" || raw === "\"\""
 }

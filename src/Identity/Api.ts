@@ -1,12 +1,12 @@
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
+import { ApiKeyAuth } from "../ApiKeys/Api.ts"
 import { Identity } from "../Domain/ApiKey.ts"
-import { Authentication } from "../Middleware/Api.ts"
 
 export class IdentityApi extends HttpApiGroup.make("identity")
   .add(
     HttpApiEndpoint.get("whoami", "/whoami")
       .addSuccess(Identity)
-      .middleware(Authentication)
+      .middleware(ApiKeyAuth)
       .annotate(OpenApi.Summary, "Resolve the API key")
       .annotate(
         OpenApi.Description,

@@ -1,11 +1,21 @@
-import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
 import { Effect } from "effect"
-import { CampaignApi } from "../Api.ts"
-import { CurrentApiKey } from "../Middleware/Api.ts"
+import type { CampaignApi } from "../Api.ts"
+import { Authentication } from "../ApiKeys/Authentication.ts"
+import { compile } from "../Edge/Endpoint.ts"
+import type { Handlers } from "../Edge/Exchange.ts"
+import { IdentityApi } from "./Api.ts"
 
-// The response is built directly: the identity is already typed, and encoding it through
-// the success schema on every call is work the hottest endpoint does not need.
-export const HttpIdentityLive = HttpApiBuilder.group(CampaignApi, "identity", (handlers) =>
-  handlers.handle("whoami", () =>
-    Effect.map(CurrentApiKey, (key) =>
-      HttpServerResponse.unsafeJson({ ok: true, keyId: key.keyId, brandId: key.brandId, scopes: key.scopes }))))
+const endpoint = compile(IdentityApi.endpoints.whoami)
+
+/** GET /v1/whoami: any valid key, rate limited like every call, no scope needed. */
+export const IdentityHandlers = Effect.gen(function*() {
+  const authentication = yield* Authentication
+  const handlers: Handlers<typeof CampaignApi>["identity"] = {
+    whoami: (exchange) =>
+      Effect.map(authentication.authenticate(exchange), (key) => ({
+        status: 200,
+        body: endpoint.encodeSuccess({ ok: true, keyId: key.keyId, brandId: key.brandId, scopes: key.scopes })
+      }))
+  }
+  return handlers
+})

@@ -5,7 +5,7 @@ import { connect } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { ApiKeys } from "../../src/ApiKeys.ts"
-import { KeysLive } from "../../src/Cli.ts"
+import { KeysLive } from "../../src/App.ts"
 import type { BrandId, Scope } from "../../src/Domain/ApiKey.ts"
 import { eventually } from "./load.ts"
 

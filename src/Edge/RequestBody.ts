@@ -1,21 +1,18 @@
-import { Context } from "effect"
-
-/** Bodies above this are refused with 413 (CONTRACT.md). */
+/** Bodies above this are refused with 413 (README, Errors). */
 export const maxBodyBytes = 16 * 1024
+/** A body that has not fully arrived by then is given up on, so slow senders cannot hold the server. */
+export const bodyTimeoutMs = 10_000
 
 /**
- * The request body as the server read it before the app ran: at most the size limit
- * is ever held in memory, and a body that does not arrive in time is given up on.
+ * A request body as read: at most the size limit is ever held in memory, and a body that does
+ * not arrive in time is given up on.
  */
 export type RequestBody =
   | { readonly _tag: "Read"; readonly bytes: Uint8Array<ArrayBuffer> }
   | { readonly _tag: "TooLarge" }
   | { readonly _tag: "Incomplete" }
 
-export const RequestBody = Context.GenericTag<"RequestBody", RequestBody>("RequestBody")
-
-export const emptyBody: RequestBody = { _tag: "Read", bytes: new Uint8Array(0) }
-
+const emptyBody: RequestBody = { _tag: "Read", bytes: new Uint8Array(0) }
 const tooLarge: RequestBody = { _tag: "TooLarge" }
 const incomplete: RequestBody = { _tag: "Incomplete" }
 
@@ -37,7 +34,11 @@ const readChunked = async (body: ReadableStream<Uint8Array<ArrayBuffer>>, limit:
   return { _tag: "Read", bytes: chunks.length === 1 ? chunks[0]! : new Uint8Array(Buffer.concat(chunks)) }
 }
 
-export const readBody = async (request: Request, limit: number, timeoutMs: number): Promise<RequestBody> => {
+export const readBody = async (
+  request: Request,
+  limit = maxBodyBytes,
+  timeoutMs = bodyTimeoutMs
+): Promise<RequestBody> => {
   const declared = request.headers.get("content-length")
   if (declared !== null && Number(declared) > limit) return tooLarge
   if (request.body === null) return emptyBody

@@ -1,0 +1,49 @@
+import { Context, Effect, Layer } from "effect"
+import { ApiKeys, unauthorized } from "../ApiKeys.ts"
+import type { ApiKeyIdentity } from "../Domain/ApiKey.ts"
+import { RateLimited, type Unauthorized } from "../Domain/Errors.ts"
+import type { Exchange } from "../Edge/Exchange.ts"
+import { RateLimit } from "../RateLimit.ts"
+
+/** The scheme is case-insensitive (RFC 9110); anything but exactly one token is no key at all. */
+const bearerToken = (header: string | null): string | undefined =>
+  header === null ? undefined : /^bearer +([^\s,]+) *$/i.exec(header)?.[1]
+
+/**
+ * The first two checks of every secured endpoint, from the request's headers alone: the bearer
+ * key (401 with `WWW-Authenticate: Bearer`), then its rate limit (429 with `Retry-After`). Every
+ * response of an authenticated request carries the `RateLimit` headers, an error included.
+ */
+export class Authentication extends Context.Tag("ApiKeys/Authentication")<Authentication, {
+  readonly authenticate: (exchange: Exchange) => Effect.Effect<ApiKeyIdentity, Unauthorized | RateLimited>
+}>() {
+  static readonly Live = Layer.effect(
+    Authentication,
+    Effect.gen(function*() {
+      const keys = yield* ApiKeys
+      const rateLimit = yield* RateLimit
+      const { max, windowSeconds } = rateLimit.policy
+      const policy = `"default";q=${max};w=${windowSeconds}`
+      return {
+        authenticate: (exchange) =>
+          Effect.gen(function*() {
+            const token = bearerToken(exchange.request.headers.get("authorization"))
+            const identity = yield* (token === undefined ? unauthorized : keys.authenticate(token)).pipe(
+              Effect.tapError(() => Effect.sync(() => void (exchange.headers["www-authenticate"] = "Bearer")))
+            )
+            exchange.identity = identity
+            const decision = yield* rateLimit.consume(identity.keyId)
+            exchange.headers["ratelimit-policy"] = policy
+            exchange.headers["ratelimit"] = `"default";r=${decision.remaining};t=${decision.retryAfterSeconds}`
+            if (!decision.allowed) {
+              exchange.headers["retry-after"] = String(decision.retryAfterSeconds)
+              return yield* new RateLimited({
+                message: `Rate limit exceeded: ${max} requests per ${windowSeconds} seconds per API key. Retry after ${decision.retryAfterSeconds} seconds.`
+              })
+            }
+            return identity
+          })
+      }
+    })
+  )
+}

@@ -1,0 +1,51 @@
+import { Effect, HashMap, Logger } from "effect"
+import type { Exchange } from "./Exchange.ts"
+
+/** A caller's own request id is kept when it is sane: short, printable, no spaces. */
+const saneRequestId = /^[A-Za-z0-9._:@+=\/-]{1,128}$/
+
+export const isSaneRequestId = (header: string | null | undefined): header is string =>
+  typeof header === "string" && saneRequestId.test(header)
+
+/** The caller's `X-Request-Id` when it is sane, a new UUID otherwise. */
+export const requestIdOf = (request: Request): string => {
+  const incoming = request.headers.get("x-request-id")
+  return isSaneRequestId(incoming) ? incoming : crypto.randomUUID()
+}
+
+/**
+ * One access-log line's fields, logged as the message and lifted into annotations by the
+ * logger (`withAccessLogFields`). `Effect.annotateLogs` would copy the fiber's locals per
+ * request, whether or not the line is written at the configured level. With tracing on the
+ * line is annotated the usual way, for the span's own log events.
+ */
+class AccessLogEntry {
+  constructor(readonly fields: Readonly<Record<string, string | number | null>>) {}
+}
+
+/** Writes an access-log entry as the message "request" with its fields as annotations. */
+export const withAccessLogFields = <Output>(logger: Logger.Logger<unknown, Output>) =>
+  Logger.mapInputOptions(logger, (options) => {
+    const [entry] = options.message as ReadonlyArray<unknown>
+    if (!(entry instanceof AccessLogEntry)) return options
+    let annotations = options.annotations
+    for (const [key, value] of Object.entries(entry.fields)) annotations = HashMap.set(annotations, key, value)
+    return { ...options, message: ["request"], annotations }
+  })
+
+/**
+ * The access-log line of a finished request: `method`, `route`, `status`, `durationMs`, and the
+ * key's id and brand (never the key); the request id is an annotation of every line. `traced` says whether tracing is on:
+ * then the line is also the span's `request` event, with the fields as its attributes.
+ */
+export const logAccess = (exchange: Exchange, status: number, startedAt: number, traced: boolean) => {
+  const fields = {
+    method: exchange.request.method,
+    route: exchange.route,
+    status,
+    durationMs: Math.round((performance.now() - startedAt) * 1000) / 1000,
+    keyId: exchange.identity?.keyId ?? null,
+    brandId: exchange.identity?.brandId ?? null
+  }
+  return traced ? Effect.logInfo("request").pipe(Effect.annotateLogs(fields)) : Effect.logInfo(new AccessLogEntry(fields))
+}

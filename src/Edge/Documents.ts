@@ -1,0 +1,50 @@
+import { HttpApi, HttpApiBuilder, HttpApiScalar, HttpApp, OpenApi } from "@effect/platform"
+import { Context, Effect, Layer } from "effect"
+import { gzipSync } from "node:zlib"
+
+/** The OpenAPI document and its docs page: where they are served. */
+export const documentRoutes = { openApi: "/openapi.json", docs: "/docs" } as const
+
+/** A document as served: its bytes, compressed once, and the validator that names them. */
+export interface PreparedDocument {
+  readonly contentType: string
+  readonly plain: Uint8Array<ArrayBuffer>
+  readonly gzip: Uint8Array<ArrayBuffer>
+  readonly etag: string
+}
+
+const prepare = (contentType: string, text: string): PreparedDocument => {
+  const plain = new TextEncoder().encode(text)
+  return {
+    contentType,
+    plain,
+    gzip: new Uint8Array(gzipSync(plain, { level: 9 })),
+    etag: `"${new Bun.CryptoHasher("sha256").update(plain).digest("base64url").slice(0, 27)}"`
+  }
+}
+
+/**
+ * `@effect/platform`'s Scalar page (its script inlined, web fonts off so nothing loads from
+ * outside), rendered once by the platform's own handler rather than per request.
+ */
+const scalarPage = (api: HttpApi.HttpApi.Any) =>
+  Effect.gen(function*() {
+    const router = yield* HttpApiBuilder.Router.router
+    const handler = HttpApp.toWebHandler(router as HttpApp.Default<unknown>)
+    const response = yield* Effect.promise(() => handler(new Request(`http://localhost${documentRoutes.docs}`)))
+    return yield* Effect.promise(() => response.text())
+  }).pipe(
+    Effect.provide(
+      HttpApiScalar.layer({ path: documentRoutes.docs, scalar: { withDefaultFonts: false } }).pipe(
+        Layer.provideMerge(HttpApiBuilder.Router.Live),
+        Layer.provide(Layer.succeed(HttpApi.Api, { api: api as never, context: Context.empty() }))
+      )
+    )
+  )
+
+/** Both documents, generated from the HttpApi definition once at start-up. */
+export const prepareDocuments = (api: HttpApi.HttpApi.Any) =>
+  Effect.map(scalarPage(api), (page) => ({
+    openApi: prepare("application/json", JSON.stringify(OpenApi.fromApi(api as HttpApi.HttpApi.AnyWithProps))),
+    docs: prepare("text/html; charset=utf-8", page)
+  }))

@@ -1,0 +1,80 @@
+import { Cause, Effect, Option } from "effect"
+import { ArrayFormatter, isParseError } from "effect/ParseResult"
+import type * as ParseResult from "effect/ParseResult"
+import { isDatabaseUnavailable } from "../Database/SqlErrors.ts"
+import {
+  type ApiError,
+  envelopeJson,
+  InternalError,
+  isApiError,
+  ServiceUnavailable,
+  statusOf,
+  ValidationError
+} from "../Domain/Errors.ts"
+import type { Exchange, Reply } from "./Exchange.ts"
+
+/** An error as the envelope `{ ok: false, code, message }` with its status. */
+export const errorReply = (error: ApiError): Reply => ({ status: statusOf(error), body: envelopeJson(error) })
+
+type Issue = ParseResult.ArrayFormatterIssue
+
+/** One sentence naming the field, from the first schema issue. */
+const describeIssue = (issue: Issue | undefined): string => {
+  if (issue === undefined) return "The request is invalid."
+  const field = issue.path.map(String).join(".")
+  if (field === "") return "The request body must be a JSON object."
+  switch (issue._tag) {
+    case "Missing":
+      return `${field} is required.`
+    case "Unexpected":
+      return `${field} is not a known field.`
+    default:
+      return issue.message.startsWith(field) ? issue.message : `${field}: ${issue.message}`
+  }
+}
+
+const unavailable = new ServiceUnavailable({ message: "The service is temporarily unavailable; retry shortly." })
+const internal = new InternalError({ message: "An unexpected error occurred." })
+
+/**
+ * The one renderer: every way a request can end badly leaves as the envelope. A tagged failure
+ * is its own envelope, a schema's decode failure is VALIDATION_ERROR naming the field, the
+ * database being unusable is 503, and anything else is a generic 500 with the cause in the log.
+ */
+export const renderFailure = (cause: Cause.Cause<unknown>): Effect.Effect<Reply> => {
+  const failure = Cause.failureOption(cause)
+  if (Option.isSome(failure)) {
+    const error = failure.value
+    if (isApiError(error)) return Effect.succeed(errorReply(error))
+    if (isParseError(error)) {
+      const issues = ArrayFormatter.formatErrorSync(error)
+      return Effect.succeed(errorReply(new ValidationError({ message: describeIssue(issues[0]) })))
+    }
+  }
+  if (isDatabaseUnavailable(Cause.squash(cause))) {
+    return Effect.as(Effect.logWarning("database unavailable", cause), errorReply(unavailable))
+  }
+  return Effect.as(Effect.logError("unexpected failure", cause), errorReply(internal))
+}
+
+/** The web response: the reply, the headers the steps noted, and the request id. */
+export const toWebResponse = (
+  exchange: Pick<Exchange, "request" | "requestId" | "headers" | "bodyRead">,
+  reply: Reply
+): Response => {
+  const headers: Record<string, string> = {
+    "content-type": "application/json",
+    "x-request-id": exchange.requestId,
+    ...exchange.headers,
+    ...reply.headers
+  }
+  // The rest of an unread body is still on the connection: it cannot carry another request.
+  if (!exchange.bodyRead && hasBody(exchange.request)) headers["connection"] = "close"
+  return new Response(reply.body, { status: reply.status, headers })
+}
+
+/** A request that announced a body (of declared length above zero, or chunked). */
+export const hasBody = (request: Request): boolean => {
+  const length = request.headers.get("content-length")
+  return length !== null ? length !== "0" : request.headers.has("transfer-encoding")
+}

@@ -1,0 +1,76 @@
+import type { HttpApi, HttpApiEndpoint, HttpApiGroup } from "@effect/platform"
+import { MethodNotAllowed, NotFound } from "../Domain/Errors.ts"
+import type { Handler, Handlers, Reply } from "./Exchange.ts"
+import { errorReply } from "./Render.ts"
+
+/** An endpoint of the definition with its handler. */
+export interface Route {
+  readonly method: string
+  /** The pattern as the definition spells it, `:name` for a parameter (also Bun's route syntax). */
+  readonly path: string
+  readonly handler: Handler
+}
+
+/** Every endpoint of the definition, each with the handler of the same group and name. */
+export const routesOf = <Api extends HttpApi.HttpApi.Any>(api: Api, handlers: Handlers<Api>): ReadonlyArray<Route> =>
+  Object.values((api as unknown as HttpApi.HttpApi<string, HttpApiGroup.HttpApiGroup.AnyWithProps>).groups).flatMap(
+    (group) =>
+      Object.values(group.endpoints).map((endpoint: HttpApiEndpoint.HttpApiEndpoint.AnyWithProps) => {
+        const handler = (handlers as Record<string, Record<string, Handler> | undefined>)[group.identifier]?.[endpoint.name]
+        // The type of `handlers` already demands every endpoint; this guards a cast somewhere upstream.
+        if (handler === undefined) throw new Error(`No handler for ${group.identifier}.${endpoint.name}`)
+        return { method: endpoint.method, path: endpoint.path, handler }
+      })
+  )
+
+interface Pattern {
+  readonly route: Route
+  readonly names: ReadonlyArray<string>
+  readonly regex: RegExp
+}
+
+/** What the router says of a request that Bun's own router did not match. */
+export type Unmatched =
+  | { readonly _tag: "Dispatch"; readonly route: Route; readonly params: Record<string, string> }
+  | { readonly _tag: "Refuse"; readonly route: string; readonly reply: Reply }
+
+/**
+ * Every route has one spelling: Bun's router matches the path as sent, byte for byte and in its
+ * letter case, and `//`, `;params` or percent-encoding never match it. What it does not match
+ * comes here: a trailing slash is the same route, a known path with another method is 405 with
+ * `Allow`, anything else is 404. A parameter matches one segment with no `%` in it, so that a
+ * percent-encoded path is no route, as the README says. In process (tests, the bench) every
+ * request comes here, and the exact spelling is dispatched too.
+ */
+export const makeFallback = (routes: ReadonlyArray<Route>) => {
+  const patterns: ReadonlyArray<Pattern> = routes.map((route) => ({
+    route,
+    names: [...route.path.matchAll(/:([^/]+)/g)].map((match) => match[1]!),
+    regex: new RegExp(`^${route.path.replace(/:[^/]+/g, "([^/%;]+)")}/?$`)
+  }))
+
+  return (method: string, path: string): Unmatched => {
+    const matching = patterns.filter((pattern) => pattern.regex.test(path))
+    if (matching.length === 0) {
+      return { _tag: "Refuse", route: "(unknown)", reply: errorReply(new NotFound({ message: `No route for ${method} ${path}.` })) }
+    }
+    const allowed = matching.map((pattern) => pattern.route.method)
+    const same = matching.find((pattern) => pattern.route.method === method || (method === "HEAD" && pattern.route.method === "GET"))
+    if (same === undefined) {
+      return {
+        _tag: "Refuse",
+        route: matching[0]!.route.path,
+        reply: {
+          ...errorReply(new MethodNotAllowed({ message: `${method} is not allowed on ${path}; use ${allowed.join(", ")}.` })),
+          headers: { allow: allowed.join(", ") }
+        }
+      }
+    }
+    const values = same.regex.exec(path)!.slice(1)
+    return {
+      _tag: "Dispatch",
+      route: same.route,
+      params: Object.fromEntries(same.names.map((name, i) => [name, values[i]!]))
+    }
+  }
+}

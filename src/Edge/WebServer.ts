@@ -1,0 +1,194 @@
+import { Deferred, Duration, Effect, FiberRef, Layer, Runtime } from "effect"
+import { ActivationsHandlers } from "../Activations/Http.ts"
+import { CampaignApi } from "../Api.ts"
+import { EdgeConfig, ServerConfig } from "../Config.ts"
+import { ServiceUnavailable } from "../Domain/Errors.ts"
+import { HealthHandlers } from "../Health/Http.ts"
+import { IdentityHandlers } from "../Identity/Http.ts"
+import { logAccess, requestIdOf } from "./AccessLog.ts"
+import { documentRoutes, type PreparedDocument, prepareDocuments } from "./Documents.ts"
+import type { Exchange, Handler, Handlers, Reply } from "./Exchange.ts"
+import { errorReply, renderFailure, toWebResponse } from "./Render.ts"
+import { makeFallback, type Route, routesOf } from "./Router.ts"
+
+/** How long in-flight requests may take to finish after SIGTERM before their connections are closed. */
+export const drainTimeout = Duration.seconds(10)
+
+/** A document from bytes prepared at start-up: compressed when the client takes gzip, 304 when it has them. */
+const serveDocument = (document: PreparedDocument): Handler => (exchange) => {
+  const headers = { "content-type": document.contentType, "cache-control": "no-cache", "etag": document.etag, "vary": "accept-encoding" }
+  if (exchange.request.headers.get("if-none-match") === document.etag) {
+    return Effect.succeed({ status: 304, body: new Uint8Array(0), headers })
+  }
+  const gzip = /\bgzip\b/.test(exchange.request.headers.get("accept-encoding") ?? "")
+  return Effect.succeed({
+    status: 200,
+    body: gzip ? document.gzip : document.plain,
+    headers: gzip ? { ...headers, "content-encoding": "gzip" } : headers
+  })
+}
+
+/** The path as sent, without the query string: Bun's `URL` would normalise it. */
+const rawPath = (url: string): string => {
+  const start = url.indexOf("/", url.indexOf("//") + 2)
+  const query = url.indexOf("?", start)
+  return query === -1 ? url.slice(start) : url.slice(start, query)
+}
+
+/** What `Bun.serve` is given: its router's table for the API and a `fetch` for everything else. */
+export interface Edge {
+  readonly routes: Record<string, Record<string, (request: Request & { params: Record<string, string> }) => Promise<Response>>>
+  /** Answers any request, routing it itself: Bun's fallback, and the entry for tests and the bench. */
+  readonly fetch: (request: Request) => Promise<Response>
+}
+
+/**
+ * The edge, built once from layers: every endpoint of the HttpApi definition with its handler
+ * (a handler missing is a type error in `handlers`), the documents, and one runtime to run each
+ * request's Effect program. Per request: an exchange object, the handler's steps, the renderer
+ * for any failure, one access-log line, and the web response; with tracing on, a server span.
+ */
+export const makeEdge = Effect.gen(function*() {
+  const handlers: Handlers<typeof CampaignApi> = {
+    activations: yield* ActivationsHandlers,
+    identity: yield* IdentityHandlers,
+    health: yield* HealthHandlers
+  }
+  const { docsEnabled } = yield* EdgeConfig
+  const documents = yield* prepareDocuments(CampaignApi)
+  const routes: ReadonlyArray<Route> = [
+    ...routesOf(CampaignApi, handlers),
+    { method: "GET", path: documentRoutes.openApi, handler: serveDocument(documents.openApi) },
+    ...(docsEnabled ? [{ method: "GET", path: documentRoutes.docs, handler: serveDocument(documents.docs) }] : [])
+  ]
+  const fallback = makeFallback(routes)
+  const traced = yield* FiberRef.get(FiberRef.currentTracerEnabled)
+  const runtime = yield* Effect.runtime<never>()
+  const runPromise = Runtime.runPromise(runtime)
+
+  const withServerSpan = (exchange: Exchange) => (self: Effect.Effect<Reply>) =>
+    self.pipe(
+      Effect.tap((reply) =>
+        Effect.annotateCurrentSpan({
+          "http.response.status_code": reply.status,
+          "http.response.header.x-request-id": exchange.requestId
+        })
+      ),
+      Effect.withSpan(`http.server ${exchange.request.method}`, {
+        kind: "server",
+        captureStackTrace: false,
+        attributes: { "http.request.method": exchange.request.method, "http.route": exchange.route, "url.path": exchange.path }
+      })
+    )
+
+  const run = (handler: Handler, route: string, request: Request, path: string, params: Record<string, string>) => {
+    const startedAt = performance.now()
+    const exchange: Exchange = {
+      request,
+      path,
+      route,
+      params,
+      requestId: requestIdOf(request),
+      headers: {},
+      identity: undefined,
+      bodyRead: false
+    }
+    const answered = handler(exchange).pipe(
+      Effect.catchAllCause(renderFailure),
+      Effect.tap((reply) => logAccess(exchange, reply.status, startedAt, traced))
+    )
+    const program = (traced ? withServerSpan(exchange)(answered) : answered).pipe(
+      Effect.annotateLogs("requestId", exchange.requestId)
+    )
+    return runPromise(program).then((reply) => toWebResponse(exchange, reply))
+  }
+
+  const fetch = (request: Request): Promise<Response> => {
+    const path = rawPath(request.url)
+    const found = fallback(request.method, path)
+    if (found._tag === "Dispatch") return run(found.route.handler, found.route.path, request, path, found.params)
+    return run(() => Effect.succeed(found.reply), found.route, request, path, {})
+  }
+
+  const table: Edge["routes"] = {}
+  for (const route of routes) {
+    table[route.path] ??= {}
+    table[route.path]![route.method] = (request) => {
+      const path = rawPath(request.url)
+      // Bun's router percent-decodes parameters: a path with any `%` is not this route's spelling.
+      return path.includes("%") ? fetch(request) : run(route.handler, route.path, request, path, request.params)
+    }
+  }
+  return { routes: table, fetch } satisfies Edge
+})
+
+const shuttingDown = errorReply(new ServiceUnavailable({ message: "The server is shutting down; retry on another instance." }))
+
+/**
+ * The API on `Bun.serve`: Bun's own router hands each API request to its handler. On SIGTERM it
+ * stops listening, answers late arrivals on open connections with a 503 envelope, waits for what
+ * is in flight, and only then lets the layers (the database) close.
+ */
+export const WebServerLive = Layer.scopedDiscard(
+  Effect.gen(function*() {
+    const { host, port } = yield* ServerConfig
+    const edge = yield* makeEdge
+
+    let draining = false
+    let inFlight = 0
+    const idle = yield* Deferred.make<void>()
+
+    const lateArrival = (request: Request) => {
+      const response = toWebResponse({ request, requestId: requestIdOf(request), headers: {}, bodyRead: false }, shuttingDown)
+      response.headers.set("connection", "close")
+      return response
+    }
+
+    const guard = <Args extends [Request, ...Array<unknown>]>(serve: (...args: Args) => Promise<Response>) =>
+    async (...args: Args): Promise<Response> => {
+      if (draining) return lateArrival(args[0])
+      inFlight++
+      try {
+        const response = await serve(...args)
+        if (draining) response.headers.set("connection", "close")
+        return response
+      } finally {
+        inFlight--
+        if (draining && inFlight === 0) Deferred.unsafeDone(idle, Effect.void)
+      }
+    }
+
+    const routes = Object.fromEntries(
+      Object.entries(edge.routes).map(([path, methods]) => [
+        path,
+        Object.fromEntries(Object.entries(methods).map(([method, serve]) => [method, guard(serve)]))
+      ])
+    )
+
+    const server = yield* Effect.acquireRelease(
+      // Bun's own body limit would answer a large declared length with a bare 413; the activation
+      // refuses those by their Content-Length and stops reading any body past 16 KiB.
+      Effect.sync(() =>
+        Bun.serve({
+          hostname: host,
+          port,
+          routes,
+          fetch: guard(edge.fetch),
+          maxRequestBodySize: Number.MAX_SAFE_INTEGER,
+          idleTimeout: 30
+        })
+      ),
+      (server) =>
+        Effect.gen(function*() {
+          draining = true
+          yield* Effect.logInfo("draining", { inFlight })
+          void server.stop(false)
+          if (inFlight === 0) Deferred.unsafeDone(idle, Effect.void)
+          yield* Deferred.await(idle).pipe(Effect.timeout(drainTimeout), Effect.ignore)
+          yield* Effect.promise(() => server.stop(true))
+          yield* Effect.logInfo("stopped", { unfinished: inFlight })
+        })
+    )
+    yield* Effect.logInfo(`Listening on http://${server.hostname}:${server.port}`)
+  })
+)
