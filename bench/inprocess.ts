@@ -1,13 +1,13 @@
 /**
- * The service's request handling without the network: starts the real server layers in this
- * process, takes the `fetch` function they hand to `Bun.serve`, and calls it with 50 requests in
+ * The service's request handling without the network: builds the real edge from the server's
+ * layers in this process (`makeEdge`, what `Bun.serve` is given) and calls its `fetch` with 50 requests in
  * flight at a time. Per-request CPU time, steadier than wrk for comparing one change (BENCHMARKS.md
  * cites it as "in-process"). Pin it to one core:
  *
  *   taskset -c 1 bun bench/inprocess.ts whoami|fresh|replay [requests per round]   # ROUNDS=6
  */
 import { BunContext } from "@effect/platform-bun"
-import { Effect, Layer, Option } from "effect"
+import { Effect, Layer, ManagedRuntime, Option } from "effect"
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -24,9 +24,10 @@ process.env["LOG_LEVEL"] ??= "warn"
 process.env["RATE_LIMIT_MAX"] = "1000000000"
 // Imported after the environment is set: the layers read it when they are built.
 const { ApiKeys } = await import("../src/ApiKeys.ts")
-const { KeysLive } = await import("../src/Cli.ts")
+const { KeysLive, ServicesLive } = await import("../src/App.ts")
+const { makeEdge } = await import("../src/Edge/WebServer.ts")
 const { LoggingLive } = await import("../src/Logging.ts")
-const { HttpLive } = await import("../src/Server.ts")
+const { TracingLive } = await import("../src/Tracing.ts")
 
 const { apiKey } = await Effect.runPromise(
   Effect.flatMap(ApiKeys, (keys) =>
@@ -38,16 +39,10 @@ const { apiKey } = await Effect.runPromise(
     })).pipe(Effect.provide(KeysLive), Effect.provide(BunContext.layer))
 )
 
-type Fetch = (request: Request) => Promise<Response>
-let handle: Fetch | undefined
-const serve = Bun.serve
-Bun.serve = ((options: { fetch: Fetch }) => {
-  handle = options.fetch
-  return serve(options as never)
-}) as typeof Bun.serve
-Effect.runFork(Layer.launch(HttpLive).pipe(Effect.provide(Layer.mergeAll(BunContext.layer, LoggingLive))))
-while (handle === undefined) await Bun.sleep(10)
-const fetch = handle
+const runtime = ManagedRuntime.make(
+  Layer.mergeAll(ServicesLive, TracingLive, LoggingLive).pipe(Layer.provideMerge(BunContext.layer))
+)
+const { fetch } = await runtime.runPromise(makeEdge)
 
 const activatePath =
   "/v1/creators/11111111-1111-4111-8111-111111111111/campaigns/22222222-2222-4222-8222-222222222222/activate"

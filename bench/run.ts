@@ -65,15 +65,26 @@ const activateBody = JSON.stringify({ socialUsername: "@bench", plannedPostAt: "
 
 type ScenarioName = "whoami" | "fresh" | "replay" | "mix"
 
-const scenarios: ReadonlyArray<{ readonly name: ScenarioName; readonly title: string }> = [
+const allScenarios: ReadonlyArray<{ readonly name: ScenarioName; readonly title: string }> = [
   { name: "whoami", title: "(a) whoami: GET /v1/whoami" },
   { name: "fresh", title: "(b) activate, a fresh Idempotency-Key per request" },
   { name: "replay", title: "(c) activate replays: the same key and body every request" },
   { name: "mix", title: "(d) mix: 90% whoami, 10% activate with a fresh key" }
 ]
 
+/** BENCH_SCENARIOS=whoami,fresh runs only those (all four by default). */
+const scenarios = (() => {
+  const wanted = (process.env["BENCH_SCENARIOS"] ?? "").split(",").map((name) => name.trim()).filter((name) => name !== "")
+  for (const name of wanted) {
+    if (!allScenarios.some((scenario) => scenario.name === name)) {
+      fail(`BENCH_SCENARIOS: unknown scenario "${name}" (${allScenarios.map((s) => s.name).join(", ")})`)
+    }
+  }
+  return wanted.length === 0 ? allScenarios : allScenarios.filter((scenario) => wanted.includes(scenario.name))
+})()
+
 /** Everything stops by itself after this, whatever happens. */
-const budgetMs = (300 + scenarios.length * 2 * (warmupSeconds + durationSeconds + 40)) * 1000
+const budgetMs = (300 + scenarios.length * 3 * (warmupSeconds + durationSeconds + 40)) * 1000
 
 // ---------------------------------------------------------------------------------------------
 // Child processes: all tracked, all killed at the end
@@ -134,19 +145,24 @@ interface Spawned {
   readonly stderr: Output
 }
 
-const spawn = (cmd: ReadonlyArray<string>, options: { env?: Record<string, string>; timeoutMs: number }): Spawned => {
+const spawn = (
+  cmd: ReadonlyArray<string>,
+  options: { env?: Record<string, string>; timeoutMs: number; stderrFile?: string }
+): Spawned => {
   const child = Bun.spawn(["setpriv", "--pdeathsig", "KILL", ...cmd], {
     cwd: root,
     env: { ...process.env, ...options.env },
     stdin: "ignore",
     stdout: "pipe",
-    stderr: "pipe",
+    // A server's access log goes to a file, as an operator would keep it; read back at the end.
+    stderr: options.stderrFile === undefined ? "pipe" : Bun.file(options.stderrFile),
     timeout: options.timeoutMs,
     killSignal: "SIGKILL"
   })
   children.add(child)
   void child.exited.finally(() => children.delete(child))
-  return { process: child, stdout: new Output(child.stdout), stderr: new Output(child.stderr) }
+  const stderr = options.stderrFile === undefined ? child.stderr as ReadableStream<Uint8Array> : new Response("").body!
+  return { process: child, stdout: new Output(child.stdout), stderr: new Output(stderr) }
 }
 
 /** Runs a command to its end; throws with its output when it fails. */
@@ -276,7 +292,7 @@ const waitForWhoami = async (
   return performance.now() - options.startedAt
 }
 
-type ServerName = "service" | "baseline"
+type ServerName = "service" | "service-info" | "baseline"
 
 interface Server {
   readonly name: ServerName
@@ -293,14 +309,16 @@ const startServer = async (
   cmd: ReadonlyArray<string>,
   env: Record<string, string>,
   databaseFile: string,
-  apiKey: string
+  apiKey: string,
+  stderrFile?: string
 ): Promise<Server> => {
   const port = freePort()
   const url = `http://127.0.0.1:${port}`
   const startedAt = performance.now()
   const spawned = spawn(["taskset", "-c", serverCpu, ...cmd], {
     env: { ...env, PORT: String(port), HOST: "127.0.0.1", DATABASE_URL: databaseFile },
-    timeoutMs: budgetMs
+    timeoutMs: budgetMs,
+    ...(stderrFile === undefined ? {} : { stderrFile })
   })
   const startupMs = await waitForWhoami(spawned, url, apiKey, { startedAt, intervalMs: 20, timeoutMs: 60_000 })
   console.log(`${name} up on ${url} (pid ${spawned.process.pid}, CPU ${serverCpu}) after ${startupMs.toFixed(0)} ms`)
@@ -585,37 +603,60 @@ const main = async () => {
       `median ${number(binary.medianStartToFirst200Ms, 1)} ms of ${binary.startToFirst200Ms.map((t) => t.toFixed(1)).join(", ")}`)
 
     const serviceDb = join(dir, "service.sqlite")
+    const serviceInfoDb = join(dir, "service-info.sqlite")
     const baselineDb = join(dir, "baseline.sqlite")
     const serviceCli = [bun, "src/main.ts"]
     const serviceKey = await createKey(serviceCli, serviceDb)
+    const serviceInfoKey = await createKey(serviceCli, serviceInfoDb)
     const baselineKey = await createKey(serviceCli, baselineDb)
     servers.push(await startServer("service", [bun, "src/main.ts", "serve"], {
       RATE_LIMIT_MAX: "1000000000",
       LOG_LEVEL: serviceLogLevel
     }, serviceDb, serviceKey))
+    // As users run it: the default LOG_LEVEL, one access-log line per request, to a file.
+    servers.push(await startServer("service-info", [bun, "src/main.ts", "serve"], {
+      RATE_LIMIT_MAX: "1000000000",
+      LOG_LEVEL: "info"
+    }, serviceInfoDb, serviceInfoKey, join(dir, "service-info.log")))
     servers.push(await startServer("baseline", [bun, "bench/baseline.ts"], {}, baselineDb, baselineKey))
 
     const results: Array<{
       readonly scenario: ScenarioName
       readonly title: string
       readonly service: Measurement
+      readonly serviceInfo: Measurement
       readonly baseline: Measurement
       readonly ratioRequestsPerSecond: number
+      /** The service at LOG_LEVEL=info over the same at warn: what the access log costs. */
+      readonly accessLogRatio: number
       readonly problems: ReadonlyArray<string>
     }> = []
     const runId = Date.now().toString(36)
     for (const scenario of scenarios) {
       console.log(`\nrunning ${scenario.title} ...`)
       const service = await measure(servers[0]!, scenario.name, `${runId}-${scenario.name}-service`)
-      const baseline = await measure(servers[1]!, scenario.name, `${runId}-${scenario.name}-baseline`)
+      const serviceInfo = await measure(servers[1]!, scenario.name, `${runId}-${scenario.name}-service-info`)
+      const baseline = await measure(servers[2]!, scenario.name, `${runId}-${scenario.name}-baseline`)
       const ratio = service.requestsPerSecond / baseline.requestsPerSecond
-      const problems = [...problemsOf(scenario.name, service), ...problemsOf(scenario.name, baseline)]
-      results.push({ scenario: scenario.name, title: scenario.title, service, baseline, ratioRequestsPerSecond: ratio, problems })
+      const accessLogRatio = serviceInfo.requestsPerSecond / service.requestsPerSecond
+      const problems = [service, serviceInfo, baseline].flatMap((m) => problemsOf(scenario.name, m))
+      results.push({
+        scenario: scenario.name,
+        title: scenario.title,
+        service,
+        serviceInfo,
+        baseline,
+        ratioRequestsPerSecond: ratio,
+        accessLogRatio,
+        problems
+      })
       console.log(`\n${scenario.title}, ${connections} connections, ${durationSeconds} s`)
-      console.log(scenarioTable([service, baseline]))
-      console.log(`service/baseline req/s: ${number(ratio, 3)}`)
+      console.log(scenarioTable([service, serviceInfo, baseline]))
+      console.log(`service/baseline req/s: ${number(ratio, 3)} (LOG_LEVEL=${serviceLogLevel}); ` +
+        `${number(serviceInfo.requestsPerSecond / baseline.requestsPerSecond, 3)} at LOG_LEVEL=info, ` +
+        `where the access log costs ${number((1 - accessLogRatio) * 100, 1)}% of the throughput`)
       for (const problem of problems) console.log(`!!! ERRORS: ${problem}; these figures are not valid`)
-      for (const m of [service, baseline]) {
+      for (const m of [service, serviceInfo, baseline]) {
         if (m.otherCpuPercent > otherCpuWarningPercent) {
           console.log(`!   other processes used ${number(m.otherCpuPercent)}% of a core during the ${m.server} run: its figures are noisy`)
         }

@@ -53,30 +53,40 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
       const repo = yield* ApiKeysRepo
       const ids = yield* Ids
 
+      // Every key by id, loaded again whenever the generation moves: a request reads one number,
+      // not the key's row, and a key created or revoked by any process counts from the next request.
+      let cache: { readonly generation: number; readonly keys: ReadonlyMap<string, ApiKeyRow> } | undefined
+      const currentKeys = Effect.flatMap(repo.generation, (generation) =>
+        cache !== undefined && cache.generation === generation
+          ? Effect.succeed(cache.keys)
+          : Effect.map(repo.list, (rows) => {
+            const keys = new Map(rows.map((row) => [row.keyId, row]))
+            cache = { generation, keys }
+            return keys
+          }))
+
       const authenticate = (token: string) =>
         Effect.gen(function*() {
           const match = keyFormat.exec(token)
           if (match === null) return yield* unauthorized
           const [, keyId, secret] = match as unknown as [string, string, string]
-          const stored = yield* repo.findById(keyId)
-          const presented = sha256(secret)
-          const expected = Option.match(stored, {
-            onNone: () => decoyDigest,
-            onSome: (row) => Buffer.from(row.secretSha256, "hex")
-          })
-          const secretMatches = timingSafeEqual(presented, expected)
+          const stored = (yield* currentKeys).get(keyId)
+          // An unknown key id is compared against a decoy: both cases cost one digest and one comparison.
+          const secretMatches = timingSafeEqual(
+            sha256(secret),
+            stored === undefined ? decoyDigest : Buffer.from(stored.secretSha256, "hex")
+          )
           const now = yield* Clock.currentTimeMillis
           if (
-            !secretMatches || Option.isNone(stored) || stored.value.revokedAt !== null ||
-            (stored.value.expiresAt !== null && stored.value.expiresAt <= now)
+            !secretMatches || stored === undefined || stored.revokedAt !== null ||
+            (stored.expiresAt !== null && stored.expiresAt <= now)
           ) {
             return yield* unauthorized
           }
-          const row = stored.value
           const identity: ApiKeyIdentity = {
-            keyId: row.keyId as KeyId,
-            brandId: row.brandId as BrandId,
-            scopes: row.scopes as ReadonlyArray<Scope>
+            keyId: stored.keyId as KeyId,
+            brandId: stored.brandId as BrandId,
+            scopes: stored.scopes as ReadonlyArray<Scope>
           }
           return identity
         }).pipe(span("ApiKeys.authenticate"))

@@ -12,13 +12,14 @@ import { IdempotencyConflict, IdempotencyInProgress } from "../src/Domain/Errors
 import { fingerprintOf, Idempotency, type IdempotentRequest, type StoredResponse } from "../src/Idempotency.ts"
 import { IdempotencyRepo, type IdempotencyRow } from "../src/Idempotency/IdempotencyRepo.ts"
 import type { Reply } from "../src/Edge/Exchange.ts"
+import { inspect } from "./support/database.ts"
 import { tempDatabase } from "./support/server.ts"
 import { makeTestLayer } from "./support/testLayer.ts"
 
-const SqlLiveAt = (filename: string) =>
-  SqlLive.pipe(
-    Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map([["DATABASE_URL", filename]]))))
-  )
+const configAt = (filename: string) =>
+  Layer.setConfigProvider(ConfigProvider.fromMap(new Map([["DATABASE_URL", filename]])))
+
+const SqlLiveAt = (filename: string) => SqlLive.pipe(Layer.provide(configAt(filename)))
 
 const brandId = "6d1e2f3a-4b5c-4d6e-8f7a-9b0c1d2e3f4a"
 const otherBrandId = "7e2f3a4b-5c6d-4e7f-9a8b-0c1d2e3f4a5b"
@@ -59,7 +60,9 @@ layer(SqlLiveAt(schemaFile))("SQLite database file", (it) => {
   })
 })
 
-layer(ApiKeysRepo.Live.pipe(Layer.provide(SqlLiveAt(tempDatabase()))))("ApiKeysRepo", (it) => {
+const keysFile = tempDatabase()
+
+layer(ApiKeysRepo.Live.pipe(Layer.provide(SqlLiveAt(keysFile)), Layer.provide(configAt(keysFile))))("ApiKeysRepo", (it) => {
   const keyRow = (overrides: Partial<ApiKeyRow> = {}): ApiKeyRow => ({
     keyId: unique("key"),
     brandId,
@@ -72,21 +75,18 @@ layer(ApiKeysRepo.Live.pipe(Layer.provide(SqlLiveAt(tempDatabase()))))("ApiKeysR
     ...overrides
   })
 
-  it.effect("insert then findById returns every field as stored", () =>
+  const find = (keyId: string) =>
+    Effect.map(Effect.flatMap(ApiKeysRepo, (repo) => repo.list), (rows) => rows.find((row) => row.keyId === keyId))
+
+  it.effect("insert then list returns every field as stored", () =>
     Effect.gen(function*() {
       const repo = yield* ApiKeysRepo
       const named = keyRow({ name: "reporting", expiresAt: 1_700_086_400_000 })
       const withoutScopes = keyRow({ scopes: [] })
       yield* repo.insert(named)
       yield* repo.insert(withoutScopes)
-      expect(yield* repo.findById(named.keyId)).toEqual(Option.some(named))
-      expect(yield* repo.findById(withoutScopes.keyId)).toEqual(Option.some(withoutScopes))
-    }))
-
-  it.effect("findById of an unknown key is none", () =>
-    Effect.gen(function*() {
-      const repo = yield* ApiKeysRepo
-      expect(yield* repo.findById(unique("missing"))).toEqual(Option.none())
+      expect(yield* find(named.keyId)).toEqual(named)
+      expect(yield* find(withoutScopes.keyId)).toEqual(withoutScopes)
     }))
 
   it.effect("list returns the keys oldest first", () =>
@@ -107,8 +107,25 @@ layer(ApiKeysRepo.Live.pipe(Layer.provide(SqlLiveAt(tempDatabase()))))("ApiKeysR
       yield* repo.insert(row)
       expect(yield* repo.revoke(row.keyId, 1_750_000_000_000)).toBe(true)
       expect(yield* repo.revoke(row.keyId, 1_760_000_000_000)).toBe(false)
-      expect(yield* repo.findById(row.keyId)).toEqual(Option.some({ ...row, revokedAt: 1_750_000_000_000 }))
+      expect(yield* find(row.keyId)).toEqual({ ...row, revokedAt: 1_750_000_000_000 })
       expect(yield* repo.revoke(unique("missing"), 1_750_000_000_000)).toBe(false)
+    }))
+
+  it.effect("the generation moves with every change to the keys, by this connection or another process's", () =>
+    Effect.gen(function*() {
+      const repo = yield* ApiKeysRepo
+      const row = keyRow()
+      const before = yield* repo.generation
+      expect(yield* repo.generation).toBe(before)
+      yield* repo.insert(row)
+      const inserted = yield* repo.generation
+      expect(inserted).toBeGreaterThan(before)
+      yield* repo.revoke(row.keyId, 1_750_000_000_000)
+      const revoked = yield* repo.generation
+      expect(revoked).toBeGreaterThan(inserted)
+      // Another connection, as the key command line is: its commit is seen at once.
+      inspect(keysFile, (db) => db.run("UPDATE api_keys SET name = 'renamed' WHERE key_id = ?", [row.keyId]))
+      expect(yield* repo.generation).toBeGreaterThan(revoked)
     }))
 })
 

@@ -26,23 +26,29 @@ describe("makeTestLayer", () => {
     Effect.gen(function*() {
       const repo = yield* ApiKeysRepo
       expect(yield* Effect.exit(repo.revoke("any", 0))).toEqual(Exit.succeed(true))
-      expect(yield* Effect.exit(repo.findById("any"))).toEqual(
-        Exit.die("ApiKeys/ApiKeysRepo.findById not implemented")
-      )
+      expect(yield* Effect.exit(repo.insert({} as ApiKeyRow))).toEqual(Exit.die("ApiKeys/ApiKeysRepo.insert not implemented"))
       expect(yield* Effect.exit(repo.list)).toEqual(Exit.die("ApiKeys/ApiKeysRepo.list not implemented"))
     }).pipe(Effect.provide(KeysRepoThatOnlyRevokes)))
 })
 
 const storedKeys = new Map<string, ApiKeyRow>()
+/** Moves on every change, as the triggers of the real table make it. */
+let generation = 0
 
 const ApiKeysRepoInMemory = makeTestLayer(ApiKeysRepo)({
-  insert: (row) => Effect.sync(() => void storedKeys.set(row.keyId, row)),
-  findById: (keyId) => Effect.sync(() => Option.fromNullable(storedKeys.get(keyId))),
+  insert: (row) =>
+    Effect.sync(() => {
+      storedKeys.set(row.keyId, row)
+      generation++
+    }),
+  list: Effect.sync(() => [...storedKeys.values()]),
+  generation: Effect.sync(() => generation),
   revoke: (keyId, at) =>
     Effect.sync(() => {
       const row = storedKeys.get(keyId)
       if (row === undefined || row.revokedAt !== null) return false
       storedKeys.set(keyId, { ...row, revokedAt: at })
+      generation++
       return true
     })
 })

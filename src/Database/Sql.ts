@@ -7,6 +7,7 @@ import { chmodSync, closeSync, mkdirSync, openSync, statSync } from "node:fs"
 import { dirname } from "node:path"
 import { DatabaseConfig } from "../Config.ts"
 import CreateTables from "./migrations/0001_create_tables.ts"
+import ApiKeysGeneration from "./migrations/0002_api_keys_generation.ts"
 import { sqliteError } from "./SqlErrors.ts"
 
 /** How long a write waits for another process's lock before SQLITE_BUSY (503). */
@@ -65,7 +66,10 @@ const makeClient = (busyTimeoutMs: number) =>
   )
 
 const MigratorLive = SqliteMigrator.layer({
-  loader: SqliteMigrator.fromRecord({ "0001_create_tables": CreateTables })
+  loader: SqliteMigrator.fromRecord({
+    "0001_create_tables": CreateTables,
+    "0002_api_keys_generation": ApiKeysGeneration
+  })
 }).pipe(Layer.provide(BunContext.layer))
 
 const makeSqlLive = (busyTimeoutMs: number) => MigratorLive.pipe(Layer.provideMerge(makeClient(busyTimeoutMs)))
