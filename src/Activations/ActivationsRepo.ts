@@ -1,9 +1,10 @@
 import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer, Option } from "effect"
 import type { Activation } from "../Domain/Activation.ts"
+import { type BatchedInsert, insertBatched } from "../Database/GroupCommit.ts"
 import { span } from "../Edge/Span.ts"
 
-interface Stored {
+type Stored = {
   readonly id: string
   readonly campaign_id: string
   readonly creator_id: string
@@ -12,6 +13,8 @@ interface Stored {
   readonly planned_post_at: string | null
   readonly activated_at: string
 }
+
+type Row = Stored & { readonly brand_id: string; readonly key_id: string }
 
 const fromStored = (row: Stored): Activation => ({
   id: row.id,
@@ -23,7 +26,7 @@ const fromStored = (row: Stored): Activation => ({
   activatedAt: row.activated_at
 })
 
-/** Activation records. Writes join the caller's transaction. SQL errors are defects. */
+/** Activation records. Writes join the caller's transaction (and its batch, see GroupCommit). SQL errors are defects. */
 export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<ActivationsRepo, {
   readonly insert: (activation: Activation, owner: { readonly brandId: string; readonly keyId: string }) => Effect.Effect<void>
   readonly findById: (id: string) => Effect.Effect<Option.Option<Activation>>
@@ -32,12 +35,23 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
     ActivationsRepo,
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
+      const into: BatchedInsert<Row> = {
+        one: (row) => Effect.as(sql`INSERT INTO activations ${sql.insert(row)}`, true),
+        many: (rows) => Effect.as(sql`INSERT INTO activations ${sql.insert(rows)}`, rows.length)
+      }
       return {
         insert: (a, owner) =>
-          sql`INSERT INTO activations
-                (id, brand_id, key_id, creator_id, campaign_id, status, social_username, planned_post_at, activated_at)
-              VALUES (${a.id}, ${owner.brandId}, ${owner.keyId}, ${a.creatorId}, ${a.campaignId}, ${a.status},
-                      ${a.socialUsername}, ${a.plannedPostAt}, ${a.activatedAt})`.pipe(
+          insertBatched(into, {
+            id: a.id,
+            brand_id: owner.brandId,
+            key_id: owner.keyId,
+            creator_id: a.creatorId,
+            campaign_id: a.campaignId,
+            status: a.status,
+            social_username: a.socialUsername,
+            planned_post_at: a.plannedPostAt,
+            activated_at: a.activatedAt
+          }).pipe(
             Effect.asVoid,
             Effect.orDie,
             span("ActivationsRepo.insert")

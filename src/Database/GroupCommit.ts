@@ -30,9 +30,45 @@ const isolate = new Isolate()
 
 const isSqlError = (e: unknown): e is SqlError => e instanceof SqlError
 
+/** A table's insert: one row in a statement of its own, or many rows in one statement. */
+export interface BatchedInsert<Row> {
+  readonly one: (row: Row) => Effect.Effect<boolean, SqlError>
+  /** Inserts every row in one statement and says how many it wrote. */
+  readonly many: (rows: ReadonlyArray<Row>) => Effect.Effect<number, SqlError>
+}
+
+type Collected = Map<BatchedInsert<any>, Array<unknown>>
+
+/** Set while a batch runs its pieces together: their inserts are gathered here instead of run. */
+const collecting = FiberRef.unsafeMake<Collected | undefined>(undefined)
+
+/**
+ * Inserts `row`: at once, or, inside a group-commit batch, with the batch's other rows of the
+ * same table in one multi-row statement before it commits, so the statements per request fall
+ * with the batch size. Inside a batch it answers `true` before the row is written; if the
+ * statement then writes fewer rows (another instance stored a conflicting row first), the batch
+ * is rolled back and run again one piece at a time, where every insert answers for itself.
+ */
+export const insertBatched = <Row>(into: BatchedInsert<Row>, row: Row): Effect.Effect<boolean, SqlError> =>
+  Effect.flatMap(FiberRef.get(collecting), (collected) => {
+    if (collected === undefined) return into.one(row)
+    const rows = collected.get(into)
+    if (rows === undefined) collected.set(into, [row])
+    else rows.push(row)
+    return Effect.succeed(true)
+  })
+
+/** Writes what a batch gathered, one statement per table; a short count isolates the batch. */
+const writeCollected = (collected: Collected) =>
+  Effect.forEach(collected, ([into, rows]) =>
+    Effect.flatMap(into.many(rows), (written) => written === rows.length ? Effect.void : Effect.fail(isolate)), {
+    discard: true
+  })
+
 /**
  * Group commit: concurrent writers share one transaction, so one fsync acknowledges
- * many requests instead of one. Nobody is answered before the shared commit is durable.
+ * many requests instead of one, and their inserts into a table share one multi-row statement
+ * (`insertBatched`). Nobody is answered before the shared commit is durable.
  * When a piece of work fails, the batch is rolled back and run again with each piece in
  * its own savepoint, so the failure undoes only its own writes (a savepoint per piece
  * every time cost a sixth of an activation's CPU). Work may therefore run more than once,
@@ -70,9 +106,19 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
           return Option.match(abortsBatch(exit.cause), { onNone: () => Effect.succeed(exit), onSome: Effect.fail })
         })
 
+      // Each attempt gathers its inserts afresh: a retry after SQLITE_BUSY runs every piece again.
+      const together = (batch: ReadonlyArray<Pending>) =>
+        Effect.suspend(() => {
+          const collected: Collected = new Map()
+          return Effect.forEach(batch, direct).pipe(
+            Effect.locally(collecting, collected),
+            Effect.zipLeft(Effect.suspend(() => writeCollected(collected)))
+          )
+        })
+
       const commit = (batch: ReadonlyArray<Pending>) =>
         file.ensurePresent.pipe(
-          Effect.zipRight(sql.withTransaction(Effect.forEach(batch, direct))),
+          Effect.zipRight(sql.withTransaction(together(batch))),
           Effect.catchIf(
             // Failures raised under a span come back wrapped in a proxy: compare by class, not identity.
             (e): e is Isolate => e instanceof Isolate,

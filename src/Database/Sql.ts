@@ -1,6 +1,7 @@
 import { BunContext } from "@effect/platform-bun"
 import { SqlClient } from "@effect/sql"
 import { SqliteClient, SqliteMigrator } from "@effect/sql-sqlite-bun"
+import * as Reactivity from "@effect/experimental/Reactivity"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Context, Duration, Effect, Layer } from "effect"
 import { chmodSync, closeSync, mkdirSync, openSync, statSync } from "node:fs"
@@ -72,7 +73,30 @@ const MigratorLive = SqliteMigrator.layer({
   })
 }).pipe(Layer.provide(BunContext.layer))
 
-const makeSqlLive = (busyTimeoutMs: number) => MigratorLive.pipe(Layer.provideMerge(makeClient(busyTimeoutMs)))
+/**
+ * Reads that must see only committed rows (the idempotency lookup), on a read-only connection
+ * of their own: on the shared connection a plain read could run inside a group-commit batch
+ * opened meanwhile and see its uncommitted writes, and a read transaction there costs two more
+ * statements and queues behind the writes.
+ */
+export class ReadSql extends Context.Tag("Database/ReadSql")<ReadSql, SqlClient.SqlClient>() {}
+
+const ReadSqlLive = Layer.scoped(
+  ReadSql,
+  Effect.gen(function*() {
+    const { filename } = yield* DatabaseConfig
+    // An in-memory database has no second connection: its one connection serves.
+    if (filename === ":memory:") return yield* SqlClient.SqlClient
+    const client = yield* SqliteClient.make({ filename, readonly: true, readwrite: false, create: false, disableWAL: true }).pipe(
+      Effect.provide(Reactivity.layer)
+    )
+    yield* client.unsafe("PRAGMA busy_timeout = 0")
+    return client
+  })
+)
+
+const makeSqlLive = (busyTimeoutMs: number) =>
+  Layer.merge(MigratorLive, ReadSqlLive).pipe(Layer.provideMerge(makeClient(busyTimeoutMs)))
 
 /** The SQLite database, opened, tuned and migrated; a locked database blocks up to the busy timeout. */
 export const SqlLive = makeSqlLive(Duration.toMillis(busyTimeout))

@@ -9,16 +9,18 @@ export const documentRoutes = { openApi: "/openapi.json", docs: "/docs" } as con
 export interface PreparedDocument {
   readonly contentType: string
   readonly plain: Uint8Array<ArrayBuffer>
-  readonly gzip: Uint8Array<ArrayBuffer>
+  /** Compressed on first use and kept: compressing the docs page at start-up would delay it. */
+  readonly gzip: () => Uint8Array<ArrayBuffer>
   readonly etag: string
 }
 
 const prepare = (contentType: string, text: string): PreparedDocument => {
   const plain = new TextEncoder().encode(text)
+  let gzip: Uint8Array<ArrayBuffer> | undefined
   return {
     contentType,
     plain,
-    gzip: new Uint8Array(gzipSync(plain, { level: 9 })),
+    gzip: () => gzip ??= new Uint8Array(gzipSync(plain, { level: 9 })),
     etag: `"${new Bun.CryptoHasher("sha256").update(plain).digest("base64url").slice(0, 27)}"`
   }
 }

@@ -23,7 +23,7 @@ const serveDocument = (document: PreparedDocument): Handler => (exchange) => {
   const gzip = /\bgzip\b/.test(exchange.request.headers.get("accept-encoding") ?? "")
   return Effect.succeed({
     status: 200,
-    body: gzip ? document.gzip : document.plain,
+    body: gzip ? document.gzip() : document.plain,
     headers: gzip ? { ...headers, "content-encoding": "gzip" } : headers
   })
 }

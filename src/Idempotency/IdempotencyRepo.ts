@@ -1,5 +1,7 @@
 import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer, Option } from "effect"
+import { type BatchedInsert, insertBatched } from "../Database/GroupCommit.ts"
+import { ReadSql } from "../Database/Sql.ts"
 import { span } from "../Edge/Span.ts"
 
 export interface IdempotencyRow {
@@ -13,13 +15,18 @@ export interface IdempotencyRow {
   readonly expiresAt: number
 }
 
-interface Stored {
+type Stored = {
   readonly fingerprint: string
   readonly resource_id: string | null
   readonly status_code: number
   readonly response_body: string
   readonly created_at: number
   readonly expires_at: number
+}
+
+type Row = Stored & {
+  readonly brand_id: string
+  readonly idempotency_key: string
 }
 
 const fromStored = (brandId: string, key: string, row: Stored): IdempotencyRow => ({
@@ -35,7 +42,7 @@ const fromStored = (brandId: string, key: string, row: Stored): IdempotencyRow =
 
 /** Stored responses by (brand, Idempotency-Key). SQL errors are defects. */
 export class IdempotencyRepo extends Context.Tag("Idempotency/IdempotencyRepo")<IdempotencyRepo, {
-  /** The live (unexpired) entry, if any, read in a transaction of its own so it sees only committed writes. */
+  /** The live (unexpired) entry, if any, as committed (read on the read-only connection). */
   readonly find: (brandId: string, key: string, now: number) => Effect.Effect<Option.Option<IdempotencyRow>>
   /**
    * Stores the entry, replacing an expired one of the same brand and key; false when a live
@@ -48,32 +55,43 @@ export class IdempotencyRepo extends Context.Tag("Idempotency/IdempotencyRepo")<
     IdempotencyRepo,
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
+      const read = yield* ReadSql
+      // Replaces only an expired entry: a live one (another instance stored it first) is left as
+      // it was, and the row is missing from what the statement returns.
+      const upsert = (rows: ReadonlyArray<Row>) =>
+        sql<{ brand_id: string }>`INSERT INTO idempotency_keys ${sql.insert(rows)}
+          ON CONFLICT (brand_id, idempotency_key) DO UPDATE SET
+            fingerprint = excluded.fingerprint, resource_id = excluded.resource_id,
+            status_code = excluded.status_code, response_body = excluded.response_body,
+            created_at = excluded.created_at, expires_at = excluded.expires_at
+          WHERE idempotency_keys.expires_at <= excluded.created_at
+          RETURNING brand_id`
+      const into: BatchedInsert<Row> = {
+        one: (row) => Effect.map(upsert([row]), (written) => written.length === 1),
+        many: (rows) => Effect.map(upsert(rows), (written) => written.length)
+      }
       return {
         find: (brandId, key, now) =>
-          sql<Stored>`
+          read<Stored>`
             SELECT fingerprint, resource_id, status_code, response_body, created_at, expires_at
             FROM idempotency_keys
             WHERE brand_id = ${brandId} AND idempotency_key = ${key} AND expires_at > ${now}`.pipe(
             Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), (row) => fromStored(brandId, key, row))),
-            // The SQLite client's lock covers taking the shared connection, not running the statement:
-            // a plain read could run inside a group-commit batch opened meanwhile and see its writes.
-            sql.withTransaction,
             Effect.orDie,
             span("IdempotencyRepo.find")
           ),
         // One statement: a write takes the write lock at once, and an expired entry is replaced in place.
         insert: (row) =>
-          sql`INSERT INTO idempotency_keys
-                (brand_id, idempotency_key, fingerprint, resource_id, status_code, response_body, created_at, expires_at)
-              VALUES (${row.brandId}, ${row.key}, ${row.fingerprint}, ${row.resourceId}, ${row.statusCode},
-                      ${row.responseBody}, ${row.createdAt}, ${row.expiresAt})
-              ON CONFLICT (brand_id, idempotency_key) DO UPDATE SET
-                fingerprint = excluded.fingerprint, resource_id = excluded.resource_id,
-                status_code = excluded.status_code, response_body = excluded.response_body,
-                created_at = excluded.created_at, expires_at = excluded.expires_at
-              WHERE idempotency_keys.expires_at <= excluded.created_at
-              RETURNING brand_id`.pipe(
-            Effect.map((rows) => rows.length === 1),
+          insertBatched(into, {
+            brand_id: row.brandId,
+            idempotency_key: row.key,
+            fingerprint: row.fingerprint,
+            resource_id: row.resourceId,
+            status_code: row.statusCode,
+            response_body: row.responseBody,
+            created_at: row.createdAt,
+            expires_at: row.expiresAt
+          }).pipe(
             Effect.orDie,
             span("IdempotencyRepo.insert")
           ),
