@@ -605,16 +605,18 @@ const main = async () => {
     const serviceDb = join(dir, "service.sqlite")
     const serviceInfoDb = join(dir, "service-info.sqlite")
     const baselineDb = join(dir, "baseline.sqlite")
-    const serviceCli = [bun, "src/main.ts"]
+    // The service runs as it is deployed: the single binary built above, the server and the key
+    // command line in one (bundled, so it loads only the modules it uses).
+    const serviceCli = [join(dir, "campaign-api")]
     const serviceKey = await createKey(serviceCli, serviceDb)
     const serviceInfoKey = await createKey(serviceCli, serviceInfoDb)
     const baselineKey = await createKey(serviceCli, baselineDb)
-    servers.push(await startServer("service", [bun, "src/main.ts", "serve"], {
+    servers.push(await startServer("service", [...serviceCli, "serve"], {
       RATE_LIMIT_MAX: "1000000000",
       LOG_LEVEL: serviceLogLevel
     }, serviceDb, serviceKey))
     // As users run it: the default LOG_LEVEL, one access-log line per request, to a file.
-    servers.push(await startServer("service-info", [bun, "src/main.ts", "serve"], {
+    servers.push(await startServer("service-info", [...serviceCli, "serve"], {
       RATE_LIMIT_MAX: "1000000000",
       LOG_LEVEL: "info"
     }, serviceInfoDb, serviceInfoKey, join(dir, "service-info.log")))
