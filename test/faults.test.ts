@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
-import { Database } from "bun:sqlite"
 import { renameSync, statSync } from "node:fs"
 import {
   activate,
@@ -17,6 +16,7 @@ import {
   countRows,
   databaseFiles,
   integrityCheck,
+  lockDatabase,
   orphans
 } from "./support/database.ts"
 import { eventually, randomInt, runLoops } from "./support/load.ts"
@@ -169,33 +169,22 @@ describe("database faults", () => {
     expect(rows()).toEqual({ activations: before.activations + 1, idempotencyKeys: before.idempotencyKeys + 1 })
   }
 
-  const holdWriteLock = () => {
-    const lock = new Database(database)
-    lock.run("BEGIN IMMEDIATE")
-    return {
-      release: () => {
-        lock.run("ROLLBACK")
-        lock.close()
-      }
-    }
-  }
-
   it("answers 503 while another process holds the write lock past the busy timeout, writes nothing, still answers reads, and recovers without a restart", async () => {
     const before = rows()
     const idempotencyKey = uniqueKey()
-    const lock = holdWriteLock()
+    const release = lockDatabase(database, "writes")
     try {
       expectEnvelope(await activate(server.url, { apiKey: key.apiKey, key: idempotencyKey }), 503, "SERVICE_UNAVAILABLE")
       expect(rows()).toEqual(before)
       expect((await whoami(server.url, key.apiKey)).status).toBe(200)
     } finally {
-      lock.release()
+      release()
     }
     await expectFreshActivation(idempotencyKey, before)
   })
 
   it("answers a read while a write is waiting for another process's lock", async () => {
-    const lock = holdWriteLock()
+    const release = lockDatabase(database, "writes")
     try {
       const write = activate(server.url, { apiKey: key.apiKey, key: uniqueKey() })
       await Bun.sleep(500)
@@ -205,7 +194,7 @@ describe("database faults", () => {
       expect((await read).status).toBe(200)
       expectEnvelope(await write, 503, "SERVICE_UNAVAILABLE")
     } finally {
-      lock.release()
+      release()
     }
   })
 

@@ -51,7 +51,7 @@ const responseSchema = (response: Json): Json => response.content["application/j
 const alternatives = (schema: Json): Array<Json> =>
   (schema.anyOf ?? schema.oneOf ?? [schema]).map((s: Json) => (s.$ref === undefined ? s : component(s.$ref)))
 
-/** CONTRACT.md's error codes for each operation, by status. */
+/** The README's error codes (API, Errors) for each operation, by status. */
 const contractErrors: Record<string, Record<string, Array<string>>> = {
   "activations.activate": {
     "400": ["IDEMPOTENCY_KEY_REQUIRED", "MALFORMED_JSON", "VALIDATION_ERROR"],
@@ -107,7 +107,7 @@ describe("GET /openapi.json", () => {
     expect(Object.keys(document.components.schemas)).not.toContain("Issue")
   })
 
-  it("documents every error response as the envelope with exactly CONTRACT.md's codes", () => {
+  it("documents every error response as the envelope with exactly the README's codes", () => {
     for (const [operationId, expected] of Object.entries(contractErrors)) {
       const responses: Json = operation(operationId).responses
       const documented = Object.fromEntries(

@@ -1,16 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { activate, activateRoute, type Answer, call } from "./support/client.ts"
+import { expectEnvelope } from "./support/contract.ts"
 import { lockDatabase } from "./support/database.ts"
 import { createKey, type Environment, type RunningServer, session, startServer, tempDatabase } from "./support/server.ts"
 import { accessLog, logLines, otlpCollector, type OtlpCollector, type OtlpSpan, spanAttribute } from "./support/telemetry.ts"
 
 const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
-
-const expectEnvelope = (answer: Answer, status: number, code: string) => {
-  expect(answer.status).toBe(status)
-  expect(answer.headers.get("content-type")).toMatch(/^application\/json/)
-  expect(answer.json).toEqual({ ok: false, code, message: expect.stringMatching(/\w/) })
-}
 
 let database: string
 let server: RunningServer
@@ -57,7 +52,7 @@ describe("health", () => {
     const lockedDatabase = tempDatabase()
     const { result, stderr } = await session(lockedDatabase, {}, async (url) => {
       const before = await call(url, { path: "/readyz" })
-      const release = lockDatabase(lockedDatabase)
+      const release = lockDatabase(lockedDatabase, "everything")
       const during = await call(url, { path: "/readyz" }).finally(release)
       return { before, during, after: await call(url, { path: "/readyz" }) }
     })

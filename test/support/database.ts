@@ -44,13 +44,25 @@ export const databaseFiles = (file: string): ReadonlyArray<string> =>
 export const permissions = (path: string): number => statSync(path).mode & 0o777
 
 /**
- * Makes the server's database stop answering: in WAL mode a reader must take one of the
- * read locks in the `-shm` file, so holding all of them (bytes 120..127, SQLite's
- * WAL_WRITE_LOCK to WAL_READ_LOCK(4)) leaves every statement retrying until SQLITE_PROTOCOL.
- * bun:sqlite cannot take such a lock, hence fcntl(F_SETLK) through FFI (Linux, 64-bit
- * `struct flock`). A lock held by another SQLite connection of the server is refused.
+ * Holds a lock on the server's database from outside, as another process would; the function
+ * returned releases it.
+ * - `"writes"`: the write lock (`BEGIN IMMEDIATE` on a connection of its own). Reads go on;
+ *   every write waits for it.
+ * - `"everything"`: in WAL mode a reader must take one of the read locks in the `-shm` file,
+ *   so holding all of them (bytes 120..127, SQLite's WAL_WRITE_LOCK to WAL_READ_LOCK(4)) leaves
+ *   every statement retrying until SQLITE_PROTOCOL. bun:sqlite cannot take such a lock, hence
+ *   fcntl(F_SETLK) through FFI (Linux, 64-bit `struct flock`). A lock held by another SQLite
+ *   connection of the server is refused.
  */
-export const lockDatabase = (database: string): (() => void) => {
+export const lockDatabase = (database: string, what: "writes" | "everything"): (() => void) => {
+  if (what === "writes") {
+    const lock = new Database(database)
+    lock.run("BEGIN IMMEDIATE")
+    return () => {
+      lock.run("ROLLBACK")
+      lock.close()
+    }
+  }
   if (process.platform !== "linux") throw new Error("lockDatabase needs Linux's struct flock")
   const libc = dlopen("libc.so.6", { fcntl: { args: [FFIType.i32, FFIType.i32, FFIType.ptr], returns: FFIType.i32 } })
   const F_SETLK = 6
