@@ -1,5 +1,5 @@
 import { Clock, Context, DateTime, Duration, Effect, Layer, Option } from "effect"
-import { createHash, timingSafeEqual } from "node:crypto"
+import { timingSafeEqual } from "node:crypto"
 import { ApiKeysRepo, type ApiKeyRow } from "./ApiKeys/ApiKeysRepo.ts"
 import { type ApiKeyIdentity, ApiKeyInfo, type BrandId, type KeyId, type Scope } from "./Domain/ApiKey.ts"
 import { Unauthorized } from "./Domain/Errors.ts"
@@ -10,7 +10,7 @@ import { span } from "./Edge/Span.ts"
 const keyFormat = /^cak_([a-z0-9]{16})_([0-9a-f]{64})$/
 const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 
-const sha256 = (text: string): Buffer => createHash("sha256").update(text).digest()
+const sha256 = (text: string): Uint8Array => Bun.SHA256.hash(text) as Uint8Array
 
 /** Compared against when the key id is unknown, so that case costs the same time as a wrong secret. */
 const decoyDigest = sha256("decoy")
@@ -55,12 +55,13 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
 
       // Every key by id, loaded again whenever the generation moves: a request reads one number,
       // not the key's row, and a key created or revoked by any process counts from the next request.
-      let cache: { readonly generation: number; readonly keys: ReadonlyMap<string, ApiKeyRow> } | undefined
+      type Cached = ApiKeyRow & { readonly digest: Uint8Array }
+      let cache: { readonly generation: number; readonly keys: ReadonlyMap<string, Cached> } | undefined
       const currentKeys = Effect.flatMap(repo.generation, (generation) =>
         cache !== undefined && cache.generation === generation
           ? Effect.succeed(cache.keys)
           : Effect.map(repo.list, (rows) => {
-            const keys = new Map(rows.map((row) => [row.keyId, row]))
+            const keys = new Map(rows.map((row) => [row.keyId, { ...row, digest: Buffer.from(row.secretSha256, "hex") }]))
             cache = { generation, keys }
             return keys
           }))
@@ -74,7 +75,7 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
           // An unknown key id is compared against a decoy: both cases cost one digest and one comparison.
           const secretMatches = timingSafeEqual(
             sha256(secret),
-            stored === undefined ? decoyDigest : Buffer.from(stored.secretSha256, "hex")
+            stored === undefined ? decoyDigest : stored.digest
           )
           const now = yield* Clock.currentTimeMillis
           if (
@@ -102,7 +103,7 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
           brandId: options.brandId.toLowerCase(),
           name: Option.getOrNull(options.name),
           scopes: Array.from(new Set(options.scopes)),
-          secretSha256: sha256(secret).toString("hex"),
+          secretSha256: Buffer.from(sha256(secret)).toString("hex"),
           createdAt: now,
           expiresAt: Option.getOrNull(Option.map(options.expiresIn, (d) => now + Duration.toMillis(d))),
           revokedAt: null
