@@ -1,7 +1,7 @@
-import { Effect, Layer, Logger } from "effect"
+import { Cause, Effect, FiberId, Inspectable, Layer, List, Logger } from "effect"
 import { writeSync } from "node:fs"
 import { LogLevelConfig } from "./Config.ts"
-import { withAccessLogFields } from "./Edge/AccessLog.ts"
+import { AccessLogEntry, withAccessLogFields } from "./Edge/AccessLog.ts"
 
 /**
  * Lines for stderr, written together once per turn of the event loop: a write per line (what
@@ -32,7 +32,45 @@ const bufferedStderr = (() => {
   }
 })()
 
-const jsonLines = Logger.make((options) => bufferedStderr(Logger.jsonLogger.log(options)))
+const stringify = (value: unknown): string => {
+  try {
+    return JSON.stringify(value)
+  } catch {
+    // A cycle or a BigInt somewhere in a logged value: Effect's own careful (and slower) way.
+    return Inspectable.stringifyCircular(value)
+  }
+}
+
+/**
+ * One JSON object per line, always of one shape: `message` is a string (the text parts of the
+ * log call), `logLevel`, `timestamp`, `annotations` (the fiber's annotations, the fields of any
+ * object logged with the text, and an access-log entry's fields), `spans`, `fiberId`, and
+ * `cause` when there is one.
+ */
+const jsonLines = Logger.make(({ annotations, cause, date, fiberId, logLevel, message, spans }) => {
+  const fields: Record<string, unknown> = {}
+  for (const [key, value] of annotations) fields[key] = value
+  const texts: Array<string> = []
+  for (const part of Array.isArray(message) ? message : [message]) {
+    if (part instanceof AccessLogEntry) {
+      texts.push("request")
+      Object.assign(fields, part.fields)
+    } else if (typeof part === "string") texts.push(part)
+    else if (typeof part === "object" && part !== null && !Array.isArray(part)) Object.assign(fields, part)
+    else texts.push(String(part))
+  }
+  const spansObject: Record<string, number> = {}
+  if (List.isCons(spans)) for (const span of spans) spansObject[span.label] = date.getTime() - span.startTime
+  bufferedStderr(stringify({
+    message: texts.join(" "),
+    logLevel: logLevel.label,
+    timestamp: date.toISOString(),
+    ...(Cause.isEmpty(cause) ? {} : { cause: Cause.pretty(cause, { renderErrorCause: true }) }),
+    annotations: fields,
+    spans: spansObject,
+    fiberId: FiberId.threadName(fiberId)
+  }))
+})
 
 /**
  * Logs go to stderr, so stdout carries only what a command prints (`keys create --json`
@@ -43,7 +81,7 @@ export const LoggingLive = Layer.unwrapEffect(
     Layer.mergeAll(
       Logger.replace(
         Logger.defaultLogger,
-        withAccessLogFields(process.stderr.isTTY ? Logger.prettyLogger({ stderr: true }) : jsonLines)
+        process.stderr.isTTY ? withAccessLogFields(Logger.prettyLogger({ stderr: true })) : jsonLines
       ),
       Logger.minimumLogLevel(level)
     ))

@@ -137,8 +137,15 @@ describe("structured logs", () => {
       }
     ])
     expect(stdout).toBe("")
-    for (const line of logLines(stderr)) {
-      expect(line).toEqual(expect.objectContaining({ message: expect.anything(), logLevel: expect.any(String) }))
+    // One shape for every line, the start and the drain included: the message is always text.
+    const lines = logLines(stderr)
+    expect(lines.map((line) => line.message)).toEqual(expect.arrayContaining(["draining", "stopped"]))
+    for (const line of lines) {
+      expect(line).toEqual(expect.objectContaining({
+        message: expect.stringMatching(/\S/),
+        logLevel: expect.any(String),
+        annotations: expect.any(Object)
+      }))
     }
     const entries = accessLog(stderr)
     expect(entries).toHaveLength(calls.length)

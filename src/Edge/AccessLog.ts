@@ -19,7 +19,7 @@ export const requestIdOf = (request: Request): string => {
  * request, whether or not the line is written at the configured level. With tracing on the
  * line is annotated the usual way, for the span's own log events.
  */
-class AccessLogEntry {
+export class AccessLogEntry {
   constructor(readonly fields: Readonly<Record<string, string | number | null>>) {}
 }
 
