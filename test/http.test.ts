@@ -7,6 +7,9 @@ import {
   call,
   campaignId,
   creatorId,
+  exchange,
+  rawRequest,
+  responseOf,
   uniqueKey
 } from "./support/client.ts"
 import { expectEnvelope } from "./support/contract.ts"
@@ -116,6 +119,44 @@ describe("routing", () => {
     const get = await call(server.url, { path: activatePath() })
     expectEnvelope(get, 405, "METHOD_NOT_ALLOWED")
     expect(get.headers.get("allow")).toBe("POST")
+  })
+
+  it("gives each route one spelling: another letter case, `//`, `;params` or percent-encoding is 404", async () => {
+    const activate = activatePath()
+    const spellings = [
+      "//v1/whoami",
+      "/V1/WHOAMI",
+      "/v1/whoami;x",
+      "/v1/%77hoami",
+      activate.toUpperCase().replace("/V1/", "/v1/"),
+      `/${activate}`,
+      `${activate};x`,
+      activate.replace(/activate$/, "%61ctivate"),
+      activate.replace(creatorId, `%${creatorId.charCodeAt(0).toString(16)}${creatorId.slice(1)}`)
+    ]
+    for (const path of spellings) {
+      const method = path.toLowerCase().includes("whoami") ? "GET" : "POST"
+      const answer = responseOf(await exchange(server.url, rawRequest(method, path, [["authorization", `Bearer ${writer.apiKey}`]])))
+      expect({ path, status: answer.status, code: answer.json?.code }).toEqual({ path, status: 404, code: "NOT_FOUND" })
+    }
+  })
+
+  it("answers a refusal from the headers at once, without waiting for the body, and closes the connection", async () => {
+    // A body of 16000 declared bytes of which none is sent: any wait for it would end in the 10 s timeout.
+    const declared: Array<[string, string]> = [["content-length", "16000"], ["content-type", "application/json"]]
+    const refusals: Array<[string, Array<[string, string]>, number]> = [
+      [activatePath(), [], 401],
+      [activatePath(), [["authorization", `Bearer ${reader.apiKey}`]], 403],
+      [activatePath(), [["authorization", `Bearer ${writer.apiKey}`]], 400],
+      ["/v1/nowhere", [], 404],
+      ["/v1/whoami", [], 405]
+    ]
+    for (const [path, headers, status] of refusals) {
+      const outcome = await exchange(server.url, rawRequest("POST", path, [...headers, ...declared]), { timeoutMs: 2_000 })
+      const answer = responseOf(outcome)
+      expect({ path, status: answer.status, connection: answer.headers["connection"] })
+        .toEqual({ path, status, connection: "close" })
+    }
   })
 
   it("treats a trailing slash as the same route, for 405 and for idempotency alike", async () => {

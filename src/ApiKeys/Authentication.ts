@@ -24,25 +24,32 @@ export class Authentication extends Context.Tag("ApiKeys/Authentication")<Authen
       const rateLimit = yield* RateLimit
       const { max, windowSeconds } = rateLimit.policy
       const policy = `"default";q=${max};w=${windowSeconds}`
+      const refuse = (exchange: Exchange) =>
+        Effect.sync(() => void (exchange.headers["www-authenticate"] = "Bearer"))
+      const charge = (exchange: Exchange, identity: ApiKeyIdentity) =>
+        Effect.flatMap(rateLimit.consume(identity.keyId), (decision) => {
+          exchange.headers["ratelimit-policy"] = policy
+          exchange.headers["ratelimit"] = `"default";r=${decision.remaining};t=${decision.retryAfterSeconds}`
+          if (decision.allowed) return Effect.succeed(identity)
+          exchange.headers["retry-after"] = String(decision.retryAfterSeconds)
+          return Effect.fail(
+            new RateLimited({
+              message: `Rate limit exceeded: ${max} requests per ${windowSeconds} seconds per API key. Retry after ${decision.retryAfterSeconds} seconds.`
+            })
+          )
+        })
       return {
-        authenticate: (exchange) =>
-          Effect.gen(function*() {
-            const token = bearerToken(exchange.request.headers.get("authorization"))
-            const identity = yield* (token === undefined ? unauthorized : keys.authenticate(token)).pipe(
-              Effect.tapError(() => Effect.sync(() => void (exchange.headers["www-authenticate"] = "Bearer")))
-            )
-            exchange.identity = identity
-            const decision = yield* rateLimit.consume(identity.keyId)
-            exchange.headers["ratelimit-policy"] = policy
-            exchange.headers["ratelimit"] = `"default";r=${decision.remaining};t=${decision.retryAfterSeconds}`
-            if (!decision.allowed) {
-              exchange.headers["retry-after"] = String(decision.retryAfterSeconds)
-              return yield* new RateLimited({
-                message: `Rate limit exceeded: ${max} requests per ${windowSeconds} seconds per API key. Retry after ${decision.retryAfterSeconds} seconds.`
-              })
-            }
-            return identity
-          })
+        authenticate: (exchange) => {
+          const token = bearerToken(exchange.request.headers.get("authorization"))
+          const identity = token === undefined ? unauthorized : keys.authenticate(token)
+          return identity.pipe(
+            Effect.tapError(() => refuse(exchange)),
+            Effect.flatMap((identity) => {
+              exchange.identity = identity
+              return charge(exchange, identity)
+            })
+          )
+        }
       }
     })
   )

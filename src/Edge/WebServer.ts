@@ -1,4 +1,4 @@
-import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberRef, Layer, Runtime } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberRef, Layer, LogLevel, Runtime } from "effect"
 import { ActivationsHandlers } from "../Activations/Http.ts"
 import { CampaignApi } from "../Api.ts"
 import { EdgeConfig, ServerConfig } from "../Config.ts"
@@ -66,6 +66,8 @@ export const makeEdge = Effect.gen(function*() {
   ]
   const fallback = makeFallback(routes)
   const traced = yield* FiberRef.get(FiberRef.currentTracerEnabled)
+  // Decided once: below LOG_LEVEL=info no access-log line is built at all.
+  const accessLogged = traced || LogLevel.lessThanEqual(yield* FiberRef.get(FiberRef.currentMinimumLogLevel), LogLevel.Info)
   const runtime = yield* Effect.runtime<never>()
   const runSyncExit = Runtime.runSyncExit(runtime)
   const runPromise = Runtime.runPromise(runtime)
@@ -113,10 +115,10 @@ export const makeEdge = Effect.gen(function*() {
       identity: undefined,
       bodyRead: false
     }
-    const answered = handler(exchange).pipe(
-      Effect.catchAllCause(renderFailure),
-      Effect.tap((reply) => logAccess(exchange, reply.status, startedAt, traced))
-    )
+    const rendered = Effect.catchAllCause(handler(exchange), renderFailure)
+    const answered = accessLogged
+      ? Effect.tap(rendered, (reply) => logAccess(exchange, reply.status, startedAt, traced))
+      : rendered
     const program = (traced ? withServerSpan(exchange)(answered) : answered).pipe(
       Effect.annotateLogs("requestId", exchange.requestId)
     )
