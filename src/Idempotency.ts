@@ -60,6 +60,9 @@ const isLostRace = (e: unknown): e is LostRace => e instanceof LostRace
 /** Lost races in a row before giving up: each means another writer stored the key first. */
 const maxLostRaces = 3
 
+/** Stored entries kept in memory for repeats (a few hundred bytes each). */
+const recentLimit = 10_000
+
 export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
   /**
    * Runs `operation` once per (brand, key): the first request runs it and stores its
@@ -80,6 +83,15 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
       const ttlMillis = Duration.toMillis(idempotencyTtl)
       // Requests of this process under way, by brand and key: duplicates wait here instead of racing.
       const inFlight = new Map<string, Deferred.Deferred<void>>()
+      // Entries this process stored or read lately, by brand and key. A stored entry never changes
+      // until it expires (only an expired one is ever replaced), so while it lives a copy answers
+      // a repeat as the database would, on any instance; an expired copy is never used.
+      const recent = new Map<string, IdempotencyRow>()
+      const remember = (slot: string, row: IdempotencyRow) => {
+        recent.delete(slot)
+        recent.set(slot, row)
+        if (recent.size > recentLimit) recent.delete(recent.keys().next().value!)
+      }
 
       yield* Clock.currentTimeMillis.pipe(
         Effect.flatMap(repo.purgeExpired),
@@ -99,7 +111,7 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
         Effect.gen(function*() {
           const response = yield* operation
           const now = yield* Clock.currentTimeMillis
-          const stored = yield* repo.insert({
+          const row: IdempotencyRow = {
             brandId: request.brandId,
             key: request.key,
             fingerprint,
@@ -108,9 +120,9 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
             responseBody: response.body,
             createdAt: now,
             expiresAt: now + ttlMillis
-          })
-          if (!stored) return yield* Effect.fail(new LostRace())
-          return toReply(response, false)
+          }
+          if (!(yield* repo.insert(row))) return yield* Effect.fail(new LostRace())
+          return row
         }).pipe(groupCommit.transaction)
 
       const runOnce = <E>(
@@ -128,7 +140,14 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
               Effect.zipRight(runOnce(request, fingerprint, operation, lostRaces))
             )
           }
-          const lookup = Effect.flatMap(Clock.currentTimeMillis, (now) => repo.find(request.brandId, request.key, now))
+          const lookup = Effect.flatMap(Clock.currentTimeMillis, (now) => {
+            const copy = recent.get(slot)
+            if (copy !== undefined && copy.expiresAt > now) return Effect.succeed(Option.some(copy))
+            return Effect.tap(repo.find(request.brandId, request.key, now), (found) =>
+              Effect.sync(() => {
+                if (Option.isSome(found)) remember(slot, found.value)
+              }))
+          })
           return Effect.flatMap(lookup, Option.match({
             // A stored key is answered from a read alone: replays never queue behind writes.
             onSome: (stored) => replayOrConflict(stored, fingerprint),
@@ -138,6 +157,11 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
                 const done = Deferred.unsafeMake<void>(FiberId.none)
                 inFlight.set(slot, done)
                 return attempt(request, fingerprint, operation).pipe(
+                  // Committed: the entry is durable, and the response is what was stored.
+                  Effect.map((row) => {
+                    remember(slot, row)
+                    return toReply({ status: row.statusCode, body: row.responseBody }, false)
+                  }),
                   Effect.ensuring(Effect.suspend(() => {
                     inFlight.delete(slot)
                     return Deferred.succeed(done, undefined)

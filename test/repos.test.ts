@@ -254,7 +254,8 @@ layer(IdempotencyRepoOnFreshFile())("IdempotencyRepo.purgeExpired", (it) => {
     }))
 })
 
-const AppConfigTest = makeTestLayer(AppConfig)({ idempotencyTtl: Duration.hours(24) })
+const ttl = Duration.hours(24)
+const AppConfigTest = makeTestLayer(AppConfig)({ idempotencyTtl: ttl })
 
 const IdempotencyOnFreshFile = Idempotency.Live.pipe(
   Layer.provideMerge(Layer.merge(IdempotencyRepo.Live, GroupCommit.Live)),
@@ -313,6 +314,21 @@ layer(IdempotencyOnFreshFile)("Idempotency on SQLite", (it) => {
       expect(otherBody).toBeInstanceOf(IdempotencyConflict)
       expect(otherPath).toBeInstanceOf(IdempotencyConflict)
       expect(yield* Ref.get(runs)).toBe(1)
+    }))
+
+  it.effect("a repeat within the TTL replays without running; once the entry expires the key starts afresh", () =>
+    Effect.gen(function*() {
+      const idempotency = yield* Idempotency
+      const { operation, runs } = yield* countedOperation
+      const first = request()
+      yield* idempotency.run(first, operation)
+      yield* TestClock.adjust(Duration.subtract(ttl, Duration.millis(1)))
+      expect(isReplay(yield* idempotency.run(first, operation))).toBe(true)
+      yield* TestClock.adjust(Duration.millis(1))
+      // The process still remembers the entry, but an expired one is never answered from.
+      const afresh = yield* idempotency.run({ ...first, body: { socialUsername: "@other" } }, operation)
+      expect(isReplay(afresh)).toBe(false)
+      expect(yield* Ref.get(runs)).toBe(2)
     }))
 
   it.effect("the same key under another brand is a new request", () =>
