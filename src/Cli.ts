@@ -115,11 +115,21 @@ const list = Command.make("list", { json }, (options) =>
   })).pipe(Command.withDescription("List API keys (never their secrets)."))
 
 const keyIdArg = Args.text({ name: "keyId" }).pipe(
-  Args.withDescription("The key id that `keys list` shows (the part after cak_).")
+  Args.withDescription("The key id that `keys list` shows, or the whole API key (cak_<keyId>_<secret>): its id is revoked.")
 )
 
-const revoke = Command.make("revoke", { keyId: keyIdArg }, ({ keyId }) =>
+/** The key id in what the user typed: a key id, or a whole key whose secret is never repeated back. */
+const keyIdOf = (typed: string): string | undefined =>
+  /^(?:cak_)?([a-z0-9]{16})(?:_[^\s]*)?$/.exec(typed.trim())?.[1]
+
+const revoke = Command.make("revoke", { typed: keyIdArg }, ({ typed }) =>
   Effect.gen(function*() {
+    const keyId = keyIdOf(typed)
+    if (keyId === undefined) {
+      // Whatever was typed may hold a secret: it is not printed.
+      yield* Console.error("That is neither a key id (16 characters a-z, 0-9, as `keys list` shows) nor an API key (cak_<keyId>_<secret>).")
+      return yield* Effect.sync(() => void (process.exitCode = 2))
+    }
     const revoked = yield* (yield* ApiKeys).revoke(keyId)
     if (!revoked) {
       yield* Console.error(`No active API key with id ${keyId}.`)

@@ -33,7 +33,13 @@ export const ServerConfig = Config.all({
 })
 
 export const EdgeConfig = Config.all({
-  docsEnabled: Config.boolean("DOCS_ENABLED").pipe(Config.withDefault(true))
+  docsEnabled: Config.boolean("DOCS_ENABLED").pipe(Config.withDefault(true)),
+  /** The base URL the OpenAPI document names in `servers`; by default this server on localhost. */
+  publicUrl: Config.option(
+    Config.url("PUBLIC_URL").pipe(
+      Config.validate({ message: "Expected an http or https URL", validation: (url) => /^https?:$/.test(url.protocol) })
+    )
+  )
 })
 
 const logLevels: Record<string, LogLevel.LogLevel> = {

@@ -91,6 +91,24 @@ describe("keys command line", () => {
     expect(JSON.parse(list.stdout)).toEqual([])
   })
 
+  it("revokes by the whole key as well as by its id, and never prints a secret it was given", async () => {
+    const database = tempDatabase()
+    const env = { DATABASE_URL: database }
+    const created = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--json"], env)
+    const { apiKey, keyId } = JSON.parse(created.stdout)
+    const secret = apiKey.split("_")[2]
+    const revoked = await runCli(["keys", "revoke", apiKey], env)
+    expect(revoked.code).toBe(0)
+    expect(revoked.stdout).toContain(`Revoked API key ${keyId}`)
+    expect(`${revoked.stdout}${revoked.stderr}`).not.toContain(secret)
+    const again = await runCli(["keys", "revoke", apiKey], env)
+    expect(again.code).toBe(1)
+    expect(`${again.stdout}${again.stderr}`).not.toContain(secret)
+    const garbled = await runCli(["keys", "revoke", `x${apiKey}`], env)
+    expect(garbled.code).toBe(2)
+    expect(`${garbled.stdout}${garbled.stderr}`).not.toContain(secret)
+  })
+
   it("stops the server at start on a bad configuration value, naming the variable", async () => {
     for (const [name, value] of [["PORT", "abc"], ["RATE_LIMIT_MAX", "0"], ["IDEMPOTENCY_TTL_HOURS", "x"], ["LOG_LEVEL", "loud"]]) {
       const result = await runCli(["serve"], { DATABASE_URL: tempDatabase(), [name!]: value! })

@@ -9,6 +9,7 @@ import { createKey, type RunningServer, startServer, tempDatabase } from "./supp
 type Json = Record<string, any>
 
 const rateLimitMax = 3
+const publicUrl = "https://campaigns.example.test/"
 
 let server: RunningServer
 let database: string
@@ -16,7 +17,7 @@ let document: Json
 
 beforeAll(async () => {
   database = tempDatabase()
-  server = await startServer(database, { RATE_LIMIT_MAX: String(rateLimitMax) })
+  server = await startServer(database, { RATE_LIMIT_MAX: String(rateLimitMax), PUBLIC_URL: publicUrl })
   const answer = await call(server.url, { path: "/openapi.json" })
   expect(answer.status).toBe(200)
   expect(answer.headers.get("content-type")).toMatch(/^application\/json/)
@@ -131,13 +132,31 @@ describe("GET /openapi.json", () => {
     }
   })
 
-  it("declares the bearer scheme on the key-protected operations only", () => {
+  it("declares the bearer scheme, with its format, on the key-protected operations only, and the scope each needs", () => {
     expect(document.components.securitySchemes).toEqual({
-      bearer: expect.objectContaining({ type: "http", scheme: "bearer", description: expect.any(String) })
+      bearer: expect.objectContaining({
+        type: "http",
+        scheme: "bearer",
+        bearerFormat: "cak_<keyId>_<secret>",
+        description: expect.any(String)
+      })
     })
+    const scopes: Record<string, Array<string>> = { "activations.activate": ["campaigns:write"], "identity.whoami": [] }
     for (const operationId of Object.keys(contractErrors)) {
-      expect(operation(operationId).security).toEqual(secured.includes(operationId) ? [{ bearer: [] }] : [])
+      expect(operation(operationId).security).toEqual(secured.includes(operationId) ? [{ bearer: scopes[operationId] }] : [])
     }
+  })
+
+  it("names PUBLIC_URL as its server", () => {
+    expect(document.servers).toEqual([{ url: "https://campaigns.example.test", description: expect.any(String) }])
+  })
+
+  it("gives ids, dates and times their formats", () => {
+    const activation = component("#/components/schemas/Activation").properties
+    expect([activation.id.format, activation.campaignId.format, activation.creatorId.format]).toEqual(["uuid", "uuid", "uuid"])
+    expect(activation.activatedAt.format).toBe("date-time")
+    expect(alternatives(activation.plannedPostAt).map((s) => s.format ?? s.type)).toEqual(["date", "null"])
+    expect(component("#/components/schemas/Identity").properties.brandId.format).toBe("uuid")
   })
 
   it("requires the Idempotency-Key header on activate", () => {

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
-import { activate, activateRoute, type Answer, call } from "./support/client.ts"
+import { activate, activateRoute, type Answer, call, exchange, rawRequest, responseOf } from "./support/client.ts"
 import { expectEnvelope } from "./support/contract.ts"
 import { lockDatabase } from "./support/database.ts"
 import { createKey, type Environment, type RunningServer, session, startServer, tempDatabase } from "./support/server.ts"
@@ -17,6 +17,36 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await server?.stop()
+})
+
+describe("the documents", () => {
+  const get = (path: string, headers: Array<[string, string]> = []) =>
+    exchange(server.url, rawRequest("GET", path, headers)).then(responseOf)
+
+  it("serves /docs compressed when asked, with an ETag and Cache-Control, and 304 for the same ETag", async () => {
+    const plain = await get("/docs")
+    const gzipped = await get("/docs", [["accept-encoding", "gzip, br"]])
+    expect(plain.status).toBe(200)
+    expect(plain.headers["content-type"]).toMatch(/^text\/html/)
+    expect(plain.headers["content-encoding"]).toBeUndefined()
+    expect(gzipped.headers["content-encoding"]).toBe("gzip")
+    expect(Number(gzipped.headers["content-length"])).toBeLessThan(Number(plain.headers["content-length"]) / 2)
+    expect(gzipped.headers["etag"]).toMatch(/^"[\w-]+"$/)
+    expect(gzipped.headers["etag"]).toBe(plain.headers["etag"])
+    expect(gzipped.headers["cache-control"]).toBe("no-cache")
+    const again = await get("/docs", [["if-none-match", plain.headers["etag"]!]])
+    expect(again.status).toBe(304)
+    expect(again.body).toBe("")
+  })
+
+  it("DOCS_ENABLED=false turns /docs off and leaves /openapi.json", async () => {
+    const { result } = await session(tempDatabase(), { DOCS_ENABLED: "false" }, async (url) => [
+      await call(url, { path: "/docs" }),
+      await call(url, { path: "/openapi.json" })
+    ])
+    expectEnvelope(result[0]!, 404, "NOT_FOUND")
+    expect(result[1]!.status).toBe(200)
+  })
 })
 
 describe("health", () => {

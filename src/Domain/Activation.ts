@@ -60,14 +60,18 @@ export const ActivateRequest = Schema.Struct({
 })
 export type ActivateRequest = typeof ActivateRequest.Type
 
+/** A response field: the value as stored, documented with its format (the request schemas validate it). */
+const formatted = (format: string, description: string) =>
+  Schema.String.annotations({ jsonSchema: { type: "string", format, description } })
+
 export const Activation = Schema.Struct({
-  id: Schema.UUID,
-  campaignId: Schema.String,
-  creatorId: Schema.String,
+  id: formatted("uuid", "The activation record's id"),
+  campaignId: formatted("uuid", "The campaign, as given in the path"),
+  creatorId: formatted("uuid", "The creator, as given in the path"),
   status: Schema.Literal("ACTIVE"),
-  socialUsername: Schema.String,
-  plannedPostAt: Schema.NullOr(Schema.String),
-  activatedAt: Schema.String
+  socialUsername: Schema.String.annotations({ description: "Exactly as submitted" }),
+  plannedPostAt: Schema.NullOr(formatted("date", "The planned posting day, or null")),
+  activatedAt: formatted("date-time", "When the activation was made (UTC)")
 }).annotations({ identifier: "Activation" })
 export type Activation = typeof Activation.Type
 

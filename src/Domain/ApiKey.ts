@@ -31,7 +31,11 @@ export class ApiKeyInfo extends Schema.Class<ApiKeyInfo>("ApiKeyInfo")({
 
 export const Identity = Schema.Struct({
   ok: Schema.Literal(true),
-  keyId: Schema.String,
-  brandId: Schema.String,
+  keyId: Schema.String.annotations({
+    jsonSchema: { type: "string", pattern: "^[a-z0-9]{16}$", description: "The API key's public id" }
+  }),
+  brandId: Schema.String.annotations({
+    jsonSchema: { type: "string", format: "uuid", description: "The brand the key belongs to" }
+  }),
   scopes: Schema.Array(Scope)
 }).annotations({ identifier: "Identity" })

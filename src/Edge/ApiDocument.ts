@@ -10,10 +10,16 @@ const isDecodeErrorRef = (schema: Json) => schema.$ref === "#/components/schemas
 
 const header = (description: string, schema: Json = { type: "string" }) => ({ description, schema })
 
-const requestIdHeader = header("The request's id: the caller's `X-Request-Id` when it is sane, a new UUID otherwise.")
+const requestIdHeader = {
+  ...header("The request's id: the caller's `X-Request-Id` when it is sane, a new UUID otherwise."),
+  required: true
+}
 const rateLimitHeaders = {
-  "RateLimit-Policy": header("The key's quota (IETF draft-10), e.g. `\"default\";q=120;w=60`."),
-  "RateLimit": header("What is left of it: `\"default\";r=<remaining>;t=<seconds until a request is available again>`.")
+  "RateLimit-Policy": { ...header("The key's quota (IETF draft-10), e.g. `\"default\";q=120;w=60`."), required: true },
+  "RateLimit": {
+    ...header("What is left of it: `\"default\";r=<remaining>;t=<seconds until a request is available again>`."),
+    required: true
+  }
 }
 const retryAfter = header("Seconds to wait before retrying.", { type: "integer", minimum: 1 })
 
@@ -21,15 +27,20 @@ const headersFor = (status: string, secured: boolean, operationId: string): Json
   "X-Request-Id": requestIdHeader,
   ...(secured && status !== "401" ? rateLimitHeaders : {}),
   ...(status === "401"
-    ? { "WWW-Authenticate": header("`Bearer`") }
+    ? { "WWW-Authenticate": { ...header("`Bearer`"), required: true } }
     : status === "403"
-    ? { "WWW-Authenticate": header("`Bearer error=\"insufficient_scope\", scope=\"<scope>\"`") }
+    ? { "WWW-Authenticate": { ...header("`Bearer error=\"insufficient_scope\", scope=\"<scope>\"`"), required: true } }
     : status === "429"
-    ? { "Retry-After": retryAfter }
+    ? { "Retry-After": { ...retryAfter, required: true } }
     : status === "409"
     ? { "Retry-After": header("`1`, with `IDEMPOTENCY_IN_PROGRESS` only.", { type: "integer" }) }
     : status === "200" && operationId === "activations.activate"
-    ? { "Idempotent-Replayed": header("`true` when this is the stored response of an earlier request.") }
+    ? {
+      "Idempotent-Replayed": header("Present, as `true`, when this is the stored response of an earlier request.", {
+        type: "string",
+        enum: ["true"]
+      })
+    }
     : {})
 })
 
@@ -44,9 +55,18 @@ const withoutDecodeError = (schema: Json): Json | undefined => {
 const codesOf = (schema: Json): Array<string> =>
   (schema.anyOf ?? [schema]).map((s: Json) => `\`${String(s.$ref).split("/").pop()}\``)
 
+/** The scope each secured operation needs, declared in its security requirement (whoami needs none). */
+const requiredScopes: Readonly<Record<string, ReadonlyArray<string>>> = {
+  "activations.activate": ["campaigns:write"]
+}
+
 export const finishDocument = (spec: Json): Json => {
+  const bearer = spec.components?.securitySchemes?.bearer
+  if (bearer !== undefined) bearer.bearerFormat = "cak_<keyId>_<secret>"
   for (const operations of Object.values<Json>(spec.paths)) {
     for (const operation of Object.values<Json>(operations)) {
+      const scopes = requiredScopes[operation.operationId]
+      if (scopes !== undefined) operation.security = [{ bearer: [...scopes] }]
       const secured = operation.security.length > 0
       for (const [status, response] of Object.entries<Json>(operation.responses)) {
         const content = response.content?.["application/json"]

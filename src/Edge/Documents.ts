@@ -44,9 +44,15 @@ const scalarPage = (api: HttpApi.HttpApi.Any) =>
     )
   )
 
-/** Both documents, generated from the HttpApi definition once at start-up. */
-export const prepareDocuments = (api: HttpApi.HttpApi.Any) =>
-  Effect.map(scalarPage(api), (page) => ({
-    openApi: prepare("application/json", JSON.stringify(OpenApi.fromApi(api as HttpApi.HttpApi.AnyWithProps))),
+/**
+ * Both documents, generated from the HttpApi definition once at start-up, naming `publicUrl` as
+ * the server (a trailing slash dropped, so that clients join paths to it as they are).
+ */
+export const prepareDocuments = (api: HttpApi.HttpApi.Any, publicUrl: string) => {
+  const servers = [{ url: publicUrl.replace(/\/+$/, ""), description: "This service" }]
+  const withServers = (api as HttpApi.HttpApi.AnyWithProps).annotate(OpenApi.Servers, servers)
+  return Effect.map(scalarPage(withServers), (page) => ({
+    openApi: prepare("application/json", JSON.stringify(OpenApi.fromApi(withServers))),
     docs: prepare("text/html; charset=utf-8", page)
   }))
+}

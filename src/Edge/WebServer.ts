@@ -1,4 +1,4 @@
-import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberRef, Layer, LogLevel, Runtime } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberRef, Layer, LogLevel, Option, Runtime } from "effect"
 import { ActivationsHandlers } from "../Activations/Http.ts"
 import { CampaignApi } from "../Api.ts"
 import { EdgeConfig, ServerConfig } from "../Config.ts"
@@ -14,19 +14,25 @@ import { makeFallback, type Route, routesOf } from "./Router.ts"
 /** How long in-flight requests may take to finish after SIGTERM before their connections are closed. */
 export const drainTimeout = Duration.seconds(10)
 
-/** A document from bytes prepared at start-up: compressed when the client takes gzip, 304 when it has them. */
-const serveDocument = (document: PreparedDocument): Handler => (exchange) => {
-  const headers = { "content-type": document.contentType, "cache-control": "no-cache", "etag": document.etag, "vary": "accept-encoding" }
-  if (exchange.request.headers.get("if-none-match") === document.etag) {
-    return Effect.succeed({ status: 304, body: new Uint8Array(0), headers })
-  }
-  const gzip = /\bgzip\b/.test(exchange.request.headers.get("accept-encoding") ?? "")
-  return Effect.succeed({
-    status: 200,
-    body: gzip ? document.gzip() : document.plain,
-    headers: gzip ? { ...headers, "content-encoding": "gzip" } : headers
+/** A document from bytes prepared once: compressed when the client takes gzip, 304 when it has them. */
+const serveDocument = (prepared: Effect.Effect<PreparedDocument>): Handler => (exchange) =>
+  Effect.map(prepared, (document) => {
+    const headers = {
+      "content-type": document.contentType,
+      "cache-control": "no-cache",
+      "etag": document.etag,
+      "vary": "accept-encoding"
+    }
+    if (exchange.request.headers.get("if-none-match") === document.etag) {
+      return { status: 304, body: new Uint8Array(0), headers }
+    }
+    const gzip = /\bgzip\b/.test(exchange.request.headers.get("accept-encoding") ?? "")
+    return {
+      status: 200,
+      body: gzip ? document.gzip() : document.plain,
+      headers: gzip ? { ...headers, "content-encoding": "gzip" } : headers
+    }
   })
-}
 
 /** The path as sent, without the query string: Bun's `URL` would normalise it. */
 const rawPath = (url: string): string => {
@@ -43,6 +49,11 @@ export interface Edge {
   >
   /** Answers any request, routing it itself: Bun's fallback, and the entry for tests and the bench. */
   readonly fetch: (request: Request) => Response | Promise<Response>
+  /**
+   * Prepares the documents, naming `PUBLIC_URL` or, by default, this server at the port it is
+   * listening on; served from then on (or first made by the first request that asks).
+   */
+  readonly prepareDocuments: (listeningPort: number) => Effect.Effect<void>
 }
 
 /**
@@ -57,12 +68,23 @@ export const makeEdge = Effect.gen(function*() {
     identity: yield* IdentityHandlers,
     health: yield* HealthHandlers
   }
-  const { docsEnabled } = yield* EdgeConfig
-  const documents = yield* prepareDocuments(CampaignApi)
+  const { docsEnabled, publicUrl } = yield* EdgeConfig
+  const { port } = yield* ServerConfig
+  let listeningPort = port
+  const documents = yield* Effect.cached(
+    Effect.suspend(() =>
+      prepareDocuments(
+        CampaignApi,
+        Option.match(publicUrl, { onNone: () => `http://localhost:${listeningPort}`, onSome: (url) => url.href })
+      )
+    )
+  )
   const routes: ReadonlyArray<Route> = [
     ...routesOf(CampaignApi, handlers),
-    { method: "GET", path: documentRoutes.openApi, handler: serveDocument(documents.openApi) },
-    ...(docsEnabled ? [{ method: "GET", path: documentRoutes.docs, handler: serveDocument(documents.docs) }] : [])
+    { method: "GET", path: documentRoutes.openApi, handler: serveDocument(Effect.map(documents, (d) => d.openApi)) },
+    ...(docsEnabled
+      ? [{ method: "GET", path: documentRoutes.docs, handler: serveDocument(Effect.map(documents, (d) => d.docs)) }]
+      : [])
   ]
   const fallback = makeFallback(routes)
   const traced = yield* FiberRef.get(FiberRef.currentTracerEnabled)
@@ -144,7 +166,12 @@ export const makeEdge = Effect.gen(function*() {
       return path.includes("%") ? fetch(request) : run(route.handler, route.path, request, path, request.params)
     }
   }
-  return { routes: table, fetch } satisfies Edge
+  const prepare = (port: number) => {
+    // At once, before any request can make the documents with the configured port (0, say).
+    listeningPort = port
+    return Effect.asVoid(documents)
+  }
+  return { routes: table, fetch, prepareDocuments: prepare } satisfies Edge
 })
 
 const shuttingDown = errorReply(new ServiceUnavailable({ message: "The server is shutting down; retry on another instance." }))
@@ -227,6 +254,8 @@ export const WebServerLive = Layer.scopedDiscard(
           yield* Effect.logInfo("stopped", { unfinished: inFlight })
         })
     )
+    // In the background, after listening: start-up never waits for the documents (the docs page is 3 MB).
+    yield* Effect.forkScoped(edge.prepareDocuments(server.port!))
     yield* Effect.logInfo(`Listening on http://${server.hostname}:${server.port}`)
   })
 )
