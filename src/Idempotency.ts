@@ -60,6 +60,10 @@ const isLostRace = (e: unknown): e is LostRace => e instanceof LostRace
 /** Lost races in a row before giving up: each means another writer stored the key first. */
 const maxLostRaces = 3
 
+/** Expired entries deleted per statement by the purge, and its pause between statements. */
+export const purgeBatch = 500
+const purgePause = Duration.millis(5)
+
 /** Stored entries kept in memory for repeats (a few hundred bytes each). */
 const recentLimit = 10_000
 
@@ -93,8 +97,16 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
         if (recent.size > recentLimit) recent.delete(recent.keys().next().value!)
       }
 
+      // In small batches, yielding between them: one statement over a million expired entries
+      // held the (synchronous) database, and so every request, for seconds.
+      const purgeAll = (now: number, purged = 0): Effect.Effect<number> =>
+        Effect.flatMap(repo.purgeExpired(now, purgeBatch), (deleted) =>
+          deleted < purgeBatch
+            ? Effect.succeed(purged + deleted)
+            : Effect.zipRight(Effect.sleep(purgePause), purgeAll(now, purged + deleted)))
+
       yield* Clock.currentTimeMillis.pipe(
-        Effect.flatMap(repo.purgeExpired),
+        Effect.flatMap((now) => purgeAll(now)),
         Effect.tap((purged) => purged > 0 ? Effect.logDebug("purged idempotency keys", { purged }) : Effect.void),
         Effect.catchAllCause((cause) => Effect.logWarning("idempotency purge failed", cause)),
         Effect.repeat(Schedule.spaced(Duration.min(idempotencyTtl, Duration.minutes(1)))),

@@ -1,8 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
-import { renameSync, statSync } from "node:fs"
+import { renameSync, rmSync, statSync } from "node:fs"
 import {
   activate,
   type Answer,
+  call,
   gatedBody,
   openConnection,
   rawRequest,
@@ -231,5 +232,23 @@ describe("database faults", () => {
     expectEnvelope(during, 503, "SERVICE_UNAVAILABLE")
     expect(rows()).toEqual(before)
     await expectFreshActivation(idempotencyKey, before)
+  })
+})
+
+describe("the database's -wal and -shm files", () => {
+  it.each(["-wal", "-shm"])("once %s is deleted under the running server, writes and /readyz answer 503 and nothing more is acknowledged", async (suffix) => {
+    const database = tempDatabase()
+    const server = await startServer(database)
+    const key = await createKey(database)
+    try {
+      const before = await activate(server.url, { apiKey: key.apiKey, key: uniqueKey() })
+      expect(before.status).toBe(200)
+      expect((await call(server.url, { path: "/readyz" })).status).toBe(200)
+      rmSync(`${database}${suffix}`)
+      expectEnvelope(await activate(server.url, { apiKey: key.apiKey, key: uniqueKey() }), 503, "SERVICE_UNAVAILABLE")
+      expectEnvelope(await call(server.url, { path: "/readyz" }), 503, "SERVICE_UNAVAILABLE")
+    } finally {
+      await server.stop("SIGKILL")
+    }
   })
 })

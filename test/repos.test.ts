@@ -245,12 +245,23 @@ layer(IdempotencyRepoOnFreshFile())("IdempotencyRepo.purgeExpired", (it) => {
       const expired = [idempotencyEntry({ expiresAt: 2_000_000 }), idempotencyEntry({ expiresAt: 2_500_000 })]
       const live = idempotencyEntry({ expiresAt: 2_500_001 })
       yield* Effect.forEach([...expired, live], repo.insert)
-      expect(yield* repo.purgeExpired(2_500_000)).toBe(2)
-      expect(yield* repo.purgeExpired(2_500_000)).toBe(0)
+      expect(yield* repo.purgeExpired(2_500_000, 100)).toBe(2)
+      expect(yield* repo.purgeExpired(2_500_000, 100)).toBe(0)
       expect(yield* repo.find(live.brandId, live.key, 0)).toEqual(Option.some(live))
       for (const entry of expired) {
         expect(yield* repo.find(entry.brandId, entry.key, 0)).toEqual(Option.none())
       }
+    }))
+
+  it.effect("deletes at most the batch it is given, the oldest first", () =>
+    Effect.gen(function*() {
+      const repo = yield* IdempotencyRepo
+      const entries = [1_000_003, 1_000_001, 1_000_002].map((expiresAt) => idempotencyEntry({ expiresAt }))
+      yield* Effect.forEach(entries, repo.insert)
+      expect(yield* repo.purgeExpired(1_000_003, 2)).toBe(2)
+      const left = entries.filter((entry) => entry.expiresAt === 1_000_003)[0]!
+      expect(yield* repo.find(left.brandId, left.key, 0)).toEqual(Option.some(left))
+      expect(yield* repo.purgeExpired(1_000_003, 2)).toBe(1)
     }))
 })
 

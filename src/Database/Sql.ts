@@ -36,15 +36,23 @@ const fileIdentity = (filename: string) => {
   return stats === undefined ? undefined : `${stats.dev}:${stats.ino}`
 }
 
+/**
+ * The database file and, in WAL mode, its `-wal` and `-shm` files, as they were when the server
+ * opened and migrated the database: SQLite keeps them while a connection is open, so one gone or
+ * replaced since is a file trick (a deleted `-wal` takes every commit since the last checkpoint
+ * with it), never SQLite's own doing.
+ */
 const databaseFile = (filename: string): Context.Tag.Service<DatabaseFile> => {
   if (filename === ":memory:") return { ensurePresent: Effect.void }
-  const opened = fileIdentity(filename)
+  const files = [filename, `${filename}-wal`, `${filename}-shm`]
+  const opened = files.map(fileIdentity)
   return {
-    ensurePresent: Effect.suspend(() =>
-      fileIdentity(filename) === opened
+    ensurePresent: Effect.suspend(() => {
+      const changed = files.find((file, i) => fileIdentity(file) !== opened[i])
+      return changed === undefined
         ? Effect.void
-        : Effect.fail(sqliteError("SQLITE_CANTOPEN", `the database file ${filename} is gone or was replaced`))
-    )
+        : Effect.fail(sqliteError("SQLITE_CANTOPEN", `the database file ${changed} is gone or was replaced`))
+    })
   }
 }
 
@@ -59,10 +67,7 @@ const makeClient = (busyTimeoutMs: number) =>
         // WAL (set by the client) with FULL syncs the log on every commit: an acknowledged activation survives power loss.
         yield* sql.unsafe("PRAGMA synchronous = FULL")
       })
-      return SqliteClient.layer({ filename }).pipe(
-        Layer.tap((context) => Effect.provide(tune, context)),
-        Layer.merge(Layer.sync(DatabaseFile, () => databaseFile(filename)))
-      )
+      return SqliteClient.layer({ filename }).pipe(Layer.tap((context) => Effect.provide(tune, context)))
     })
   )
 
@@ -95,8 +100,13 @@ const ReadSqlLive = Layer.scoped(
   })
 )
 
+/** Taken once the database is migrated: by then its `-wal` and `-shm` files exist. */
+const DatabaseFileLive = Layer.effect(DatabaseFile, Effect.map(DatabaseConfig, ({ filename }) => databaseFile(filename)))
+
 const makeSqlLive = (busyTimeoutMs: number) =>
-  Layer.merge(MigratorLive, ReadSqlLive).pipe(Layer.provideMerge(makeClient(busyTimeoutMs)))
+  Layer.merge(DatabaseFileLive.pipe(Layer.provide(MigratorLive)), ReadSqlLive).pipe(
+    Layer.provideMerge(makeClient(busyTimeoutMs))
+  )
 
 /** The SQLite database, opened, tuned and migrated; a locked database blocks up to the busy timeout. */
 export const SqlLive = makeSqlLive(Duration.toMillis(busyTimeout))

@@ -49,7 +49,8 @@ export class IdempotencyRepo extends Context.Tag("Idempotency/IdempotencyRepo")<
    * one is there (another instance stored it first), which is left as it was.
    */
   readonly insert: (row: IdempotencyRow) => Effect.Effect<boolean>
-  readonly purgeExpired: (now: number) => Effect.Effect<number>
+  /** Deletes at most `limit` expired entries, the oldest first, and says how many it deleted. */
+  readonly purgeExpired: (now: number, limit: number) => Effect.Effect<number>
 }>() {
   static readonly Live = Layer.effect(
     IdempotencyRepo,
@@ -95,8 +96,12 @@ export class IdempotencyRepo extends Context.Tag("Idempotency/IdempotencyRepo")<
             Effect.orDie,
             span("IdempotencyRepo.insert")
           ),
-        purgeExpired: (now) =>
-          sql<{ n: number }>`DELETE FROM idempotency_keys WHERE expires_at <= ${now} RETURNING 1 AS n`.pipe(
+        // Row values in IN: one statement that SQLite and PostgreSQL both accept.
+        purgeExpired: (now, limit) =>
+          sql<{ n: number }>`DELETE FROM idempotency_keys WHERE (brand_id, idempotency_key) IN (
+              SELECT brand_id, idempotency_key FROM idempotency_keys
+              WHERE expires_at <= ${now} ORDER BY expires_at LIMIT ${limit})
+            RETURNING 1 AS n`.pipe(
             Effect.map((rows) => rows.length),
             Effect.orDie,
             span("IdempotencyRepo.purgeExpired")
