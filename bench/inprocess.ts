@@ -8,7 +8,7 @@
  */
 import { BunContext } from "@effect/platform-bun"
 import { Effect, Layer, ManagedRuntime, Option } from "effect"
-import { mkdtempSync } from "node:fs"
+import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 
@@ -18,7 +18,9 @@ const perRound = Number(process.argv[3] ?? 10_000)
 const rounds = Number(process.env["ROUNDS"] ?? 6)
 const connections = 50
 
-process.env["DATABASE_URL"] = join(mkdtempSync(join(tmpdir(), "campaign-api-inprocess-")), "db.sqlite")
+const workDir = mkdtempSync(join(tmpdir(), "campaign-api-inprocess-"))
+process.on("exit", () => rmSync(workDir, { recursive: true, force: true }))
+process.env["DATABASE_URL"] = join(workDir, "db.sqlite")
 process.env["PORT"] = "0"
 process.env["LOG_LEVEL"] ??= "warn"
 process.env["RATE_LIMIT_MAX"] = "1000000000"

@@ -1,15 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs"
-import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { type BrowserContext, chromium, type Page } from "playwright-core"
-import { root, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
+import { root, type RunningServer, startServer, tempDatabase, testTmp } from "./support/server.ts"
 
 const chromiumPath = "/usr/bin/chromium"
 // The README's picture is refreshed on request only (UPDATE_SCREENSHOTS=1): it shows a random port.
 const screenshotPath = process.env.UPDATE_SCREENSHOTS
   ? join(root, "test/__screenshots__/docs.png")
-  : join(tmpdir(), `campaign-api-docs-${process.pid}.png`)
+  : join(testTmp(), `campaign-api-docs-${process.pid}.png`)
 const missing = `Chromium is not installed at ${chromiumPath} (Debian: apt-get install -y chromium)`
 const chromiumMissing = !existsSync(chromiumPath)
 
@@ -30,7 +29,7 @@ beforeAll(async () => {
     return
   }
   server = await startServer(tempDatabase())
-  profile = mkdtempSync(join(tmpdir(), "campaign-api-chromium-"))
+  profile = mkdtempSync(join(testTmp(), "campaign-api-chromium-"))
   browser = await chromium.launchPersistentContext(profile, {
     executablePath: chromiumPath,
     headless: true,

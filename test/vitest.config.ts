@@ -5,6 +5,7 @@ export default defineConfig({
   test: {
     root: fileURLToPath(new URL("..", import.meta.url)),
     include: ["test/**/*.test.ts"],
+    globalSetup: ["test/support/globalSetup.ts"],
     // One fork: other pools have exited 0 after running only some files, printing no summary.
     pool: "forks",
     poolOptions: { forks: { singleFork: true } },

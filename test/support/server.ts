@@ -12,8 +12,11 @@ import { eventually } from "./load.ts"
 export const root = new URL("../..", import.meta.url).pathname
 export const mainTs = join(root, "src/main.ts")
 
+/** The run's temporary directory (removed when the run ends, see globalSetup.ts), or the system's. */
+export const testTmp = (): string => process.env["CAMPAIGN_API_TEST_TMP"] ?? tmpdir()
+
 /** A fresh SQLite file path in its own temporary directory. */
-export const tempDatabase = (): string => join(mkdtempSync(join(tmpdir(), "campaign-api-test-")), "db.sqlite")
+export const tempDatabase = (): string => join(mkdtempSync(join(testTmp(), "campaign-api-test-")), "db.sqlite")
 
 /** Variables for a child process on top of this one's; `undefined` removes one. */
 export type Environment = Readonly<Record<string, string | undefined>>
