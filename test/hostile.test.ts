@@ -1,8 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import Ajv2020 from "ajv/dist/2020"
 import { FastCheck as fc } from "effect"
 import {
   activate,
   activatePath,
+  call,
   campaignId,
   creatorId,
   exchange,
@@ -73,6 +75,7 @@ const isValidBody = (value: unknown): boolean => {
   const { plannedPostAt, socialUsername } = value as Record<string, unknown>
   return typeof socialUsername === "string" && socialUsername.startsWith("@") && socialUsername.length >= 2 &&
     [...socialUsername].length <= 100 && isWellFormed(socialUsername) &&
+    !/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/.test(socialUsername) &&
     (plannedPostAt === undefined || plannedPostAt === null ||
       (typeof plannedPostAt === "string" && isCalendarDate(plannedPostAt)))
 }
@@ -140,6 +143,50 @@ const expectBodyAnswer = async (bytes: Uint8Array) => {
 }
 
 const encoder = new TextEncoder()
+
+describe("socialUsername: the document's rule is the server's", () => {
+  it("accepts exactly the handles the OpenAPI document's schema allows", async () => {
+    const document = (await call(server.url, { path: "/openapi.json" })).json
+    const ajv = new Ajv2020({ strict: false })
+    const rule = ajv.compile(document.components.schemas.ActivateRequest.properties.socialUsername)
+    const handles = fc.oneof(
+      handle,
+      fc.string({ unit: "grapheme", maxLength: 8 }).map((s) => `@${s}`),
+      fc.constantFrom("@\n", "@\r\n", "@\u2028", "@\u2029", "@\u0000", "@\t", "@\u0085", "@\ud800", "@\u00a0x", "@\u200bx", "@a b")
+    )
+    await property(handles, async (socialUsername) => {
+      const answer = await activate(server.url, { apiKey: writer.apiKey, key: uniqueKey(), body: { socialUsername } })
+      expect({ socialUsername, accepted: answer.status === 200 }).toEqual({ socialUsername, accepted: rule(socialUsername) })
+      if (answer.status !== 200) expectEnvelope(answer, 400, "VALIDATION_ERROR")
+    })
+  })
+})
+
+describe("Idempotency-Key: the document's rule is the server's", () => {
+  it("refuses exactly the keys the OpenAPI document's pattern does not allow", async () => {
+    const document = (await call(server.url, { path: "/openapi.json" })).json
+    const parameter = Object.values<any>(document.paths).flatMap((methods) => Object.values<any>(methods))
+      .flatMap((operation) => operation.parameters ?? []).find((p: any) => p.name === "Idempotency-Key")
+    const rule = new Ajv2020({ strict: false }).compile(parameter.schema)
+    // Header bytes as Latin-1: visible ASCII, quotes, backslashes, inner spaces and tabs, and a few bytes above 0x7f.
+    const unit = fc.constantFrom(..."ab~!#Z09\"\\ \t\u0080\u00ff\u00e4".split(""))
+    const keys = fc.oneof(
+      fc.string({ unit, minLength: 1, maxLength: 6 }),
+      fc.string({ unit, minLength: 1, maxLength: 6 }).map((s) => `"${s}"`),
+      fc.constantFrom("x".repeat(255), "x".repeat(256), `"${"x".repeat(255)}"`, `"${"x".repeat(256)}"`, "\u0080!")
+    ).filter((key) => key.trim() === key && key !== "\"\"")
+    await property(keys, async (key) => {
+      const request = rawRequest("POST", activatePath(), [
+        ["authorization", `Bearer ${writer.apiKey}`],
+        ["content-type", "application/json"],
+        ["idempotency-key", key]
+      ], JSON.stringify({ socialUsername: "@rule" }))
+      const answer = responseOf(await exchange(server.url, request))
+      const refused = answer.status === 400 && answer.json?.code === "VALIDATION_ERROR"
+      expect({ key, accepted: !refused }).toEqual({ key, accepted: rule(key) })
+    })
+  })
+})
 
 describe("hostile bodies", () => {
   it("answers any JSON body with 200 exactly when it is valid, otherwise a 400 envelope, and creates a record only for a 200", () =>

@@ -32,21 +32,31 @@ export const PlannedPostDate = Schema.String.annotations(message("plannedPostAt 
     examples: ["2026-12-01"]
   })
 
-const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
+/**
+ * A handle: `@` and at least one more character, at most 100 characters (code points), none of
+ * them a control character (`\u0000`–`\u001f`, `\u007f`–`\u009f`), a line or paragraph separator,
+ * or half of a surrogate pair (it would be stored as U+FFFD: the record would differ from the
+ * answer). The same rule is the document's pattern, so both say the same thing.
+ */
+const handleCharacters = "[^\\p{Cc}\\p{Zl}\\p{Zp}\\p{Cs}]"
+const forbiddenCharacter = /[\p{Cc}\p{Zl}\p{Zp}\p{Cs}]/u
 
 export const SocialUsername = Schema.String.annotations(message("socialUsername must be a string")).pipe(
   Schema.startsWith("@", message(`socialUsername must start with "@"`)),
   Schema.filter((s) => s.length >= 2, message(`socialUsername must have at least one character after "@"`)),
   Schema.filter((s) => [...s].length <= 100, message("socialUsername must be at most 100 characters")),
-  // A lone surrogate would be stored as U+FFFD: the record would differ from the answer.
-  Schema.filter((s) => !loneSurrogate.test(s), message("socialUsername must be valid Unicode text"))
+  Schema.filter(
+    (s) => !forbiddenCharacter.test(s),
+    message("socialUsername must not contain control characters, line separators or unpaired surrogates")
+  )
 ).annotations({
   jsonSchema: {
     type: "string",
-    pattern: "^@.+",
+    pattern: `^@${handleCharacters}+$`,
     minLength: 2,
     maxLength: 100,
-    description: "The creator's posting handle, returned exactly as sent"
+    description:
+      "The creator's posting handle, returned exactly as sent: `@` and 1 to 99 more characters, none a control character, a line or paragraph separator or an unpaired surrogate"
   },
   examples: ["@janedoe"]
 })

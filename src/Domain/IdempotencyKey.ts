@@ -27,7 +27,15 @@ export const IdempotencyKeyHeader = Schema.transformOrFail(Schema.String, Idempo
   encode: ParseResult.succeed
 }).annotations({
   message: () => ({ message: rule, override: false }),
-  description: "Any unique string of 1 to 255 visible ASCII characters (optionally as an RFC 9651 quoted string), kept 24 hours per brand"
+  jsonSchema: {
+    type: "string",
+    // A bare key (not starting with a double quote), or the same in double quotes with `\"` and `\\` escaped.
+    pattern: "^(?:[\\x21\\x23-\\x7e][\\x21-\\x7e]{0,254}|\"(?:[\\x21\\x23-\\x5b\\x5d-\\x7e]|\\\\[\"\\\\]){1,255}\")$",
+    minLength: 1,
+    maxLength: 512,
+    description:
+      "Any unique string of 1 to 255 visible ASCII characters, kept 24 hours per brand; it may be sent as an RFC 9651 quoted string (`\"order-1\"`), which is unquoted first"
+  }
 })
 
 /** No key at all: absent, empty, or an empty quoted string. */
