@@ -1,4 +1,13 @@
-import { Config, Context, Duration, Effect, Layer, LogLevel } from "effect"
+import { Config, Context, Data, Duration, Effect, Layer, LogLevel } from "effect"
+
+/**
+ * A configured value that cannot be used: the database path, the address or the port. The
+ * message is one sentence naming the variable and what to do; the process exits 78 with it.
+ */
+export class StartupError extends Data.TaggedError("StartupError")<{
+  readonly variable: string
+  readonly message: string
+}> {}
 
 const positiveInt = (name: string, fallback: number) =>
   Config.integer(name).pipe(

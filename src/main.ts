@@ -11,5 +11,8 @@ cli(process.argv).pipe(
   Effect.catchIf(ValidationError.isValidationError, () => Effect.sync(() => process.exit(2))),
   Effect.catchIf(ConfigError.isConfigError, (error) =>
     Effect.zipRight(Console.error(`Invalid configuration: ${error}`), Effect.sync(() => process.exit(78)))),
+  // A configured path, address or port that cannot be used: one sentence naming it, exit 78 too.
+  Effect.catchTag("StartupError", (error) =>
+    Effect.zipRight(Console.error(error.message), Effect.sync(() => process.exit(78)))),
   BunRuntime.runMain({ disablePrettyLogger: true })
 )

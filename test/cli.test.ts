@@ -1,4 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
+import { chmodSync, statSync, writeFileSync } from "node:fs"
+import { dirname, join } from "node:path"
 import { whoami } from "./support/client.ts"
 import { inspect } from "./support/database.ts"
 import { runCli, startServer, tempDatabase } from "./support/server.ts"
@@ -107,6 +109,38 @@ describe("keys command line", () => {
     const garbled = await runCli(["keys", "revoke", `x${apiKey}`], env)
     expect(garbled.code).toBe(2)
     expect(`${garbled.stdout}${garbled.stderr}`).not.toContain(secret)
+  })
+
+  it("stops at start with one sentence naming the variable and exit 78 when a path, address or port cannot be used", async () => {
+    const directory = dirname(tempDatabase())
+    const notDatabase = join(directory, "notes.txt")
+    writeFileSync(notDatabase, "not a database")
+    chmodSync(notDatabase, 0o644)
+    const cases: Array<[Record<string, string>, string]> = [
+      [{ DATABASE_URL: "/proc/no-such-dir/db.sqlite" }, "DATABASE_URL=/proc/no-such-dir/db.sqlite cannot be created"],
+      [{ DATABASE_URL: directory }, `DATABASE_URL=${directory} is a directory`],
+      [{ DATABASE_URL: notDatabase }, `DATABASE_URL=${notDatabase} is not a SQLite database`],
+      [{ DATABASE_URL: tempDatabase(), HOST: "not-a-host" }, "HOST=not-a-host: not an address of this machine"]
+    ]
+    for (const [env, sentence] of cases) {
+      const result = await runCli(["serve"], env)
+      expect({ env, code: result.code, stderr: result.stderr.trim().split("\n") }).toEqual({
+        env,
+        code: 78,
+        stderr: [expect.stringContaining(sentence)]
+      })
+    }
+    // The file that is not a database is left as it was, its mode included.
+    expect(statSync(notDatabase).mode & 0o777).toBe(0o644)
+    const server = await startServer(tempDatabase())
+    try {
+      const port = new URL(server.url).port
+      const taken = await runCli(["serve"], { DATABASE_URL: tempDatabase(), PORT: port })
+      expect(taken.code).toBe(78)
+      expect(taken.stderr.trim()).toBe(`PORT=${port}: another process is listening on 127.0.0.1:${port}; stop it or choose another PORT.`)
+    } finally {
+      await server.stop()
+    }
   })
 
   it("stops the server at start on a bad configuration value, naming the variable", async () => {

@@ -4,9 +4,9 @@ import { SqliteClient, SqliteMigrator } from "@effect/sql-sqlite-bun"
 import * as Reactivity from "@effect/experimental/Reactivity"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Context, Duration, Effect, Layer } from "effect"
-import { chmodSync, closeSync, mkdirSync, openSync, statSync } from "node:fs"
+import { chmodSync, closeSync, mkdirSync, openSync, readSync, statSync } from "node:fs"
 import { dirname } from "node:path"
-import { DatabaseConfig } from "../Config.ts"
+import { DatabaseConfig, StartupError } from "../Config.ts"
 import CreateTables from "./migrations/0001_create_tables.ts"
 import ApiKeysGeneration from "./migrations/0002_api_keys_generation.ts"
 import { sqliteError } from "./SqlErrors.ts"
@@ -14,13 +14,49 @@ import { sqliteError } from "./SqlErrors.ts"
 /** How long a write waits for another process's lock before SQLITE_BUSY (503). */
 export const busyTimeout = Duration.seconds(5)
 
-/** The file holds key digests and brands' records: only its owner may read it. */
+const sqliteHeader = Buffer.from("SQLite format 3\0")
+
+/** Whether a file that is already there could be a SQLite database (empty, or SQLite's header). */
+const looksLikeDatabase = (filename: string): boolean => {
+  const fd = openSync(filename, "r")
+  try {
+    const head = Buffer.alloc(sqliteHeader.length)
+    const read = readSync(fd, head, 0, head.length, 0)
+    return read === 0 || head.subarray(0, read).equals(sqliteHeader.subarray(0, read))
+  } finally {
+    closeSync(fd)
+  }
+}
+
+const unusable = (filename: string, why: string, fix: string) =>
+  new StartupError({ variable: "DATABASE_URL", message: `DATABASE_URL=${filename} ${why}: ${fix}.` })
+
+/**
+ * The file holds key digests and brands' records: only its owner may read it. A path that cannot
+ * be a database stops the start with one sentence, and a file that is something else is left as
+ * it was (its mode included).
+ */
 const createPrivateFile = (filename: string) =>
-  Effect.sync(() => {
-    if (filename === ":memory:") return
-    mkdirSync(dirname(filename), { recursive: true })
-    closeSync(openSync(filename, "a", 0o600))
-    chmodSync(filename, 0o600)
+  Effect.try({
+    try: () => {
+      if (filename === ":memory:") return
+      const existing = statSync(filename, { throwIfNoEntry: false })
+      if (existing?.isDirectory()) throw unusable(filename, "is a directory", "give the path of a database file in it")
+      if (existing !== undefined && !looksLikeDatabase(filename)) {
+        throw unusable(filename, "is not a SQLite database", "point it at this service's database or at a new path")
+      }
+      mkdirSync(dirname(filename), { recursive: true })
+      closeSync(openSync(filename, "a", 0o600))
+      chmodSync(filename, 0o600)
+    },
+    catch: (error) =>
+      error instanceof StartupError
+        ? error
+        : unusable(
+          filename,
+          `cannot be created or opened (${(error as NodeJS.ErrnoException).code ?? String(error)})`,
+          "point it at a place this user can write"
+        )
   })
 
 /**

@@ -1,7 +1,7 @@
 import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberRef, Layer, LogLevel, Option, Runtime } from "effect"
 import { ActivationsHandlers } from "../Activations/Http.ts"
 import { CampaignApi } from "../Api.ts"
-import { EdgeConfig, ServerConfig } from "../Config.ts"
+import { EdgeConfig, ServerConfig, StartupError } from "../Config.ts"
 import { ServiceUnavailable } from "../Domain/Errors.ts"
 import { HealthHandlers } from "../Health/Http.ts"
 import { IdentityHandlers } from "../Identity/Http.ts"
@@ -174,6 +174,28 @@ export const makeEdge = Effect.gen(function*() {
   return { routes: table, fetch, prepareDocuments: prepare } satisfies Edge
 })
 
+/** Why the server could not listen, as one sentence naming the variable to change. */
+const cannotListen = (host: string, port: number, error: unknown) => {
+  const code = (error as NodeJS.ErrnoException).code
+  switch (code) {
+    case "EADDRINUSE":
+      return new StartupError({
+        variable: "PORT",
+        message: `PORT=${port}: another process is listening on ${host}:${port}; stop it or choose another PORT.`
+      })
+    case "EACCES":
+      return new StartupError({
+        variable: "PORT",
+        message: `PORT=${port}: this user may not listen on it; choose a PORT above 1023.`
+      })
+    default:
+      return new StartupError({
+        variable: "HOST",
+        message: `HOST=${host}: not an address of this machine to listen on (${code ?? String(error)}); use 0.0.0.0, 127.0.0.1 or one of its addresses.`
+      })
+  }
+}
+
 const shuttingDown = errorReply(new ServiceUnavailable({ message: "The server is shutting down; retry on another instance." }))
 
 /**
@@ -233,16 +255,18 @@ export const WebServerLive = Layer.scopedDiscard(
     const server = yield* Effect.acquireRelease(
       // Bun's own body limit would answer a large declared length with a bare 413; the activation
       // refuses those by their Content-Length and stops reading any body past 16 KiB.
-      Effect.sync(() =>
-        Bun.serve({
-          hostname: host,
-          port,
-          routes,
-          fetch: guard(edge.fetch),
-          maxRequestBodySize: Number.MAX_SAFE_INTEGER,
-          idleTimeout: 30
-        })
-      ),
+      Effect.try({
+        try: () =>
+          Bun.serve({
+            hostname: host,
+            port,
+            routes,
+            fetch: guard(edge.fetch),
+            maxRequestBodySize: Number.MAX_SAFE_INTEGER,
+            idleTimeout: 30
+          }),
+        catch: (error) => cannotListen(host, port, error)
+      }),
       (server) =>
         Effect.gen(function*() {
           draining = true
