@@ -192,6 +192,20 @@ describe("structured logs", () => {
     }
   })
 
+  it("logs the first 401 from a client address as usual, and the rest as one line with their count", async () => {
+    const { result, stderr } = await session(tempDatabase(), {}, async (url) => {
+      const answers = []
+      for (let i = 0; i < 30; i++) answers.push(await call(url, { path: "/v1/whoami", apiKey: `cak_${"a".repeat(16)}_${"0".repeat(64)}` }))
+      return answers
+    })
+    expect(result.every((answer) => answer.status === 401)).toBe(true)
+    expect(accessLog(stderr).filter((entry) => entry.status === 401)).toHaveLength(1)
+    const summaries = logLines(stderr).filter((line) => line.message === "repeated unauthorized requests")
+    expect(summaries.map((line) => line.annotations)).toEqual([
+      expect.objectContaining({ clientAddress: "127.0.0.1", count: 29, status: 401 })
+    ])
+  })
+
   it("LOG_LEVEL=warning leaves the access log out", async () => {
     const { result, stderr } = await session(tempDatabase(), { LOG_LEVEL: "warning" }, async (url) => [
       await call(url, { path: "/healthz" }),

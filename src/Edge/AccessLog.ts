@@ -49,3 +49,31 @@ export const logAccess = (exchange: Exchange, status: number, startedAt: number,
   }
   return traced ? Effect.logInfo("request").pipe(Effect.annotateLogs(fields)) : Effect.logInfo(new AccessLogEntry(fields))
 }
+
+/** Addresses tracked per interval; past this, refusals are counted under one bucket. */
+const maxTrackedAddresses = 10_000
+const otherAddresses = "(other addresses)"
+
+/**
+ * 401s by client address over an interval: the first from an address is logged as any request,
+ * the rest only counted and logged as one line per address when the interval ends. A client
+ * hammering the service with bad keys costs a counter, not a log line per request.
+ */
+export const makeRefusalTally = () => {
+  let counts = new Map<string, number>()
+  return {
+    /** Notes a 401 from `address`; true when it is the address's first of the interval. */
+    first: (address: string): boolean => {
+      const key = counts.has(address) || counts.size < maxTrackedAddresses ? address : otherAddresses
+      const seen = counts.get(key)
+      counts.set(key, seen === undefined ? 0 : seen + 1)
+      return seen === undefined && key === address
+    },
+    /** The addresses with unlogged refusals since the last call, and how many each. */
+    drain: (): ReadonlyArray<readonly [address: string, count: number]> => {
+      const ended = counts
+      counts = new Map()
+      return [...ended].filter(([, count]) => count > 0)
+    }
+  }
+}

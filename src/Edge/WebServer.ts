@@ -1,11 +1,11 @@
-import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberRef, Layer, LogLevel, Option, Runtime } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberRef, Layer, LogLevel, Option, Runtime, Schedule } from "effect"
 import { ActivationsHandlers } from "../Activations/Http.ts"
 import { CampaignApi } from "../Api.ts"
 import { EdgeConfig, ServerConfig, StartupError } from "../Config.ts"
 import { ServiceUnavailable } from "../Domain/Errors.ts"
 import { HealthHandlers } from "../Health/Http.ts"
 import { IdentityHandlers } from "../Identity/Http.ts"
-import { logAccess, requestIdOf } from "./AccessLog.ts"
+import { logAccess, makeRefusalTally, requestIdOf } from "./AccessLog.ts"
 import { documentRoutes, type PreparedDocument, prepareDocuments } from "./Documents.ts"
 import type { Exchange, Handler, Handlers, Reply } from "./Exchange.ts"
 import { errorReply, renderFailure, toWebResponse } from "./Render.ts"
@@ -34,6 +34,13 @@ const serveDocument = (prepared: Effect.Effect<PreparedDocument>): Handler => (e
     }
   })
 
+/** The client's address as Bun saw the connection; in process (tests, the bench) there is none. */
+const addressOf = (request: Request, server: Bun.Server<unknown> | undefined): string =>
+  server?.requestIP(request)?.address ?? "(in process)"
+
+/** How often repeated 401s from one address are summed up in the log. */
+const refusalSummaryInterval = Duration.minutes(1)
+
 /** The path as sent, without the query string: Bun's `URL` would normalise it. */
 const rawPath = (url: string): string => {
   const start = url.indexOf("/", url.indexOf("//") + 2)
@@ -45,10 +52,15 @@ const rawPath = (url: string): string => {
 export interface Edge {
   readonly routes: Record<
     string,
-    Record<string, (request: Request & { params: Record<string, string> }) => Response | Promise<Response>>
+    Record<
+      string,
+      (request: Request & { params: Record<string, string> }, server?: Bun.Server<unknown>) => Response | Promise<Response>
+    >
   >
   /** Answers any request, routing it itself: Bun's fallback, and the entry for tests and the bench. */
-  readonly fetch: (request: Request) => Response | Promise<Response>
+  readonly fetch: (request: Request, server?: Bun.Server<unknown>) => Response | Promise<Response>
+  /** Logs the 401s counted but not logged since the last call, one line per client address. */
+  readonly summarizeRefusals: Effect.Effect<void>
   /**
    * Prepares the documents, naming `PUBLIC_URL` or, by default, this server at the port it is
    * listening on; served from then on (or first made by the first request that asks).
@@ -125,7 +137,20 @@ export const makeEdge = Effect.gen(function*() {
       })
     )
 
-  const run = (handler: Handler, route: string, request: Request, path: string, params: Record<string, string>) => {
+  const refusals = makeRefusalTally()
+  const summarizeRefusals = Effect.suspend(() =>
+    Effect.forEach(refusals.drain(), ([clientAddress, count]) =>
+      Effect.logInfo("repeated unauthorized requests", { clientAddress, count, status: 401 }), { discard: true })
+  )
+
+  const run = (
+    handler: Handler,
+    route: string,
+    request: Request,
+    path: string,
+    params: Record<string, string>,
+    clientAddress: string
+  ) => {
     const startedAt = performance.now()
     const exchange: Exchange = {
       request,
@@ -139,7 +164,10 @@ export const makeEdge = Effect.gen(function*() {
     }
     const rendered = Effect.catchAllCause(handler(exchange), renderFailure)
     const answered = accessLogged
-      ? Effect.tap(rendered, (reply) => logAccess(exchange, reply.status, startedAt, traced))
+      ? Effect.tap(rendered, (reply) =>
+        reply.status === 401 && !refusals.first(clientAddress)
+          ? Effect.void
+          : logAccess(exchange, reply.status, startedAt, traced))
       : rendered
     const program = (traced ? withServerSpan(exchange)(answered) : answered).pipe(
       Effect.annotateLogs("requestId", exchange.requestId)
@@ -150,20 +178,23 @@ export const makeEdge = Effect.gen(function*() {
       : toWebResponse(exchange, reply)
   }
 
-  const fetch = (request: Request): Response | Promise<Response> => {
+  const fetch = (request: Request, server?: Bun.Server<unknown>): Response | Promise<Response> => {
     const path = rawPath(request.url)
     const found = fallback(request.method, path)
-    if (found._tag === "Dispatch") return run(found.route.handler, found.route.path, request, path, found.params)
-    return run(() => Effect.succeed(found.reply), found.route, request, path, {})
+    const client = addressOf(request, server)
+    if (found._tag === "Dispatch") return run(found.route.handler, found.route.path, request, path, found.params, client)
+    return run(() => Effect.succeed(found.reply), found.route, request, path, {}, client)
   }
 
   const table: Edge["routes"] = {}
   for (const route of routes) {
     table[route.path] ??= {}
-    table[route.path]![route.method] = (request) => {
+    table[route.path]![route.method] = (request, server) => {
       const path = rawPath(request.url)
       // Bun's router percent-decodes parameters: a path with any `%` is not this route's spelling.
-      return path.includes("%") ? fetch(request) : run(route.handler, route.path, request, path, request.params)
+      return path.includes("%")
+        ? fetch(request, server)
+        : run(route.handler, route.path, request, path, request.params, addressOf(request, server))
     }
   }
   const prepare = (port: number) => {
@@ -171,7 +202,7 @@ export const makeEdge = Effect.gen(function*() {
     listeningPort = port
     return Effect.asVoid(documents)
   }
-  return { routes: table, fetch, prepareDocuments: prepare } satisfies Edge
+  return { routes: table, fetch, prepareDocuments: prepare, summarizeRefusals } satisfies Edge
 })
 
 /** Why the server could not listen, as one sentence naming the variable to change. */
@@ -207,6 +238,9 @@ export const WebServerLive = Layer.scopedDiscard(
   Effect.gen(function*() {
     const { host, port } = yield* ServerConfig
     const edge = yield* makeEdge
+    // Added before the server, so it runs after the drain (finalizers run last-added first):
+    // the 401s counted until the very end are logged too.
+    yield* Effect.addFinalizer(() => edge.summarizeRefusals)
 
     let draining = false
     let inFlight = 0
@@ -278,6 +312,7 @@ export const WebServerLive = Layer.scopedDiscard(
           yield* Effect.logInfo("stopped", { unfinished: inFlight })
         })
     )
+    yield* edge.summarizeRefusals.pipe(Effect.repeat(Schedule.spaced(refusalSummaryInterval)), Effect.forkScoped)
     // In the background, after listening: start-up never waits for the documents (the docs page is 3 MB).
     yield* Effect.forkScoped(edge.prepareDocuments(server.port!))
     yield* Effect.logInfo(`Listening on http://${server.hostname}:${server.port}`)
