@@ -361,7 +361,7 @@ describe("POST /v1/creators/{creatorId}/campaigns/{campaignId}/activate", () => 
       [{ socialUsername: "@" }, "socialUsername"],
       [{ socialUsername: "@" + "x".repeat(100) }, "socialUsername must be at most 100 characters"],
       [{ socialUsername: 42 }, "socialUsername must be a string"],
-      [{ socialUsername: "@\ud800x" }, "socialUsername must be valid Unicode text"],
+      [{ socialUsername: "@\ud800x" }, "socialUsername must not contain control characters, line separators or unpaired surrogates"],
       [{ socialUsername: "@a", plannedPostAt: "2026-2-1" }, "plannedPostAt"],
       [{ socialUsername: "@a", plannedPostAt: "2026-02-30" }, "plannedPostAt must be a real calendar date"],
       [{ socialUsername: "@a", plannedPostAt: "2026-12-01T00:00:00Z" }, "plannedPostAt"],

@@ -105,3 +105,22 @@ describe("header size", () => {
     expect((await whoami(server.url, writer.apiKey)).status).toBe(200)
   })
 })
+
+describe("requests per connection", () => {
+  it("closes a connection after its 1000th request in a window, however many it pipelined, and keeps serving others", async () => {
+    const connection = await openConnection(server.url)
+    try {
+      connection.send(Buffer.from(Buffer.from(rawRequest("GET", "/healthz", [])).toString("latin1").repeat(1_200), "latin1"))
+      const answers = []
+      for (let outcome = await connection.next(); outcome._tag === "Answered"; outcome = await connection.next()) {
+        answers.push(outcome.response)
+      }
+      expect(answers).toHaveLength(1_000)
+      expect(answers.slice(0, -1).every((answer) => answer.status === 200 && answer.headers["connection"] !== "close")).toBe(true)
+      expect(answers.at(-1)!.headers["connection"]).toBe("close")
+    } finally {
+      connection.destroy()
+    }
+    expect((await whoami(server.url, writer.apiKey)).status).toBe(200)
+  })
+})

@@ -38,6 +38,12 @@ const serveDocument = (prepared: Effect.Effect<PreparedDocument>): Handler => (e
 const addressOf = (request: Request, server: Bun.Server<unknown> | undefined): string =>
   server?.requestIP(request)?.address ?? "(in process)"
 
+/** At most this many requests on one connection per window, then it is closed after its answer. */
+const requestsPerConnection = 1_000
+const requestsPerConnectionWindowMs = 10_000
+
+type Handle = (request: Request & { params: Record<string, string> }, server?: Bun.Server<unknown>) => Response | Promise<Response>
+
 /** How often repeated 401s from one address are summed up in the log. */
 const refusalSummaryInterval = Duration.minutes(1)
 
@@ -266,17 +272,39 @@ export const WebServerLive = Layer.scopedDiscard(
       throw error
     }
 
-    const guard = <Args extends [Request, ...Array<unknown>]>(serve: (...args: Args) => Response | Promise<Response>) =>
-    (...args: Args): Response | Promise<Response> => {
-      if (draining) return lateArrival(args[0])
+    // Requests per connection (client address and port) in the current window. Bun answers the
+    // requests pipelined on one connection one after the other without serving anyone else: past
+    // the limit the connection is closed after its answer, as nginx's keepalive_requests does, so
+    // one client cannot hold the event loop for long.
+    let perConnection = new Map<string, number>()
+    const connectionWindow = setInterval(() => perConnection = new Map(), requestsPerConnectionWindowMs)
+    connectionWindow.unref()
+    yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(connectionWindow)))
+    const overLimit = (request: Request, server: Bun.Server<unknown> | undefined) => {
+      const peer = server?.requestIP(request)
+      if (peer === undefined || peer === null) return false
+      const connection = `${peer.address}:${peer.port}`
+      const served = (perConnection.get(connection) ?? 0) + 1
+      perConnection.set(connection, served)
+      return served >= requestsPerConnection
+    }
+
+    const guard = (serve: Handle) => (request: Request & { params: Record<string, string> }, server?: Bun.Server<unknown>) => {
+      if (draining) return lateArrival(request)
+      const closing = overLimit(request, server)
       inFlight++
       let response: Response | Promise<Response>
       try {
-        response = serve(...args)
+        response = serve(request, server)
       } catch (error) {
         return failed(error)
       }
-      return response instanceof Promise ? response.then(settle, failed) : settle(response)
+      if (!closing) return response instanceof Promise ? response.then(settle, failed) : settle(response)
+      const close = (response: Response) => {
+        response.headers.set("connection", "close")
+        return settle(response)
+      }
+      return response instanceof Promise ? response.then(close, failed) : close(response)
     }
 
     const routes = Object.fromEntries(
@@ -295,7 +323,7 @@ export const WebServerLive = Layer.scopedDiscard(
             hostname: host,
             port,
             routes,
-            fetch: guard(edge.fetch),
+            fetch: guard(edge.fetch as Handle),
             maxRequestBodySize: Number.MAX_SAFE_INTEGER,
             idleTimeout: 30
           }),
