@@ -1,0 +1,304 @@
+/**
+ * The hostile runner: attacks the service from loopback as an outsider would, and prints what each
+ * cost it. Every attack is bounded in time and count and talks to 127.0.0.1 only; the server is
+ * started here on a temporary database and stopped at the end.
+ *
+ *   bun bench/hostile.ts                     # all attacks against `bun src/main.ts serve`
+ *   HOSTILE_ATTACKS=pipeline,timing bun bench/hostile.ts
+ *   HOSTILE_SERVER="dist/campaign-api serve" bun bench/hostile.ts   # the binary instead
+ */
+import { Database } from "bun:sqlite"
+import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs"
+import { connect, type Socket } from "node:net"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+
+const root = new URL("..", import.meta.url).pathname
+const work = mkdtempSync(join(tmpdir(), "campaign-api-hostile-"))
+const database = join(work, "db.sqlite")
+const logFile = join(work, "server.log")
+const serverCommand = (process.env["HOSTILE_SERVER"] ?? `${process.execPath} src/main.ts serve`).split(" ")
+const wanted = (process.env["HOSTILE_ATTACKS"] ?? "").split(",").map((a) => a.trim()).filter((a) => a !== "")
+const budgetMs = 10 * 60_000
+const activatePath =
+  "/v1/creators/5d2a7c3e-1b4f-4e6a-8c9d-0e1f2a3b4c5d/campaigns/9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d/activate"
+
+const children: Array<ReturnType<typeof Bun.spawn>> = []
+const cleanUp = () => {
+  for (const child of children) child.kill("SIGKILL")
+  rmSync(work, { recursive: true, force: true })
+}
+process.on("exit", cleanUp)
+setTimeout(() => {
+  console.error(`hostile: over its budget of ${budgetMs / 1000} s, stopping`)
+  process.exit(1)
+}, budgetMs).unref()
+
+const cli = (args: Array<string>) => {
+  const result = Bun.spawnSync([...serverCommand.slice(0, -1), ...args], {
+    cwd: root,
+    env: { ...process.env, DATABASE_URL: database }
+  })
+  if (result.exitCode !== 0) throw new Error(`${args.join(" ")}: ${result.stderr}`)
+  return result.stdout.toString()
+}
+
+const createKey = () =>
+  JSON.parse(cli(["keys", "create", "--brand", crypto.randomUUID(), "--scopes", "campaigns:write", "--json"])) as {
+    apiKey: string
+    keyId: string
+  }
+
+const freePort = () => {
+  const listener = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } })
+  const port = listener.port
+  listener.stop(true)
+  return port
+}
+
+interface Server {
+  readonly url: string
+  readonly port: number
+  readonly pid: number
+  readonly stop: () => Promise<void>
+}
+
+const startServer = async (env: Record<string, string> = {}): Promise<Server> => {
+  const port = freePort()
+  const child = Bun.spawn(["taskset", "-c", "1", ...serverCommand], {
+    cwd: root,
+    env: { ...process.env, DATABASE_URL: database, HOST: "127.0.0.1", PORT: String(port), LOG_LEVEL: "info", ...env },
+    stdout: "ignore",
+    stderr: Bun.file(logFile)
+  })
+  children.push(child)
+  const url = `http://127.0.0.1:${port}`
+  const started = performance.now()
+  for (;;) {
+    try {
+      if ((await fetch(`${url}/healthz`)).ok) break
+    } catch {
+      // not listening yet
+    }
+    if (performance.now() - started > 60_000) throw new Error("the server did not start")
+    await Bun.sleep(20)
+  }
+  return {
+    url,
+    port,
+    pid: child.pid,
+    stop: async () => {
+      child.kill("SIGTERM")
+      await child.exited
+    }
+  }
+}
+
+const rssMb = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) / 1024
+const cpuSeconds = (pid: number) => {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+  return (Number(fields[11]) + Number(fields[12])) / 100
+}
+
+const percentile = (sorted: ReadonlyArray<number>, p: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!
+const ms = (value: number) => `${value.toFixed(1)} ms`
+
+/** A legitimate client's whoami latency, one request every 20 ms on a fresh connection each time. */
+const probeWhoami = async (server: Server, apiKey: string, durationMs: number) => {
+  const latencies: Array<number> = []
+  const until = performance.now() + durationMs
+  while (performance.now() < until) {
+    const started = performance.now()
+    const response = await fetch(`${server.url}/v1/whoami`, {
+      headers: { authorization: `Bearer ${apiKey}`, connection: "close" },
+      signal: AbortSignal.timeout(10_000)
+    }).catch(() => undefined)
+    await response?.arrayBuffer()
+    latencies.push(performance.now() - started)
+    await Bun.sleep(20)
+  }
+  latencies.sort((a, b) => a - b)
+  return { p50: percentile(latencies, 0.5), p99: percentile(latencies, 0.99), max: latencies.at(-1)! }
+}
+
+const rawSocket = (port: number) =>
+  new Promise<Socket>((resolve, reject) => {
+    const socket = connect(port, "127.0.0.1")
+    socket.once("connect", () => resolve(socket))
+    socket.once("error", reject)
+  })
+
+/** Mann-Whitney U test of two samples: z of the difference of their ranks. */
+const mannWhitneyZ = (a: ReadonlyArray<number>, b: ReadonlyArray<number>) => {
+  const all = [...a.map((value) => ({ value, from: 0 })), ...b.map((value) => ({ value, from: 1 }))]
+    .sort((x, y) => x.value - y.value)
+  let rankA = 0
+  for (let i = 0; i < all.length;) {
+    let j = i
+    while (j < all.length && all[j]!.value === all[i]!.value) j++
+    const rank = (i + j + 1) / 2
+    for (let k = i; k < j; k++) if (all[k]!.from === 0) rankA += rank
+    i = j
+  }
+  const u = rankA - (a.length * (a.length + 1)) / 2
+  const mean = (a.length * b.length) / 2
+  const sd = Math.sqrt((a.length * b.length * (a.length + b.length + 1)) / 12)
+  return (u - mean) / sd
+}
+
+type Attack = (server: Server, key: { apiKey: string; keyId: string }) => Promise<string>
+
+const attacks: Record<string, Attack> = {
+  /** 1: slow readers of /docs that never read the 3 MB page. */
+  "docs-readers": async (server, key) => {
+    const before = rssMb(server.pid)
+    const sockets: Array<Socket> = []
+    for (let i = 0; i < 2_000; i++) {
+      const socket = await rawSocket(server.port)
+      socket.pause()
+      socket.on("error", () => {})
+      socket.write("GET /docs HTTP/1.1\r\nhost: x\r\naccept-encoding: gzip\r\n\r\n")
+      sockets.push(socket)
+    }
+    await Bun.sleep(2_000)
+    const whoami = await probeWhoami(server, key.apiKey, 2_000)
+    const after = rssMb(server.pid)
+    for (const socket of sockets) socket.destroy()
+    return `2,000 readers of /docs that never read: RSS ${before.toFixed(0)} -> ${after.toFixed(0)} MB; ` +
+      `a whoami meanwhile p50 ${ms(whoami.p50)}, p99 ${ms(whoami.p99)}`
+  },
+
+  /** 3: a declared body of 16,000 bytes, one byte short, on 1,000 connections at once. */
+  "short-bodies": async (server) => {
+    const started = performance.now()
+    const answers = await Promise.all(Array.from({ length: 1_000 }, async (_, i) => {
+      const socket = await rawSocket(server.port)
+      socket.on("error", () => {})
+      const path = i % 2 === 0 ? activatePath : "/v1/nowhere"
+      socket.write(`POST ${path} HTTP/1.1\r\nhost: x\r\ncontent-length: 16000\r\ncontent-type: application/json\r\n\r\n${"x".repeat(15_999)}`)
+      const answer = await new Promise<string>((resolve) => {
+        socket.once("data", (data) => resolve(data.toString("latin1")))
+        setTimeout(() => resolve("(no answer in 15 s)"), 15_000)
+      })
+      socket.destroy()
+      return { status: answer.split(" ")[1], close: /\r\nconnection: close\r\n/i.test(answer), at: performance.now() - started }
+    }))
+    const statuses = [...new Set(answers.map((a) => a.status))].join(", ")
+    const slowest = Math.max(...answers.map((a) => a.at))
+    return `1,000 requests declaring 16,000 bytes and sending 15,999: statuses ${statuses}, ` +
+      `${answers.filter((a) => a.close).length} with Connection: close, all answered within ${ms(slowest)}`
+  },
+
+  /** 4: one connection pipelining 40,000 whoamis without a key. */
+  pipeline: async (server) => {
+    const socket = await rawSocket(server.port)
+    socket.on("error", () => {})
+    socket.write("GET /v1/whoami HTTP/1.1\r\nhost: x\r\n\r\n".repeat(40_000))
+    const latencies: Array<number> = []
+    const until = performance.now() + 3_000
+    while (performance.now() < until) {
+      const started = performance.now()
+      await (await fetch(`${server.url}/healthz`, { headers: { connection: "close" } })).arrayBuffer()
+      latencies.push(performance.now() - started)
+      await Bun.sleep(10)
+    }
+    socket.destroy()
+    latencies.sort((a, b) => a - b)
+    return `one connection pipelining 40,000 whoamis: a fresh client's /healthz p50 ${ms(percentile(latencies, 0.5))}, ` +
+      `p99 ${ms(percentile(latencies, 0.99))}, max ${ms(latencies.at(-1)!)}`
+  },
+
+  /** 5: well-formed unknown keys, as fast as one client sends them, for 5 s. */
+  "unknown-keys": async (server, key) => {
+    const logBefore = statSync(logFile).size
+    const cpuBefore = cpuSeconds(server.pid)
+    const started = performance.now()
+    let sent = 0
+    const attacker = (async () => {
+      while (performance.now() - started < 5_000) {
+        const batch = Array.from({ length: 25 }, () =>
+          fetch(`${server.url}/v1/whoami`, {
+            headers: { authorization: `Bearer cak_${crypto.randomUUID().replace(/-/g, "").slice(0, 16)}_${"0".repeat(64)}` }
+          }).then((r) => r.arrayBuffer()))
+        await Promise.all(batch)
+        sent += batch.length
+      }
+    })()
+    const whoami = await probeWhoami(server, key.apiKey, 4_500)
+    await attacker
+    const seconds = (performance.now() - started) / 1000
+    const cpu = ((cpuSeconds(server.pid) - cpuBefore) / seconds) * 100
+    await Bun.sleep(100)
+    return `unknown keys at ${(sent / seconds).toFixed(0)} req/s: server CPU ${cpu.toFixed(0)} % of a core, ` +
+      `a whoami meanwhile p50 ${ms(whoami.p50)}, p99 ${ms(whoami.p99)}; ` +
+      `${((statSync(logFile).size - logBefore) / sent).toFixed(1)} log bytes per 401`
+  },
+
+  /** 7: a known key id with a wrong secret against an unknown key id, interleaved. */
+  timing: async (server, key) => {
+    const known = `cak_${key.keyId}_${"0".repeat(64)}`
+    // Made beforehand, so that the client does the same work for both.
+    const unknowns = Array.from({ length: 3_000 }, () => `cak_${crypto.randomUUID().replace(/-/g, "").slice(0, 16)}_${"0".repeat(64)}`)
+    const samples: Record<"known" | "unknown", Array<number>> = { known: [], unknown: [] }
+    const socket = await fetch(`${server.url}/healthz`) // warm the client
+    await socket.arrayBuffer()
+    for (let i = 0; i < 6_000; i++) {
+      const which = i % 2 === 0 ? "known" : "unknown"
+      const authorization = `Bearer ${which === "known" ? known : unknowns[i >> 1]!}`
+      const started = performance.now()
+      await (await fetch(`${server.url}/v1/whoami`, { headers: { authorization } })).arrayBuffer()
+      if (i >= 1_000) samples[which].push((performance.now() - started) * 1000)
+    }
+    const median = (values: Array<number>) => [...values].sort((a, b) => a - b)[values.length >> 1]!
+    return `known key id with a wrong secret vs unknown key id, 2,500 each: median ${median(samples.known).toFixed(1)} vs ` +
+      `${median(samples.unknown).toFixed(1)} µs, Mann-Whitney z ${mannWhitneyZ(samples.known, samples.unknown).toFixed(2)}`
+  },
+
+  /** 6: 500,000 idempotency records expiring together, purged while whoami is served. */
+  purge: async (_server, key) => {
+    // Its own server, on a database filled beforehand with entries expired a minute ago.
+    const db = new Database(database)
+    const expired = Date.now() - 60_000
+    db.run("BEGIN")
+    const insert = db.prepare(
+      "INSERT INTO idempotency_keys (brand_id, idempotency_key, fingerprint, resource_id, status_code, response_body, created_at, expires_at) VALUES (?, ?, ?, NULL, 200, '{}', ?, ?)"
+    )
+    for (let i = 0; i < 500_000; i++) insert.run("hostile", `k${i}`, "f".repeat(64), expired, expired)
+    db.run("COMMIT")
+    db.close()
+    const started = performance.now()
+    const server = await startServer()
+    const startMs = performance.now() - started
+    const whoami = await probeWhoami(server, key.apiKey, 8_000)
+    const left = new Database(database, { readonly: true })
+      .query<{ n: number }, []>("SELECT COUNT(*) AS n FROM idempotency_keys WHERE brand_id = 'hostile'").get()!.n
+    await server.stop()
+    return `500,000 expired idempotency records: started in ${ms(startMs)}; a whoami during the purge p50 ` +
+      `${ms(whoami.p50)}, p99 ${ms(whoami.p99)}, max ${ms(whoami.max)}; ${left} left after 8 s`
+  }
+}
+
+const main = async () => {
+  const names = wanted.length === 0 ? Object.keys(attacks) : wanted
+  for (const name of names) if (!(name in attacks)) throw new Error(`unknown attack ${name}: ${Object.keys(attacks).join(", ")}`)
+  console.log(`hostile: ${serverCommand.join(" ")} on CPU 1, loopback only; work directory ${work}`)
+  // The key exists before the server starts, so a server of its own (the purge) knows it too.
+  cli(["keys", "list"])
+  const key = createKey()
+  for (const name of names) {
+    const server = name === "purge" ? undefined : await startServer()
+    try {
+      const result = await attacks[name]!(server ?? ({} as Server), key)
+      console.log(`${name}: ${result}`)
+    } finally {
+      await server?.stop()
+    }
+  }
+}
+
+await main().catch((error: unknown) => {
+  console.error(`hostile failed: ${error instanceof Error ? error.message : String(error)}`)
+  process.exitCode = 1
+})
+process.exit()
