@@ -63,6 +63,35 @@ describe("body size", () => {
   )
 })
 
+describe("chunked bodies", () => {
+  /** An activation whose body is sent in these pieces, each in a write of its own, a moment apart. */
+  const trickle = async (pieces: ReadonlyArray<string>) => {
+    const connection = await openConnection(server.url)
+    try {
+      connection.send(
+        `POST ${activatePath()} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${writer.apiKey}\r\n` +
+          `idempotency-key: ${uniqueKey()}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n`
+      )
+      for (const piece of pieces) {
+        connection.send(`${Buffer.byteLength(piece).toString(16)}\r\n${piece}\r\n`)
+        await Bun.sleep(1)
+      }
+      connection.send("0\r\n\r\n")
+      return responseOf(await connection.next())
+    } finally {
+      connection.destroy()
+    }
+  }
+
+  it("takes a body in a few chunks, and refuses one trickled in more than 256 with 413 and a message saying why", async () => {
+    const text = JSON.stringify({ socialUsername: `@${"c".repeat(290)}`.slice(0, 100) }).padEnd(600, " ")
+    expect((await trickle([text.slice(0, 10), text.slice(10)])).status).toBe(200)
+    const bytewise = await trickle(text.split(""))
+    expectEnvelope(bytewise, 413, "PAYLOAD_TOO_LARGE")
+    expect(bytewise.json.message).toContain("more than 256 chunks")
+  })
+})
+
 describe("slow and truncated bodies", () => {
   const declared = JSON.stringify({ socialUsername: "@slow-sender", plannedPostAt: "2026-12-01" })
 

@@ -15,7 +15,7 @@ import {
 import { isMissingIdempotencyKey } from "../Domain/IdempotencyKey.ts"
 import { compile } from "../Edge/Endpoint.ts"
 import type { Exchange, Handlers } from "../Edge/Exchange.ts"
-import { maxBodyBytes, readBody } from "../Edge/RequestBody.ts"
+import { maxBodyBytes, maxBodyChunks, readBody } from "../Edge/RequestBody.ts"
 import { Idempotency } from "../Idempotency.ts"
 import { ActivationsApi } from "./Api.ts"
 
@@ -45,6 +45,9 @@ const requireIdempotencyKey = (exchange: Exchange) => {
 const mediaType = (contentType: string) => contentType.split(";")[0]!.trim().toLowerCase()
 const unsupported = new UnsupportedMediaType({ message: "Content-Type must be application/json." })
 const tooLarge = new PayloadTooLarge({ message: `The request body must be at most ${maxBodyBytes} bytes.` })
+const tooManyChunks = new PayloadTooLarge({
+  message: `The request body came in more than ${maxBodyChunks} chunks: send it with a Content-Length, or in fewer chunks.`
+})
 const incomplete = new MalformedJson({ message: "The request body did not arrive completely in time." })
 const notJson = new MalformedJson({ message: "The request body is not valid JSON." })
 const utf8 = new TextDecoder("utf-8", { fatal: true })
@@ -61,6 +64,7 @@ const readJson = (exchange: Exchange) =>
     }
     const body = yield* Effect.promise(() => readBody(exchange.request))
     if (body._tag === "TooLarge") return yield* tooLarge
+    if (body._tag === "TooManyChunks") return yield* tooManyChunks
     if (body._tag === "Incomplete") return yield* incomplete
     exchange.bodyRead = true
     try {

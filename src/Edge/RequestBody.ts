@@ -2,6 +2,11 @@
 export const maxBodyBytes = 16 * 1024
 /** A body that has not fully arrived by then is given up on, so slow senders cannot hold the server. */
 export const bodyTimeoutMs = 10_000
+/**
+ * A chunked body in more pieces than this is refused: each piece costs a read of its own, and a
+ * body trickled a byte at a time cost 30 times the same body in one piece.
+ */
+export const maxBodyChunks = 256
 
 /**
  * A request body as read: at most the size limit is ever held in memory, and a body that does
@@ -10,13 +15,15 @@ export const bodyTimeoutMs = 10_000
 export type RequestBody =
   | { readonly _tag: "Read"; readonly bytes: Uint8Array<ArrayBuffer> }
   | { readonly _tag: "TooLarge" }
+  | { readonly _tag: "TooManyChunks" }
   | { readonly _tag: "Incomplete" }
 
 const emptyBody: RequestBody = { _tag: "Read", bytes: new Uint8Array(0) }
 const tooLarge: RequestBody = { _tag: "TooLarge" }
+const tooManyChunks: RequestBody = { _tag: "TooManyChunks" }
 const incomplete: RequestBody = { _tag: "Incomplete" }
 
-/** A chunked body, read chunk by chunk and given up on past the limit. */
+/** A chunked body, read chunk by chunk and given up on past the size or the number of chunks. */
 const readChunked = async (body: ReadableStream<Uint8Array<ArrayBuffer>>, limit: number): Promise<RequestBody> => {
   const reader = body.getReader()
   const chunks: Array<Uint8Array<ArrayBuffer>> = []
@@ -25,9 +32,9 @@ const readChunked = async (body: ReadableStream<Uint8Array<ArrayBuffer>>, limit:
     const { done, value } = await reader.read()
     if (done) break
     size += value.byteLength
-    if (size > limit) {
+    if (size > limit || chunks.length === maxBodyChunks) {
       void reader.cancel().catch(() => {})
-      return tooLarge
+      return size > limit ? tooLarge : tooManyChunks
     }
     chunks.push(value)
   }
