@@ -21,7 +21,7 @@ import {
   orphans
 } from "./support/database.ts"
 import { eventually, randomInt, runLoops } from "./support/load.ts"
-import { createKey, type CreatedTestKey, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
+import { createKey, type CreatedTestKey, runCli, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
 
 const unlimited = { RATE_LIMIT_MAX: "1000000" }
 
@@ -247,6 +247,23 @@ describe("the database's -wal and -shm files", () => {
       rmSync(`${database}${suffix}`)
       expectEnvelope(await activate(server.url, { apiKey: key.apiKey, key: uniqueKey() }), 503, "SERVICE_UNAVAILABLE")
       expectEnvelope(await call(server.url, { path: "/readyz" }), 503, "SERVICE_UNAVAILABLE")
+    } finally {
+      await server.stop("SIGKILL")
+    }
+  })
+
+  it("once -shm is deleted, a key revoked with the command line is never accepted again: the server stops vouching for keys", async () => {
+    const database = tempDatabase()
+    const server = await startServer(database)
+    const key = await createKey(database)
+    try {
+      expect((await whoami(server.url, key.apiKey)).status).toBe(200)
+      rmSync(`${database}-shm`)
+      const revoked = await runCli(["keys", "revoke", key.keyId], { DATABASE_URL: database })
+      expect(revoked.code).toBe(0)
+      // The directory's watch tells the server within moments; until restart no key is vouched for.
+      await eventually("whoami to be refused", async () => (await whoami(server.url, key.apiKey)).status === 503)
+      expectEnvelope(await whoami(server.url, key.apiKey), 503, "SERVICE_UNAVAILABLE")
     } finally {
       await server.stop("SIGKILL")
     }

@@ -2,6 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { Database } from "bun:sqlite"
 import { Context, Effect, Layer } from "effect"
 import { DatabaseConfig } from "../Config.ts"
+import { DatabaseFile } from "../Database/Sql.ts"
 import { sqliteError } from "../Database/SqlErrors.ts"
 import { span } from "../Edge/Span.ts"
 
@@ -91,6 +92,7 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
  */
 const generationProbe = Effect.gen(function*() {
   const { filename } = yield* DatabaseConfig
+  const file = yield* DatabaseFile
   if (filename === ":memory:") {
     const sql = yield* SqlClient.SqlClient
     return sql<{ generation: number }>`SELECT generation FROM api_keys_generation`.pipe(
@@ -109,6 +111,9 @@ const generationProbe = Effect.gen(function*() {
   let seenVersion = -1
   let generation = -1
   return Effect.suspend(() => {
+    // With a file of the database gone or replaced, a key revoked since may never show here:
+    // refuse to vouch for any key (503) rather than answer from what may be stale.
+    if (file.changed()) return Effect.die(sqliteError("SQLITE_CANTOPEN", "the database files changed under the server"))
     try {
       const version = dataVersion.get()!.data_version
       if (version !== seenVersion) {

@@ -4,8 +4,8 @@ import { SqliteClient, SqliteMigrator } from "@effect/sql-sqlite-bun"
 import * as Reactivity from "@effect/experimental/Reactivity"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Context, Duration, Effect, Layer } from "effect"
-import { chmodSync, closeSync, mkdirSync, openSync, readSync, statSync } from "node:fs"
-import { dirname } from "node:path"
+import { chmodSync, closeSync, mkdirSync, openSync, readSync, statSync, watch } from "node:fs"
+import { basename, dirname } from "node:path"
 import { DatabaseConfig, StartupError } from "../Config.ts"
 import CreateTables from "./migrations/0001_create_tables.ts"
 import ApiKeysGeneration from "./migrations/0002_api_keys_generation.ts"
@@ -64,7 +64,13 @@ const createPrivateFile = (filename: string) =>
  * path is removed or replaced, so writes would land where no restart finds them: check first.
  */
 export class DatabaseFile extends Context.Tag("Database/DatabaseFile")<DatabaseFile, {
+  /** Fails (SQLITE_CANTOPEN) when a file is gone or replaced: checked with `stat`, for writes and readiness. */
   readonly ensurePresent: Effect.Effect<void, SqlError>
+  /**
+   * The same, cheap enough for every request: the directory is watched, and the files are looked
+   * at only after something was renamed or removed in it (and then until they are as opened again).
+   */
+  readonly changed: () => boolean
 }>() {}
 
 const fileIdentity = (filename: string) => {
@@ -78,19 +84,42 @@ const fileIdentity = (filename: string) => {
  * replaced since is a file trick (a deleted `-wal` takes every commit since the last checkpoint
  * with it), never SQLite's own doing.
  */
-const databaseFile = (filename: string): Context.Tag.Service<DatabaseFile> => {
-  if (filename === ":memory:") return { ensurePresent: Effect.void }
-  const files = [filename, `${filename}-wal`, `${filename}-shm`]
-  const opened = files.map(fileIdentity)
-  return {
-    ensurePresent: Effect.suspend(() => {
-      const changed = files.find((file, i) => fileIdentity(file) !== opened[i])
-      return changed === undefined
-        ? Effect.void
-        : Effect.fail(sqliteError("SQLITE_CANTOPEN", `the database file ${changed} is gone or was replaced`))
-    })
-  }
-}
+const databaseFile = (filename: string) =>
+  Effect.gen(function*() {
+    if (filename === ":memory:") return { ensurePresent: Effect.void, changed: () => false }
+    const files = [filename, `${filename}-wal`, `${filename}-shm`]
+    const names = new Set(files.map((file) => basename(file)))
+    const opened = files.map(fileIdentity)
+    const replaced = () => files.find((file, i) => fileIdentity(file) !== opened[i])
+    let suspect = false
+    let changed = false
+    // SQLite's own writes are "change" events; a file removed, renamed or put in place is "rename".
+    const watcher = yield* Effect.acquireRelease(
+      Effect.sync(() =>
+        watch(dirname(filename), (event, name) => {
+          if (event === "rename" && name !== null && names.has(String(name))) suspect = true
+        })
+      ),
+      (watcher) => Effect.sync(() => watcher.close())
+    )
+    watcher.on("error", () => (suspect = true))
+    return {
+      ensurePresent: Effect.suspend(() => {
+        const file = replaced()
+        return file === undefined
+          ? Effect.void
+          : Effect.fail(sqliteError("SQLITE_CANTOPEN", `the database file ${file} is gone or was replaced`))
+      }),
+      // While changed, looked at on every call: a file moved away and back is the same file again.
+      changed: () => {
+        if (suspect || changed) {
+          suspect = false
+          changed = replaced() !== undefined
+        }
+        return changed
+      }
+    }
+  })
 
 const makeClient = (busyTimeoutMs: number) =>
   Layer.unwrapEffect(
@@ -137,7 +166,7 @@ const ReadSqlLive = Layer.scoped(
 )
 
 /** Taken once the database is migrated: by then its `-wal` and `-shm` files exist. */
-const DatabaseFileLive = Layer.effect(DatabaseFile, Effect.map(DatabaseConfig, ({ filename }) => databaseFile(filename)))
+const DatabaseFileLive = Layer.scoped(DatabaseFile, Effect.flatMap(DatabaseConfig, ({ filename }) => databaseFile(filename)))
 
 const makeSqlLive = (busyTimeoutMs: number) =>
   Layer.merge(DatabaseFileLive.pipe(Layer.provide(MigratorLive)), ReadSqlLive).pipe(
