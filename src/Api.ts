@@ -4,6 +4,7 @@ import { finishDocument } from "./Edge/ApiDocument.ts"
 import { Envelope, InternalError, ServiceUnavailable } from "./Domain/Errors.ts"
 import { HealthApi } from "./Health/Api.ts"
 import { IdentityApi } from "./Identity/Api.ts"
+import { version } from "./Version.ts"
 
 /** The whole public API, definition only: handlers live beside each feature. */
 export class CampaignApi extends HttpApi.make("campaign-api")
@@ -13,7 +14,7 @@ export class CampaignApi extends HttpApi.make("campaign-api")
   .addError(Envelope(InternalError))
   .addError(Envelope(ServiceUnavailable))
   .annotate(OpenApi.Title, "Campaign Activation and Identity API")
-  .annotate(OpenApi.Version, "1.0.0")
+  .annotate(OpenApi.Version, version)
   .annotate(
     OpenApi.Description,
     "Activate campaigns for creators and resolve the identity behind an API key. Every error is `{ ok: false, code, message }`; every authenticated response carries `RateLimit` and `RateLimit-Policy` headers."

@@ -3,6 +3,7 @@ import { Console, DateTime, Duration, Effect, Layer, Option, Schema } from "effe
 import { ApiKeys } from "./ApiKeys.ts"
 import { KeysLive, ServerLive } from "./App.ts"
 import { type ApiKeyInfo, BrandId, Scope } from "./Domain/ApiKey.ts"
+import { version } from "./Version.ts"
 
 const serve = Command.make("serve", {}, () => Layer.launch(ServerLive)).pipe(
   Command.withDescription("Start the HTTP API (PORT, HOST, DATABASE_URL, RATE_LIMIT_*, IDEMPOTENCY_TTL_HOURS, LOG_LEVEL, OTEL_EXPORTER_OTLP_ENDPOINT).")
@@ -150,5 +151,5 @@ const keys = Command.make("keys").pipe(
 export const cli = Command.make("campaign-api").pipe(
   Command.withDescription("Campaign Activation and Identity API: the server and its key management."),
   Command.withSubcommands([serve, keys]),
-  Command.run({ name: "campaign-api", version: "0.1.0" })
+  Command.run({ name: "campaign-api", version })
 )

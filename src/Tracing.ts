@@ -3,6 +3,7 @@ import * as OtlpSerialization from "@effect/opentelemetry/OtlpSerialization"
 import * as OtlpTracer from "@effect/opentelemetry/OtlpTracer"
 import { FetchHttpClient } from "@effect/platform"
 import { Config, Effect, Layer, Option } from "effect"
+import { version } from "./Version.ts"
 
 /**
  * OpenTelemetry spans over OTLP/HTTP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
@@ -21,7 +22,7 @@ export const TracingLive = Layer.unwrapEffect(
     const serviceName = yield* Config.string("OTEL_SERVICE_NAME").pipe(Config.withDefault("campaign-api"))
     return OtlpTracer.layer({
       url: new URL("v1/traces", endpoint.value.href.endsWith("/") ? endpoint.value : `${endpoint.value.href}/`).href,
-      resource: { serviceName, serviceVersion: "0.1.0" }
+      resource: { serviceName, serviceVersion: version }
     }).pipe(Layer.provide([OtlpSerialization.layerJson, FetchHttpClient.layer]))
   })
 )

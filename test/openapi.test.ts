@@ -4,7 +4,7 @@ import Ajv2020 from "ajv/dist/2020"
 import addFormats from "ajv-formats"
 import type { Scope } from "../src/Domain/ApiKey.ts"
 import { activate, activatePath, type Answer, call } from "./support/client.ts"
-import { createKey, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
+import { createKey, runCli, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
 
 type Json = Record<string, any>
 
@@ -145,6 +145,12 @@ describe("GET /openapi.json", () => {
     for (const operationId of Object.keys(contractErrors)) {
       expect(operation(operationId).security).toEqual(secured.includes(operationId) ? [{ bearer: scopes[operationId] }] : [])
     }
+  })
+
+  it("carries the version that --version prints", async () => {
+    const printed = await runCli(["--version"], {})
+    expect(printed.code).toBe(0)
+    expect(printed.stdout.trim()).toBe(document.info.version)
   })
 
   it("names PUBLIC_URL as its server", () => {
