@@ -1,7 +1,7 @@
 import { HttpApi, OpenApi } from "@effect/platform"
 import { ActivationsApi } from "./Activations/Api.ts"
 import { finishDocument } from "./Edge/ApiDocument.ts"
-import { Envelope, InternalError, ServiceUnavailable } from "./Domain/Errors.ts"
+import { Envelope, InternalError, MethodNotAllowed, NotFound, ServiceUnavailable } from "./Domain/Errors.ts"
 import { HealthApi } from "./Health/Api.ts"
 import { IdentityApi } from "./Identity/Api.ts"
 import { version } from "./Version.ts"
@@ -11,13 +11,16 @@ export class CampaignApi extends HttpApi.make("campaign-api")
   .add(ActivationsApi.prefix("/v1"))
   .add(IdentityApi.prefix("/v1"))
   .add(HealthApi)
+  // Any request may miss its route: a path of another spelling is 404, another method 405 with `Allow`.
+  .addError(Envelope(NotFound))
+  .addError(Envelope(MethodNotAllowed))
   .addError(Envelope(InternalError))
   .addError(Envelope(ServiceUnavailable))
   .annotate(OpenApi.Title, "Campaign Activation and Identity API")
   .annotate(OpenApi.Version, version)
   .annotate(
     OpenApi.Description,
-    "Activate campaigns for creators and resolve the identity behind an API key. Every error is `{ ok: false, code, message }`; every authenticated response carries `RateLimit` and `RateLimit-Policy` headers."
+    "Activate campaigns for creators and resolve the identity behind an API key. Every error is `{ ok: false, code, message }`; every authenticated response carries `RateLimit` and `RateLimit-Policy` headers. Each route has one spelling (a trailing slash aside): another letter case, `//`, `;params` or any percent-encoding is 404. `HEAD` is answered on every GET route, as the GET without its body."
   )
   .annotate(OpenApi.Transform, finishDocument)
 {}

@@ -52,6 +52,9 @@ const responseSchema = (response: Json): Json => response.content["application/j
 const alternatives = (schema: Json): Array<Json> =>
   (schema.anyOf ?? schema.oneOf ?? [schema]).map((s: Json) => (s.$ref === undefined ? s : component(s.$ref)))
 
+/** Another spelling of the path (404) or another method (405): any operation's path may get them. */
+const routeMisses = { "404": ["NOT_FOUND"], "405": ["METHOD_NOT_ALLOWED"] }
+
 /** The README's error codes (API, Errors) for each operation, by status. */
 const contractErrors: Record<string, Record<string, Array<string>>> = {
   "activations.activate": {
@@ -62,17 +65,19 @@ const contractErrors: Record<string, Record<string, Array<string>>> = {
     "413": ["PAYLOAD_TOO_LARGE"],
     "415": ["UNSUPPORTED_MEDIA_TYPE"],
     "429": ["RATE_LIMITED"],
+    ...routeMisses,
     "500": ["INTERNAL_ERROR"],
     "503": ["SERVICE_UNAVAILABLE"]
   },
   "identity.whoami": {
     "401": ["UNAUTHORIZED"],
     "429": ["RATE_LIMITED"],
+    ...routeMisses,
     "500": ["INTERNAL_ERROR"],
     "503": ["SERVICE_UNAVAILABLE"]
   },
-  "health.alive": { "500": ["INTERNAL_ERROR"], "503": ["SERVICE_UNAVAILABLE"] },
-  "health.ready": { "500": ["INTERNAL_ERROR"], "503": ["SERVICE_UNAVAILABLE"] }
+  "health.alive": { ...routeMisses, "500": ["INTERNAL_ERROR"], "503": ["SERVICE_UNAVAILABLE"] },
+  "health.ready": { ...routeMisses, "500": ["INTERNAL_ERROR"], "503": ["SERVICE_UNAVAILABLE"] }
 }
 
 const secured = ["activations.activate", "identity.whoami"]
@@ -251,6 +256,18 @@ describe("live responses against the document", () => {
       expect.arrayContaining(ownHeaders)
     )
   }
+
+  it("a path of another spelling (404) and another method (405, with Allow) are answered as each operation documents", async () => {
+    const wrongMethod = await call(server.url, { method: "DELETE", path: "/v1/whoami" })
+    expect(wrongMethod.status).toBe(405)
+    conforms("GET", "/v1/whoami", wrongMethod)
+    const activateAsGet = await call(server.url, { path: activatePath() })
+    expect(activateAsGet.status).toBe(405)
+    conforms("POST", activatePath(), activateAsGet)
+    const encoded = await call(server.url, { path: activatePath().replace(/activate$/, "%61ctivate"), method: "POST" })
+    expect(encoded.status).toBe(404)
+    conforms("POST", activatePath(), encoded)
+  })
 
   it("whoami: 200, 401 and 429", async () => {
     const key = await createKey(database, { scopes: ["analytics:read"] })

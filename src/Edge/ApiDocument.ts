@@ -32,6 +32,8 @@ const headersFor = (status: string, secured: boolean, operationId: string): Json
     ? { "WWW-Authenticate": { ...header("`Bearer error=\"insufficient_scope\", scope=\"<scope>\"`"), required: true } }
     : status === "429"
     ? { "Retry-After": { ...retryAfter, required: true } }
+    : status === "405"
+    ? { "Allow": { ...header("The methods the route takes, e.g. `GET, HEAD`."), required: true } }
     : status === "409"
     ? { "Retry-After": header("`1`, with `IDEMPOTENCY_IN_PROGRESS` only.", { type: "integer" }) }
     : status === "200" && operationId === "activations.activate"

@@ -54,7 +54,8 @@ export const makeFallback = (routes: ReadonlyArray<Route>) => {
     if (matching.length === 0) {
       return { _tag: "Refuse", route: "(unknown)", reply: errorReply(new NotFound({ message: `No route for ${method} ${path}.` })) }
     }
-    const allowed = matching.map((pattern) => pattern.route.method)
+    // Bun answers HEAD on every GET route (the GET without its body), so Allow says so.
+    const allowed = matching.flatMap((pattern) => pattern.route.method === "GET" ? ["GET", "HEAD"] : [pattern.route.method])
     const same = matching.find((pattern) => pattern.route.method === method || (method === "HEAD" && pattern.route.method === "GET"))
     if (same === undefined) {
       return {
