@@ -158,6 +158,22 @@ describe("GET /openapi.json", () => {
     expect(printed.stdout.trim()).toBe(document.info.version)
   })
 
+  it("gives examples for the request, the answers and the parameters, each valid by its own schema", () => {
+    const ajv = new Ajv2020({ strict: false })
+    addFormats(ajv)
+    for (const [name, schema] of Object.entries<Json>(document.components.schemas)) ajv.addSchema(schema, `#/components/schemas/${name}`)
+    const withExamples = ["ActivateRequest", "ActivateResponse", "Identity"]
+    for (const name of withExamples) {
+      const schema = component(`#/components/schemas/${name}`)
+      expect(schema.examples, name).toEqual([expect.any(Object)])
+      const validate = ajv.getSchema(`#/components/schemas/${name}`)!
+      expect({ name, valid: validate(schema.examples[0]), errors: validate.errors ?? null }).toEqual({ name, valid: true, errors: null })
+    }
+    for (const parameter of operation("activations.activate").parameters as Array<Json>) {
+      expect({ name: parameter.name, valid: ajv.validate(parameter.schema, parameter.example) }).toEqual({ name: parameter.name, valid: true })
+    }
+  })
+
   it("names PUBLIC_URL as its server", () => {
     expect(document.servers).toEqual([{ url: "https://campaigns.example.test", description: expect.any(String) }])
   })

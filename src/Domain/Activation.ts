@@ -66,7 +66,8 @@ export const ActivateRequest = Schema.Struct({
   plannedPostAt: Schema.optionalWith(Schema.NullOr(PlannedPostDate), { default: () => null })
 }).annotations({
   identifier: "ActivateRequest",
-  parseOptions: { onExcessProperty: "error" }
+  parseOptions: { onExcessProperty: "error" },
+  examples: [{ socialUsername: "@janedoe", plannedPostAt: "2026-12-01" }]
 })
 export type ActivateRequest = typeof ActivateRequest.Type
 
@@ -88,4 +89,19 @@ export type Activation = typeof Activation.Type
 export const ActivateResponse = Schema.Struct({
   ok: Schema.Literal(true),
   activation: Activation
-}).annotations({ identifier: "ActivateResponse" })
+}).annotations({
+  identifier: "ActivateResponse",
+  // A real answer of the service, to the README walkthrough's path.
+  examples: [{
+    ok: true,
+    activation: {
+      id: "b3af032d-83ae-454d-b26e-68ac511bf8d9",
+      campaignId: "9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d",
+      creatorId: "5d2a7c3e-1b4f-4e6a-8c9d-0e1f2a3b4c5d",
+      status: "ACTIVE",
+      socialUsername: "@jane",
+      plannedPostAt: null,
+      activatedAt: "2026-11-22T14:16:39.780Z"
+    }
+  }]
+})

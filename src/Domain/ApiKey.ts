@@ -38,4 +38,7 @@ export const Identity = Schema.Struct({
     jsonSchema: { type: "string", format: "uuid", description: "The brand the key belongs to" }
   }),
   scopes: Schema.Array(Scope)
-}).annotations({ identifier: "Identity" })
+}).annotations({
+  identifier: "Identity",
+  examples: [{ ok: true, keyId: "2u6jlxxhvilekt9a", brandId: "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f", scopes: ["campaigns:write"] }]
+})

@@ -57,6 +57,11 @@ const withoutDecodeError = (schema: Json): Json | undefined => {
 const codesOf = (schema: Json): Array<string> =>
   (schema.anyOf ?? [schema]).map((s: Json) => `\`${String(s.$ref).split("/").pop()}\``)
 
+const pathExamples: Readonly<Record<string, string>> = {
+  creatorId: "5d2a7c3e-1b4f-4e6a-8c9d-0e1f2a3b4c5d",
+  campaignId: "9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d"
+}
+
 /** The scope each secured operation needs, declared in its security requirement (whoami needs none). */
 const requiredScopes: Readonly<Record<string, ReadonlyArray<string>>> = {
   "activations.activate": ["campaigns:write"]
@@ -84,7 +89,12 @@ export const finishDocument = (spec: Json): Json => {
         response.headers = headersFor(status, secured, operation.operationId)
       }
       for (const parameter of operation.parameters) {
-        if (parameter.in === "header" && parameter.name === "idempotency-key") parameter.name = "Idempotency-Key"
+        if (parameter.in === "header" && parameter.name === "idempotency-key") {
+          parameter.name = "Idempotency-Key"
+          parameter.example = "walkthrough-1"
+        }
+        // Working values to try the operation with (the README's walkthrough).
+        if (parameter.in === "path") parameter.example = pathExamples[parameter.name]
       }
     }
   }
