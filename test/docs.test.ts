@@ -71,6 +71,14 @@ describe("GET /docs in headless Chromium", () => {
     expect(existsSync(screenshotPath)).toBe(true)
   })
 
+  it("offers nothing that points outside: no toolbar to share the document or generate SDKs", async (ctx) => {
+    ctx.skip(chromiumMissing, `${missing}: skipped outside CI`)
+    await visible("Activate a campaign for a creator").waitFor()
+    for (const text of ["Generate SDKs", "Developer Tools", "Share"]) {
+      expect(await page.getByText(text, { exact: true }).filter({ visible: true }).count(), text).toBe(0)
+    }
+  })
+
   it("loads nothing from outside loopback", async (ctx) => {
     ctx.skip(chromiumMissing, `${missing}: skipped outside CI`)
     expect(requested).toContain(`${server.url}/docs`)

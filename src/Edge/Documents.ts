@@ -37,7 +37,12 @@ const scalarPage = (api: HttpApi.HttpApi.Any) =>
     return yield* Effect.promise(() => response.text())
   }).pipe(
     Effect.provide(
-      HttpApiScalar.layer({ path: documentRoutes.docs, scalar: { withDefaultFonts: false } }).pipe(
+      HttpApiScalar.layer({
+        path: documentRoutes.docs,
+        // `showToolbar` is Scalar's own option (not in @effect/platform's type): its toolbar offers
+        // to share the document and generate SDKs through outside services.
+        scalar: { withDefaultFonts: false, showToolbar: "never" } as HttpApiScalar.ScalarConfig
+      }).pipe(
         Layer.provideMerge(HttpApiBuilder.Router.Live),
         Layer.provide(Layer.succeed(HttpApi.Api, { api: api as never, context: Context.empty() }))
       )
