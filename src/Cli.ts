@@ -35,10 +35,11 @@ const create = Command.make("create", {
     Options.withDescription(`Comma-separated scopes: ${Scope.literals.join(", ")}.`)
   ),
   name: Options.text("name").pipe(Options.optional, Options.withDescription("A label to recognise the key by.")),
-  expiresIn: Options.integer("expires-in").pipe(
-    Options.withSchema(Schema.Int.pipe(
-      Schema.between(1, 36_500, { message: () => "--expires-in takes a number of days from 1 to 36500" })
-    )),
+  expiresIn: Options.text("expires-in").pipe(
+    Options.withSchema(Schema.NumberFromString.pipe(
+      Schema.int(),
+      Schema.between(1, 36_500)
+    ).annotations({ message: () => ({ message: "--expires-in takes a whole number of days from 1 to 36500", override: true }) })),
     Options.optional,
     Options.withDescription("Days until the key expires; without it the key does not expire.")
   ),
@@ -79,9 +80,33 @@ const status = (key: ApiKeyInfo, now: DateTime.Utc) =>
     ? "expired"
     : "active"
 
-const table = (rows: ReadonlyArray<ReadonlyArray<string>>) => {
-  const widths = rows[0]!.map((_, column) => Math.max(...rows.map((row) => row[column]!.length)))
-  return rows.map((row) => row.map((cell, column) => cell.padEnd(widths[column]!)).join("  ").trimEnd()).join("\n")
+/** A name as a table shows it: control characters escaped as in JSON, no name (or an empty one) as `-`. */
+const shownName = (name: string | null) =>
+  name === null || name === "" ? "-" : name.replace(/[\p{Cc}\p{Zl}\p{Zp}]/gu, (c) => JSON.stringify(c).slice(1, -1))
+
+/** `text` cut to `width` terminal columns (wide characters count two), with `…` when cut. */
+const fit = (text: string, width: number) => {
+  if (Bun.stringWidth(text) <= width) return text
+  let cut = ""
+  for (const character of text) {
+    if (Bun.stringWidth(cut + character) > width - 1) break
+    cut += character
+  }
+  return `${cut}…`
+}
+
+const padTo = (text: string, width: number) => text + " ".repeat(Math.max(0, width - Bun.stringWidth(text)))
+
+/** The widest a name column gets: on a terminal, what is left of its width; elsewhere 40. */
+const nameWidth = (otherColumns: number) => Math.max(8, (process.stdout.columns ?? otherColumns + 40) - otherColumns)
+
+/** Columns padded by display width; the column at `flexible` is cut to fit the terminal. */
+const table = (rows: ReadonlyArray<ReadonlyArray<string>>, flexible: number) => {
+  const widthOf = (column: number) => Math.max(...rows.map((row) => Bun.stringWidth(row[column]!)))
+  const others = rows[0]!.reduce((sum, _, column) => column === flexible ? sum : sum + widthOf(column) + 2, 0)
+  const cells = rows.map((row) => row.map((cell, column) => column === flexible ? fit(cell, nameWidth(others)) : cell))
+  const widths = cells[0]!.map((_, column) => Math.max(...cells.map((row) => Bun.stringWidth(row[column]!))))
+  return cells.map((row) => row.map((cell, column) => padTo(cell, widths[column]!)).join("  ").trimEnd()).join("\n")
 }
 
 const list = Command.make("list", { json }, (options) =>
@@ -106,13 +131,13 @@ const list = Command.make("list", { json }, (options) =>
       ...keys.map((key) => [
         key.keyId,
         key.brandId,
-        key.name ?? "-",
+        shownName(key.name),
         key.scopes.join(","),
         status(key, now),
         DateTime.formatIso(key.createdAt),
         isoOrNever(key.expiresAt)
       ])
-    ]))
+    ], 2))
   })).pipe(Command.withDescription("List API keys (never their secrets)."))
 
 const keyIdArg = Args.text({ name: "keyId" }).pipe(
@@ -147,6 +172,28 @@ const keys = Command.make("keys").pipe(
     revoke.pipe(Command.provide(KeysLive))
   ])
 )
+
+const ansi = /\x1b\[[0-9;]*m/g
+/** What @effect/cli prints under every option whatever it is for: its type, said in words. */
+const genericLine = /^ *(A user-defined piece of text\.|An integer\.|A true or false value\.)$/
+
+/**
+ * The command line's own output as people read it: no colour codes when it is not a terminal or
+ * `NO_COLOR` is set (https://no-color.org), and help without the type lines that @effect/cli
+ * prints under every option.
+ */
+const readable = (text: string) => {
+  const plain = process.stdout.isTTY && !process.env["NO_COLOR"] ? text : text.replace(ansi, "")
+  return plain.split("\n").filter((line) => !genericLine.test(line.replace(ansi, ""))).join("\n")
+    .replace(/\n{3,}/g, "\n\n")
+}
+
+/** The default console, with `readable` applied to what the command line prints. */
+export const CliConsole = Effect.map(Console.consoleWith(Effect.succeed), (console): Console.Console => ({
+  ...console,
+  log: (...args) => console.log(...args.map((arg) => typeof arg === "string" ? readable(arg) : arg)),
+  error: (...args) => console.error(...args.map((arg) => typeof arg === "string" ? readable(arg) : arg))
+}))
 
 export const cli = Command.make("campaign-api").pipe(
   Command.withDescription("Campaign Activation and Identity API: the server and its key management."),

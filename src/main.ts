@@ -2,11 +2,12 @@ import { ValidationError } from "@effect/cli"
 import { BunContext, BunRuntime } from "@effect/platform-bun"
 import { Console, Effect, Layer } from "effect"
 import * as ConfigError from "effect/ConfigError"
-import { cli } from "./Cli.ts"
+import { cli, CliConsole } from "./Cli.ts"
 import { LoggingLive } from "./Logging.ts"
 
 cli(process.argv).pipe(
   Effect.provide(Layer.mergeAll(BunContext.layer, LoggingLive)),
+  Effect.withConsole(Effect.runSync(CliConsole)),
   // @effect/cli has already printed what was wrong with the command line: exit 2, as usage errors do.
   Effect.catchIf(ValidationError.isValidationError, () => Effect.sync(() => process.exit(2))),
   Effect.catchIf(ConfigError.isConfigError, (error) =>

@@ -28,6 +28,14 @@ const help = async (args: ReadonlyArray<string>) => {
 }
 
 describe("--help", () => {
+  it("prints no colour codes and no type-only lines when its output is not a terminal", async () => {
+    for (const args of [[], ["keys"], ["keys", "create"]]) {
+      const result = await runCli([...args, "--help"], { DATABASE_URL: tempDatabase() })
+      expect(result.stdout).not.toMatch(/\x1b\[/)
+      expect(result.stdout.split("\n").filter((line) => generic.test(line.trim()) && !/optional|One of/.test(line))).toEqual([])
+    }
+  })
+
   it("campaign-api describes itself and lists serve and keys", async () => {
     const text = await help([])
     expect(text).toContain("Campaign Activation and Identity API")

@@ -86,11 +86,29 @@ describe("keys command line", () => {
     expect(badScope.code).not.toBe(0)
     const farFuture = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--expires-in", "100000000"], env)
     expect(farFuture.code).toBe(2)
+    const days = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--expires-in", "30d"], env)
+    expect(days.code).toBe(2)
+    expect(days.stderr + days.stdout).toContain("--expires-in takes a whole number of days from 1 to 36500")
     const unknown = await runCli(["keys", "revoke", "aaaaaaaaaaaaaaaa"], env)
     expect(unknown.code).toBe(1)
     expect(unknown.stderr).toContain("No active API key with id aaaaaaaaaaaaaaaa")
     const list = await runCli(["keys", "list", "--json"], env)
     expect(JSON.parse(list.stdout)).toEqual([])
+  })
+
+  it("lists names in a table that stays aligned: wide characters, control characters escaped, long names cut, empty as -", async () => {
+    const database = tempDatabase()
+    const env = { DATABASE_URL: database }
+    for (const name of ["tab\there", "日本語の名前", "", "x".repeat(190)]) {
+      expect((await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--name", name], env)).code).toBe(0)
+    }
+    const lines = (await runCli(["keys", "list"], env)).stdout.trimEnd().split("\n")
+    const scopesAt = lines.map((line) => Bun.stringWidth(line.slice(0, line.indexOf(line.startsWith("KEY ID") ? "SCOPES" : "campaigns:read"))))
+    expect(new Set(scopesAt).size).toBe(1)
+    expect(lines[1]).toContain("tab\\there")
+    expect(lines[3]).toMatch(/^\S+ +\S+ +- +campaigns:read/)
+    expect(lines[4]).toContain("…")
+    expect(Math.max(...lines.map((line) => Bun.stringWidth(line)))).toBeLessThanOrEqual(160)
   })
 
   it("revokes by the whole key as well as by its id, and never prints a secret it was given", async () => {
