@@ -255,6 +255,89 @@ const attacks: Record<string, Attack> = {
       `${median(samples.unknown).toFixed(1)} µs, Mann-Whitney z ${mannWhitneyZ(samples.known, samples.unknown).toFixed(2)}`
   },
 
+  /** 2: bodies in 1-byte chunks, each chunk its own write, on activate, an unknown path and /healthz. */
+  "tiny-chunks": async (server, key) => {
+    const results: Array<string> = []
+    for (const [method, path] of [["POST", activatePath], ["POST", "/v1/nowhere"], ["GET", "/healthz"]] as const) {
+      const cpuBefore = cpuSeconds(server.pid)
+      const statuses = new Set<string>()
+      for (let i = 0; i < 20; i++) {
+        const socket = await rawSocket(server.port)
+        socket.setNoDelay(true)
+        socket.on("error", () => {})
+        // The server may answer and close while chunks are still being written: the write then
+        // fails (EPIPE) before the answer is read, and "closed" is what the attacker sees.
+        const answer = new Promise<string>((resolve) => {
+          socket.once("data", (data) => resolve(data.toString("latin1").split(" ")[1]!))
+          socket.once("close", () => resolve("closed"))
+          setTimeout(() => resolve("(none in 15 s)"), 15_000)
+        })
+        socket.write(`${method} ${path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${key.apiKey}\r\n` +
+          `idempotency-key: tiny-${i}-${Date.now()}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n`)
+        for (let c = 0; c < 2_000 && !socket.destroyed; c++) socket.write("1\r\n \r\n")
+        socket.write("0\r\n\r\n")
+        statuses.add(await answer)
+        socket.destroy()
+      }
+      results.push(`${method} ${path}: ${[...statuses].join("/")}, ${(((cpuSeconds(server.pid) - cpuBefore) / 20) * 1000).toFixed(1)} ms CPU each`)
+    }
+    return `2,000 one-byte chunks, 20 requests per route: ${results.join("; ")}`
+  },
+
+  /** 10: other spellings of the routes. */
+  spellings: async (server, key) => {
+    const paths = ["//v1/whoami", "/V1/WHOAMI", "/v1/whoami;x", "/v1/%77hoami", `${activatePath};x`, activatePath.replace(/activate$/, "%61ctivate")]
+    const statuses = await Promise.all(paths.map(async (path) => {
+      const socket = await rawSocket(server.port)
+      socket.on("error", () => {})
+      const method = path.toLowerCase().includes("whoami") ? "GET" : "POST"
+      socket.write(`${method} ${path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${key.apiKey}\r\ncontent-length: 0\r\n\r\n`)
+      const status = await new Promise<string>((resolve) => socket.once("data", (d) => resolve(d.toString("latin1").split(" ")[1]!)))
+      socket.destroy()
+      return `${path.length > 24 ? `…${path.slice(-16)}` : path} ${status}`
+    }))
+    return statuses.join(", ")
+  },
+
+  /** 8: the -wal file deleted while serving, activations sent on, then SIGKILL and a restart. */
+  "wal-deleted": async (server, key) => {
+    const activate = (n: number) =>
+      fetch(`${server.url}${activatePath}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${key.apiKey}`, "content-type": "application/json", "idempotency-key": `wal-${Date.now()}-${n}` },
+        body: JSON.stringify({ socialUsername: "@wal" })
+      }).then(async (r) => ({ status: r.status, body: await r.json() as { activation?: { id: string } } }))
+    for (let i = 0; i < 5; i++) await activate(i)
+    rmSync(`${database}-wal`)
+    const after = await Promise.all(Array.from({ length: 60 }, (_, i) => activate(100 + i)))
+    const answered = after.filter((a) => a.status === 200).map((a) => a.body.activation!.id)
+    process.kill(server.pid, "SIGKILL")
+    await Bun.sleep(200)
+    const restarted = await startServer()
+    await restarted.stop()
+    const db = new Database(database, { readonly: true })
+    const lost = answered.filter((id) => db.query("SELECT 1 FROM activations WHERE id = ?").get(id) === null).length
+    db.close()
+    return `-wal deleted, then 60 activations: ${answered.length} answered 200 (${[...new Set(after.map((a) => a.status))].join("/")}); ` +
+      `after SIGKILL and a restart ${lost} of those lost`
+  },
+
+  /** 9: the -shm file deleted while serving, then a key revoked with the command line. */
+  "shm-revoke": async (server) => {
+    const victim = createKey()
+    const before = (await fetch(`${server.url}/v1/whoami`, { headers: { authorization: `Bearer ${victim.apiKey}` } })).status
+    rmSync(`${database}-shm`)
+    let revoked: string
+    try {
+      revoked = cli(["keys", "revoke", victim.keyId]).trim()
+    } catch (error) {
+      revoked = `refused: ${String(error).slice(0, 80)}`
+    }
+    await Bun.sleep(500)
+    const after = (await fetch(`${server.url}/v1/whoami`, { headers: { authorization: `Bearer ${victim.apiKey}` } })).status
+    return `-shm deleted, key revoked through the CLI ("${revoked}"): whoami with it ${before} before, ${after} after`
+  },
+
   /** 6: 500,000 idempotency records expiring together, purged while whoami is served. */
   purge: async (_server, key) => {
     // Its own server, on a database filled beforehand with entries expired a minute ago.
@@ -279,14 +362,23 @@ const attacks: Record<string, Attack> = {
   }
 }
 
+const fileTricks = ["wal-deleted", "shm-revoke"]
+
 const main = async () => {
   const names = wanted.length === 0 ? Object.keys(attacks) : wanted
+  // Attacks that break the database file run after every other one.
+  names.sort((a, b) => Number(fileTricks.includes(a)) - Number(fileTricks.includes(b)))
   for (const name of names) if (!(name in attacks)) throw new Error(`unknown attack ${name}: ${Object.keys(attacks).join(", ")}`)
   console.log(`hostile: ${serverCommand.join(" ")} on CPU 1, loopback only; work directory ${work}`)
   // The key exists before the server starts, so a server of its own (the purge) knows it too.
   cli(["keys", "list"])
-  const key = createKey()
+  let key = createKey()
   for (const name of names) {
+    // The file tricks leave a database no server can use again: run them last, on a fresh file.
+    if (name === "wal-deleted" || name === "shm-revoke") {
+      for (const suffix of ["", "-wal", "-shm"]) rmSync(`${database}${suffix}`, { force: true })
+      key = createKey()
+    }
     const server = name === "purge" ? undefined : await startServer()
     try {
       const result = await attacks[name]!(server ?? ({} as Server), key)

@@ -10,25 +10,36 @@ import { AccessLogEntry, withAccessLogFields } from "./Edge/AccessLog.ts"
  */
 const bufferedStderr = (() => {
   let pending: Array<string> = []
-  const flush = () => {
-    if (pending.length === 0) return
-    let bytes = Buffer.from(`${pending.join("\n")}\n`)
-    pending = []
-    while (bytes.length > 0) {
+  let unwritten: Buffer | undefined
+  let retry: ReturnType<typeof setTimeout> | undefined
+  /** Writes what is pending; false when stderr is full (EAGAIN) and the rest must wait. */
+  const write = (): boolean => {
+    if (pending.length > 0) {
+      const text = Buffer.from(`${pending.join("\n")}\n`)
+      unwritten = unwritten === undefined ? text : Buffer.concat([unwritten, text])
+      pending = []
+    }
+    while (unwritten !== undefined && unwritten.length > 0) {
       try {
-        bytes = bytes.subarray(writeSync(2, bytes))
+        unwritten = unwritten.subarray(writeSync(2, unwritten))
       } catch (error) {
-        // A non-blocking stderr that is full: keep the rest for the next turn.
-        if ((error as NodeJS.ErrnoException).code !== "EAGAIN") throw error
-        pending.unshift(bytes.toString().slice(0, -1))
-        setTimeout(flush, 1)
-        return
+        if ((error as NodeJS.ErrnoException).code === "EAGAIN") return false
+        // Nobody reads stderr any more (EPIPE, say): the lines are dropped, the service goes on.
+        unwritten = undefined
       }
     }
+    unwritten = undefined
+    return true
   }
-  process.on("exit", flush)
+  const flush = () => {
+    retry = undefined
+    if (!write()) retry = setTimeout(flush, 1)
+  }
+  process.on("exit", () => {
+    for (let attempt = 0; attempt < 1_000 && !write(); attempt++) Bun.sleepSync(1)
+  })
   return (line: string) => {
-    if (pending.push(line) === 1) setImmediate(flush)
+    if (pending.push(line) === 1 && retry === undefined) setImmediate(flush)
   }
 })()
 

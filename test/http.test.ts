@@ -125,6 +125,8 @@ describe("routing", () => {
   it("gives each route one spelling: another letter case, `//`, `;params` or percent-encoding is 404", async () => {
     const activate = activatePath()
     const spellings = [
+      "/openapiXjson",
+      activate.replace(creatorId, `${creatorId};x`),
       "//v1/whoami",
       "/V1/WHOAMI",
       "/v1/whoami;x",
@@ -136,7 +138,7 @@ describe("routing", () => {
       activate.replace(creatorId, `%${creatorId.charCodeAt(0).toString(16)}${creatorId.slice(1)}`)
     ]
     for (const path of spellings) {
-      const method = path.toLowerCase().includes("whoami") ? "GET" : "POST"
+      const method = path.toLowerCase().includes("whoami") || path.startsWith("/openapi") ? "GET" : "POST"
       const answer = responseOf(await exchange(server.url, rawRequest(method, path, [["authorization", `Bearer ${writer.apiKey}`]])))
       expect({ path, status: answer.status, code: answer.json?.code }).toEqual({ path, status: 404, code: "NOT_FOUND" })
     }

@@ -2,7 +2,9 @@ import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { activate, activateRoute, type Answer, call, exchange, rawRequest, responseOf } from "./support/client.ts"
 import { expectEnvelope } from "./support/contract.ts"
 import { lockDatabase } from "./support/database.ts"
-import { createKey, type Environment, type RunningServer, session, startServer, tempDatabase } from "./support/server.ts"
+import { spawn } from "bun"
+import { eventually } from "./support/load.ts"
+import { createKey, type Environment, mainTs, root, type RunningServer, session, startServer, tempDatabase } from "./support/server.ts"
 import { accessLog, logLines, otlpCollector, type OtlpCollector, type OtlpSpan, spanAttribute } from "./support/telemetry.ts"
 
 const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
@@ -206,6 +208,27 @@ describe("structured logs", () => {
     ])
   })
 
+  it("keeps serving when nobody reads its log any more (the reader of stderr went away)", async () => {
+    const port = 20_000 + Math.floor(Math.random() * 20_000)
+    const proc = spawn(["bun", mainTs, "serve"], {
+      cwd: root,
+      env: { ...process.env, DATABASE_URL: tempDatabase(), HOST: "127.0.0.1", PORT: String(port), LOG_LEVEL: "info" },
+      stdout: "ignore",
+      stderr: "pipe"
+    })
+    try {
+      const url = `http://127.0.0.1:${port}`
+      await eventually("the server to listen", async () => (await call(url, { path: "/healthz" }).catch(() => undefined))?.status === 200)
+      await proc.stderr.cancel()
+      for (let i = 0; i < 50; i++) expect((await call(url, { path: "/healthz" })).status).toBe(200)
+      await Bun.sleep(100)
+      expect(proc.exitCode).toBeNull()
+      expect((await call(url, { path: "/healthz" })).status).toBe(200)
+    } finally {
+      proc.kill("SIGKILL")
+    }
+  })
+
   it("LOG_LEVEL=warning leaves the access log out", async () => {
     const { result, stderr } = await session(tempDatabase(), { LOG_LEVEL: "warning" }, async (url) => [
       await call(url, { path: "/healthz" }),
@@ -213,6 +236,8 @@ describe("structured logs", () => {
     ])
     expect(result.map((answer) => answer.status)).toEqual([200, 404])
     expect(accessLog(stderr)).toEqual([])
+    // The one line it always writes: with PORT=0 the only way to learn the port.
+    expect(logLines(stderr).map((line) => line.message)).toContainEqual(expect.stringMatching(/^Listening on http:\/\/127\.0\.0\.1:\d+$/))
   })
 })
 

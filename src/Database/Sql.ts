@@ -93,16 +93,23 @@ const databaseFile = (filename: string) =>
     const replaced = () => files.find((file, i) => fileIdentity(file) !== opened[i])
     let suspect = false
     let changed = false
+    let alwaysLook = false
     // SQLite's own writes are "change" events; a file removed, renamed or put in place is "rename".
+    // Without a watch (inotify's limits reached, say), every call looks at the files instead.
     const watcher = yield* Effect.acquireRelease(
-      Effect.sync(() =>
-        watch(dirname(filename), (event, name) => {
-          if (event === "rename" && name !== null && names.has(String(name))) suspect = true
-        })
-      ),
-      (watcher) => Effect.sync(() => watcher.close())
+      Effect.sync(() => {
+        try {
+          return watch(dirname(filename), (event, name) => {
+            if (event === "rename" && name !== null && names.has(String(name))) suspect = true
+          }).on("error", () => (alwaysLook = true))
+        } catch {
+          alwaysLook = true
+          return undefined
+        }
+      }),
+      (watcher) => Effect.sync(() => watcher?.close())
     )
-    watcher.on("error", () => (suspect = true))
+    void watcher
     return {
       ensurePresent: Effect.suspend(() => {
         const file = replaced()
@@ -112,7 +119,7 @@ const databaseFile = (filename: string) =>
       }),
       // While changed, looked at on every call: a file moved away and back is the same file again.
       changed: () => {
-        if (suspect || changed) {
+        if (suspect || changed || alwaysLook) {
           suspect = false
           changed = replaced() !== undefined
         }

@@ -1,6 +1,6 @@
 import { HttpApi, HttpApiBuilder, HttpApiScalar, HttpApp, OpenApi } from "@effect/platform"
 import { Context, Effect, Layer } from "effect"
-import { gzipSync } from "node:zlib"
+import { gzip as gzipAsync } from "node:zlib"
 
 /** The OpenAPI document and its docs page: where they are served. */
 export const documentRoutes = { openApi: "/openapi.json", docs: "/docs" } as const
@@ -9,21 +9,24 @@ export const documentRoutes = { openApi: "/openapi.json", docs: "/docs" } as con
 export interface PreparedDocument {
   readonly contentType: string
   readonly plain: Uint8Array<ArrayBuffer>
-  /** Compressed on first use and kept: compressing the docs page at start-up would delay it. */
-  readonly gzip: () => Uint8Array<ArrayBuffer>
+  readonly gzip: Uint8Array<ArrayBuffer>
   readonly etag: string
 }
 
-const prepare = (contentType: string, text: string): PreparedDocument => {
-  const plain = new TextEncoder().encode(text)
-  let gzip: Uint8Array<ArrayBuffer> | undefined
-  return {
-    contentType,
-    plain,
-    gzip: () => gzip ??= new Uint8Array(gzipSync(plain, { level: 9 })),
-    etag: `"${new Bun.CryptoHasher("sha256").update(plain).digest("base64url").slice(0, 27)}"`
-  }
-}
+/** Compressed off the event loop (zlib's thread pool): the docs page takes a few hundred ms. */
+const prepare = (contentType: string, text: string): Effect.Effect<PreparedDocument> =>
+  Effect.promise(async () => {
+    const plain = new TextEncoder().encode(text)
+    const gzip = await new Promise<Buffer>((resolve, reject) =>
+      gzipAsync(plain, { level: 9 }, (error, result) => error === null ? resolve(result) : reject(error))
+    )
+    return {
+      contentType,
+      plain,
+      gzip: new Uint8Array(gzip),
+      etag: `"${new Bun.CryptoHasher("sha256").update(plain).digest("base64url").slice(0, 27)}"`
+    }
+  })
 
 /**
  * `@effect/platform`'s Scalar page (its script inlined, web fonts off so nothing loads from
@@ -56,8 +59,9 @@ const scalarPage = (api: HttpApi.HttpApi.Any) =>
 export const prepareDocuments = (api: HttpApi.HttpApi.Any, publicUrl: string) => {
   const servers = [{ url: publicUrl.replace(/\/+$/, ""), description: "This service" }]
   const withServers = (api as HttpApi.HttpApi.AnyWithProps).annotate(OpenApi.Servers, servers)
-  return Effect.map(scalarPage(withServers), (page) => ({
-    openApi: prepare("application/json", JSON.stringify(OpenApi.fromApi(withServers))),
-    docs: prepare("text/html; charset=utf-8", page)
-  }))
+  return Effect.flatMap(scalarPage(withServers), (page) =>
+    Effect.all({
+      openApi: prepare("application/json", JSON.stringify(OpenApi.fromApi(withServers))),
+      docs: prepare("text/html; charset=utf-8", page)
+    }))
 }

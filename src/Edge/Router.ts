@@ -46,7 +46,10 @@ export const makeFallback = (routes: ReadonlyArray<Route>) => {
   const patterns: ReadonlyArray<Pattern> = routes.map((route) => ({
     route,
     names: [...route.path.matchAll(/:([^/]+)/g)].map((match) => match[1]!),
-    regex: new RegExp(`^${route.path.replace(/:[^/]+/g, "([^/%;]+)")}/?$`)
+    regex: new RegExp(`^${
+      route.path.split(/(:[^/]+)/).map((part) => part.startsWith(":") ? "([^/%;]+)" : part.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"))
+        .join("")
+    }/?$`)
   }))
 
   return (method: string, path: string): Unmatched => {

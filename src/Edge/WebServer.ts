@@ -1,8 +1,8 @@
-import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberRef, Layer, LogLevel, Option, Runtime, Schedule } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberRef, Layer, Logger, LogLevel, Option, Runtime, Schedule } from "effect"
 import { ActivationsHandlers } from "../Activations/Http.ts"
 import { CampaignApi } from "../Api.ts"
 import { EdgeConfig, ServerConfig, StartupError } from "../Config.ts"
-import { ServiceUnavailable } from "../Domain/Errors.ts"
+import { InternalError, ServiceUnavailable } from "../Domain/Errors.ts"
 import { HealthHandlers } from "../Health/Http.ts"
 import { IdentityHandlers } from "../Identity/Http.ts"
 import { logAccess, makeRefusalTally, requestIdOf } from "./AccessLog.ts"
@@ -29,7 +29,7 @@ const serveDocument = (prepared: Effect.Effect<PreparedDocument>): Handler => (e
     const gzip = /\bgzip\b/.test(exchange.request.headers.get("accept-encoding") ?? "")
     return {
       status: 200,
-      body: gzip ? document.gzip() : document.plain,
+      body: gzip ? document.gzip : document.plain,
       headers: gzip ? { ...headers, "content-encoding": "gzip" } : headers
     }
   })
@@ -197,8 +197,9 @@ export const makeEdge = Effect.gen(function*() {
     table[route.path] ??= {}
     table[route.path]![route.method] = (request, server) => {
       const path = rawPath(request.url)
-      // Bun's router percent-decodes parameters: a path with any `%` is not this route's spelling.
-      return path.includes("%")
+      // Bun's router percent-decodes parameters and takes `;` in them: such a path is not this
+      // route's spelling, and the fallback says so (404).
+      return path.includes("%") || path.includes(";")
         ? fetch(request, server)
         : run(route.handler, route.path, request, path, request.params, addressOf(request, server))
     }
@@ -232,6 +233,8 @@ const cannotListen = (host: string, port: number, error: unknown) => {
       })
   }
 }
+
+const internalError = new InternalError({ message: "An unexpected error occurred." })
 
 const shuttingDown = errorReply(new ServiceUnavailable({ message: "The server is shutting down; retry on another instance." }))
 
@@ -276,17 +279,28 @@ export const WebServerLive = Layer.scopedDiscard(
     // requests pipelined on one connection one after the other without serving anyone else: past
     // the limit the connection is closed after its answer, as nginx's keepalive_requests does, so
     // one client cannot hold the event loop for long.
-    let perConnection = new Map<string, number>()
-    const connectionWindow = setInterval(() => perConnection = new Map(), requestsPerConnectionWindowMs)
-    connectionWindow.unref()
-    yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(connectionWindow)))
+    const perConnection = new Map<string, { served: number; since: number }>()
+    // Forgets connections whose window ended: the map holds at most the connections of a window.
+    const sweep = setInterval(() => {
+      const now = performance.now()
+      for (const [connection, { since }] of perConnection) {
+        if (now - since > requestsPerConnectionWindowMs) perConnection.delete(connection)
+      }
+    }, requestsPerConnectionWindowMs)
+    sweep.unref()
+    yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(sweep)))
     const overLimit = (request: Request, server: Bun.Server<unknown> | undefined) => {
       const peer = server?.requestIP(request)
       if (peer === undefined || peer === null) return false
       const connection = `${peer.address}:${peer.port}`
-      const served = (perConnection.get(connection) ?? 0) + 1
-      perConnection.set(connection, served)
-      return served >= requestsPerConnection
+      const now = performance.now()
+      const window = perConnection.get(connection)
+      if (window === undefined || now - window.since > requestsPerConnectionWindowMs) {
+        perConnection.set(connection, { served: 1, since: now })
+        return requestsPerConnection <= 1
+      }
+      window.served++
+      return window.served >= requestsPerConnection
     }
 
     const guard = (serve: Handle) => (request: Request & { params: Record<string, string> }, server?: Bun.Server<unknown>) => {
@@ -325,7 +339,13 @@ export const WebServerLive = Layer.scopedDiscard(
             routes,
             fetch: guard(edge.fetch as Handle),
             maxRequestBodySize: Number.MAX_SAFE_INTEGER,
-            idleTimeout: 30
+            idleTimeout: 30,
+            // Never Bun's HTML error page with a stack: an error that escaped everything above is a 500 envelope.
+            development: false,
+            error: (error) => {
+              console.error(JSON.stringify({ message: "unhandled error", logLevel: "ERROR", timestamp: new Date().toISOString(), cause: String(error), annotations: {} }))
+              return new Response(errorReply(internalError).body, { status: 500, headers: { "content-type": "application/json" } })
+            }
           }),
         catch: (error) => cannotListen(host, port, error)
       }),
@@ -343,6 +363,10 @@ export const WebServerLive = Layer.scopedDiscard(
     yield* edge.summarizeRefusals.pipe(Effect.repeat(Schedule.spaced(refusalSummaryInterval)), Effect.forkScoped)
     // In the background, after listening: start-up never waits for the documents (the docs page is 3 MB).
     yield* Effect.forkScoped(edge.prepareDocuments(server.port!))
-    yield* Effect.logInfo(`Listening on http://${server.hostname}:${server.port}`)
+    // Whatever LOG_LEVEL says (short of none): with PORT=0 it is the only way to learn the port.
+    const level = yield* FiberRef.get(FiberRef.currentMinimumLogLevel)
+    yield* Effect.logInfo(`Listening on http://${server.hostname}:${server.port}`).pipe(
+      Logger.withMinimumLogLevel(level._tag === "None" ? level : LogLevel.Info)
+    )
   })
 )
