@@ -342,6 +342,9 @@ export const WebServerLive = Layer.scopedDiscard(
             idleTimeout: 30,
             // Never Bun's HTML error page with a stack: an error that escaped everything above is a 500 envelope.
             development: false,
+            // Said outright: with `development: false` alone Bun 1.4.4 binds a port already in use
+            // (as SO_REUSEPORT would), and two servers would share one PORT without a word.
+            reusePort: false,
             error: (error) => {
               console.error(JSON.stringify({ message: "unhandled error", logLevel: "ERROR", timestamp: new Date().toISOString(), cause: String(error), annotations: {} }))
               return new Response(errorReply(internalError).body, { status: 500, headers: { "content-type": "application/json" } })
