@@ -3,7 +3,7 @@ import { ParseResult, Schema } from "effect"
 const rule = "Idempotency-Key must be 1 to 255 visible ASCII characters"
 
 /** 1 to 255 visible ASCII characters. */
-export const IdempotencyKey = Schema.String.pipe(
+const IdempotencyKey = Schema.String.pipe(
   Schema.pattern(/^[\x21-\x7e]{1,255}$/, { message: () => rule })
 )
 

@@ -4,7 +4,7 @@ import type { Exchange } from "./Exchange.ts"
 /** A caller's own request id is kept when it is sane: short, printable, no spaces. */
 const saneRequestId = /^[A-Za-z0-9._:@+=\/-]{1,128}$/
 
-export const isSaneRequestId = (header: string | null | undefined): header is string =>
+const isSaneRequestId = (header: string | null | undefined): header is string =>
   typeof header === "string" && saneRequestId.test(header)
 
 /** The caller's `X-Request-Id` when it is sane, a new UUID otherwise. */

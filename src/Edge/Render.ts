@@ -12,6 +12,7 @@ import {
   ValidationError
 } from "../Domain/Errors.ts"
 import type { Exchange, Reply } from "./Exchange.ts"
+import { hasBody } from "./RequestBody.ts"
 
 /** An error as the envelope `{ ok: false, code, message }` with its status. */
 export const errorReply = (error: ApiError): Reply => ({ status: statusOf(error), body: envelopeJson(error) })
@@ -71,10 +72,4 @@ export const toWebResponse = (
   // The rest of an unread body is still on the connection: it cannot carry another request.
   if (!exchange.bodyRead && hasBody(exchange.request)) headers["connection"] = "close"
   return new Response(reply.body, { status: reply.status, headers })
-}
-
-/** A request that announced a body (of declared length above zero, or chunked). */
-export const hasBody = (request: Request): boolean => {
-  const length = request.headers.get("content-length")
-  return length !== null ? length !== "0" : request.headers.has("transfer-encoding")
 }

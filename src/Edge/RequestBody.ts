@@ -41,6 +41,12 @@ const readChunked = async (body: ReadableStream<Uint8Array<ArrayBuffer>>, limit:
   return { _tag: "Read", bytes: chunks.length === 1 ? chunks[0]! : new Uint8Array(Buffer.concat(chunks)) }
 }
 
+/** A request that announced a body (of declared length above zero, or chunked). */
+export const hasBody = (request: Request): boolean => {
+  const length = request.headers.get("content-length")
+  return length !== null ? length !== "0" : request.headers.has("transfer-encoding")
+}
+
 export const readBody = async (
   request: Request,
   limit = maxBodyBytes,
