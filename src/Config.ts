@@ -1,4 +1,4 @@
-import { Config, Context, Data, Duration, Effect, Layer, LogLevel } from "effect"
+import { Config, Context, Data, Duration, Effect, Layer, LogLevel, Redacted } from "effect"
 
 /**
  * A configured value that cannot be used: the database path, the address or the port. The
@@ -15,15 +15,74 @@ const positiveInt = (name: string, fallback: number) =>
     Config.withDefault(fallback)
   )
 
-/** DATABASE_URL is a file path, with an optional `sqlite:` prefix. */
+/** Where the data lives: a SQLite file (the embedded default), or a PostgreSQL server shared by instances. */
+export type DatabaseTarget =
+  | { readonly _tag: "sqlite"; readonly filename: string }
+  | {
+    readonly _tag: "postgres"
+    readonly url: Redacted.Redacted<string>
+    /** The URL with its password hidden, for messages and logs. */
+    readonly display: string
+    readonly poolSize: number
+  }
+
+const isPostgresUrl = (url: string) => /^postgres(ql)?:\/\//i.test(url.trim())
+
+/** A URL with its password replaced, so that it can be printed. */
+export const withoutPassword = (url: string): string => {
+  try {
+    const parsed = new URL(url)
+    if (parsed.password !== "") parsed.password = "***"
+    return parsed.toString()
+  } catch {
+    return url.replace(/\/\/[^@/]*@/, "//***@")
+  }
+}
+
+/** DATABASE_URL: `postgres://…` or `postgresql://…`, else a file path with an optional `sqlite:` prefix. */
 const withoutScheme = (url: string) => url.replace(/^sqlite:(\/\/)?/, "")
-const databaseFile = Config.string("DATABASE_URL").pipe(
-  Config.validate({ message: "Expected a SQLite file path", validation: (url) => withoutScheme(url).trim().length > 0 }),
-  Config.map(withoutScheme),
-  Config.withDefault("data/campaign-api.sqlite")
+const databaseUrl = Config.redacted("DATABASE_URL").pipe(
+  Config.validate({
+    message: "Expected a SQLite file path or a postgres:// URL",
+    validation: (url) => {
+      const text = Redacted.value(url)
+      if (!isPostgresUrl(text)) return withoutScheme(text).trim().length > 0
+      try {
+        return new URL(text.trim()).hostname !== ""
+      } catch {
+        return false
+      }
+    }
+  }),
+  Config.withDefault(Redacted.make("data/campaign-api.sqlite"))
 )
 
-export const DatabaseConfig = Config.all({ filename: databaseFile })
+export const DatabaseConfig: Config.Config<DatabaseTarget> = Config.all({
+  url: databaseUrl,
+  poolSize: positiveInt("DATABASE_POOL_MAX", 10)
+}).pipe(Config.map(({ poolSize, url }): DatabaseTarget => {
+  const text = Redacted.value(url)
+  return isPostgresUrl(text)
+    ? { _tag: "postgres", url: Redacted.make(text.trim()), display: withoutPassword(text.trim()), poolSize }
+    : { _tag: "sqlite", filename: withoutScheme(text) }
+}))
+
+/** REDIS_URL: the rate limiter's shared store; unset keeps the budgets in this process's memory. */
+export const RedisConfig = Config.option(
+  Config.redacted("REDIS_URL").pipe(
+    Config.validate({
+      message: "Expected a redis:// or rediss:// URL",
+      validation: (url) => {
+        try {
+          const parsed = new URL(Redacted.value(url).trim())
+          return /^rediss?:$/.test(parsed.protocol) && parsed.hostname !== ""
+        } catch {
+          return false
+        }
+      }
+    })
+  )
+)
 
 export const ServerConfig = Config.all({
   // 0 asks the system for a free port (the tests use it); the address is logged at start.

@@ -1,7 +1,8 @@
 import { RateLimiter } from "@effect/experimental"
-import { Clock, Context, Duration, Effect, Layer } from "effect"
-import { AppConfig } from "./Config.ts"
+import { Clock, Context, Duration, Effect, Layer, Option } from "effect"
+import { AppConfig, RedisConfig } from "./Config.ts"
 import { span } from "./Edge/Span.ts"
+import { RateLimitStore } from "./RateLimit/Store.ts"
 
 /** What one request's charge left over, in the terms of the RateLimit headers. */
 export interface RateLimitDecision {
@@ -11,60 +12,78 @@ export interface RateLimitDecision {
   readonly retryAfterSeconds: number
 }
 
-/** A token bucket per API key, on `@effect/experimental`'s RateLimiter. */
+/** How the limiter stands, for readiness: in this process, on Redis, or on Redis that does not answer. */
+export type RateLimitStatus = "memory" | "redis" | "degraded"
+
+/**
+ * A token bucket per API key, on `@effect/experimental`'s RateLimiter, in process memory or in
+ * Redis (REDIS_URL). When Redis does not answer, requests are served without a limit (fail open):
+ * an outage of the limiter's store must not become an outage of the API.
+ */
 export class RateLimit extends Context.Tag("RateLimit")<RateLimit, {
   readonly policy: { readonly max: number; readonly windowSeconds: number }
   readonly consume: (keyId: string) => Effect.Effect<RateLimitDecision>
+  readonly status: () => RateLimitStatus
 }>() {
   static readonly layer = Layer.effect(
     RateLimit,
     Effect.gen(function*() {
       const limiter = yield* RateLimiter.RateLimiter
+      const store = yield* RateLimitStore
       const { rateLimit } = yield* AppConfig
       const refillMillis = Duration.toMillis(rateLimit.window) / rateLimit.max
-      // The library's retryAfter is always one whole refill interval. Its memory store refills
-      // on a schedule that starts when it first sees a key, so the wait to the next token is
-      // computed from that moment instead: exact, where the library's is only never too short.
-      const firstSeen = new Map<string, number>()
-      const secondsToNextToken = (keyId: string, now: number) => {
-        const sinceRefill = (now - firstSeen.get(keyId)!) % refillMillis
-        return Math.max(1, Math.ceil((refillMillis - sinceRefill) / 1000))
-      }
+      // The library's retryAfter is always a whole refill interval; the store knows when the
+      // bucket's next token comes, and is asked only once the bucket is empty.
+      const secondsToNextToken = (keyId: string, now: number) =>
+        Effect.map(
+          store.untilNextToken(keyId, refillMillis, now),
+          (millis) => Math.max(1, Math.ceil(millis / 1000))
+        )
+      // While the store does not answer: no limit, and the full budget in the headers.
+      const unlimited: RateLimitDecision = { allowed: true, remaining: rateLimit.max, retryAfterSeconds: 0 }
       return {
         policy: { max: rateLimit.max, windowSeconds: Math.round(Duration.toSeconds(rateLimit.window)) },
+        status: () => store.kind === "memory" ? "memory" : store.connected() ? "redis" : "degraded",
         consume: (keyId) =>
-          Effect.flatMap(Clock.currentTimeMillis, (now) => {
-            if (!firstSeen.has(keyId)) firstSeen.set(keyId, now)
-            return limiter.consume({
+          Effect.flatMap(Clock.currentTimeMillis, (now) =>
+            limiter.consume({
               algorithm: "token-bucket",
               onExceeded: "fail",
               window: rateLimit.window,
               limit: rateLimit.max,
               key: keyId
             }).pipe(
-              Effect.map((result): RateLimitDecision => ({
-                allowed: true,
-                remaining: result.remaining,
-                retryAfterSeconds: result.remaining > 0 ? 0 : secondsToNextToken(keyId, now)
-              })),
-              Effect.catchTag("RateLimiterError", (error) =>
-                // Both RateLimiter errors share the tag: only "Exceeded" is a refusal, a store failure is a defect.
-                error.reason === "Exceeded"
-                  ? Effect.succeed<RateLimitDecision>({
+              Effect.flatMap((result) =>
+                result.remaining > 0
+                  ? Effect.succeed<RateLimitDecision>({ allowed: true, remaining: result.remaining, retryAfterSeconds: 0 })
+                  : Effect.map(secondsToNextToken(keyId, now), (retryAfterSeconds): RateLimitDecision => ({
+                    allowed: true,
+                    remaining: 0,
+                    retryAfterSeconds
+                  }))
+              ),
+              Effect.catchIf(
+                (error) => error.reason === "Exceeded",
+                () =>
+                  Effect.map(secondsToNextToken(keyId, now), (retryAfterSeconds): RateLimitDecision => ({
                     allowed: false,
                     remaining: 0,
-                    retryAfterSeconds: secondsToNextToken(keyId, now)
-                  })
-                  : Effect.die(error))
-            )
-          }).pipe(span("RateLimit.consume"))
+                    retryAfterSeconds
+                  }))
+              ),
+              // The store does not answer (its outage is logged once, by the store): fail open.
+              Effect.catchTag("RateLimiterError", () => Effect.succeed(unlimited))
+            )).pipe(span("RateLimit.consume"))
       }
     })
   )
 
-  /** The in-process store: limits hold per instance until a shared store is configured. */
+  /** The library's RateLimiter on the store REDIS_URL selects: Redis, or this process's memory. */
   static readonly Live = RateLimit.layer.pipe(
     Layer.provide(RateLimiter.layer),
-    Layer.provide(RateLimiter.layerStoreMemory)
+    Layer.provide(Layer.unwrapEffect(Effect.map(RedisConfig, Option.match({
+      onNone: () => RateLimitStore.memory,
+      onSome: RateLimitStore.redis
+    }))))
   )
 }

@@ -1,4 +1,5 @@
 import { RateLimiter } from "@effect/experimental"
+import { RateLimitStore } from "../src/RateLimit/Store.ts"
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Duration, Effect, Either, Exit, Layer, Option, Schema, TestClock } from "effect"
 import { createHash } from "node:crypto"
@@ -144,7 +145,7 @@ const AppConfigTest = makeTestLayer(AppConfig)({ rateLimit: { max: 3, window: Du
 
 const RateLimitInMemory = RateLimit.layer.pipe(
   Layer.provide(RateLimiter.layer),
-  Layer.provide(RateLimiter.layerStoreMemory),
+  Layer.provide(RateLimitStore.memory),
   Layer.provide(AppConfigTest)
 )
 

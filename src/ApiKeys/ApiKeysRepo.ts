@@ -1,9 +1,9 @@
 import { SqlClient } from "@effect/sql"
 import { Database } from "bun:sqlite"
-import { Context, Effect, Layer } from "effect"
+import { Context, Duration, Effect, Layer, Schedule, type Scope } from "effect"
 import { DatabaseConfig } from "../Config.ts"
 import { DatabaseFile } from "../Database/Sql.ts"
-import { sqliteError } from "../Database/SqlErrors.ts"
+import { databaseError } from "../Database/SqlErrors.ts"
 import { span } from "../Edge/Span.ts"
 
 export interface ApiKeyRow {
@@ -83,47 +83,88 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
   )
 }
 
+/** The counter (kept by triggers, see migration 0002), through the shared client. */
+const readCounter = Effect.map(SqlClient.SqlClient, (sql) =>
+  sql<{ generation: number | string }>`SELECT generation FROM api_keys_generation`.pipe(
+    Effect.map((rows) => Number(rows[0]!.generation))
+  ))
+
+type Probe = Effect.Effect<Effect.Effect<number>, never, SqlClient.SqlClient | DatabaseFile | Scope.Scope>
+
+const generationProbe = Effect.flatMap(DatabaseConfig, (target): Probe =>
+  target._tag === "postgres"
+    ? sharedGeneration
+    : target.filename === ":memory:"
+    // An in-memory database has no other connection: its counter is read through the one it has.
+    ? Effect.map(readCounter, Effect.orDie)
+    : fileGeneration(target.filename))
+
 /**
- * The generation counter (kept by triggers, see migration 0002), read on a read-only connection
- * of its own: `PRAGMA data_version` on it changes only when another connection commits, and
- * costs about a microsecond, so the counter itself is read only then. Through @effect/sql each
- * read would cost tens of microseconds and queue behind the server's writes on the shared
- * connection. An in-memory database has no other connection: its counter is read through it.
+ * On SQLite, the counter read on a read-only connection of its own: `PRAGMA data_version` on it
+ * changes only when another connection commits, and costs about a microsecond, so the counter
+ * itself is read only then. Through @effect/sql each read would cost tens of microseconds and
+ * queue behind the server's writes on the shared connection.
  */
-const generationProbe = Effect.gen(function*() {
-  const { filename } = yield* DatabaseConfig
-  const file = yield* DatabaseFile
-  if (filename === ":memory:") {
-    const sql = yield* SqlClient.SqlClient
-    return sql<{ generation: number }>`SELECT generation FROM api_keys_generation`.pipe(
-      Effect.map((rows) => Number(rows[0]!.generation)),
-      Effect.orDie
+const fileGeneration = (filename: string) =>
+  Effect.gen(function*() {
+    const file = yield* DatabaseFile
+    const db = yield* Effect.acquireRelease(
+      Effect.sync(() => new Database(filename, { readonly: true })),
+      (db) => Effect.sync(() => db.close())
     )
-  }
-  const db = yield* Effect.acquireRelease(
-    Effect.sync(() => new Database(filename, { readonly: true })),
-    (db) => Effect.sync(() => db.close())
-  )
-  // Never wait for a lock on the event loop: a busy database is a 503, as for every other read.
-  db.run("PRAGMA busy_timeout = 0")
-  const dataVersion = db.query<{ data_version: number }, []>("PRAGMA data_version")
-  const counter = db.query<{ generation: number }, []>("SELECT generation FROM api_keys_generation")
-  let seenVersion = -1
-  let generation = -1
-  return Effect.suspend(() => {
-    // With a file of the database gone or replaced, a key revoked since may never show here:
-    // refuse to vouch for any key (503) rather than answer from what may be stale.
-    if (file.changed()) return Effect.die(sqliteError("SQLITE_CANTOPEN", "the database files changed under the server"))
-    try {
-      const version = dataVersion.get()!.data_version
-      if (version !== seenVersion) {
-        generation = Number(counter.get()!.generation)
-        seenVersion = version
+    // Never wait for a lock on the event loop: a busy database is a 503, as for every other read.
+    db.run("PRAGMA busy_timeout = 0")
+    const dataVersion = db.query<{ data_version: number }, []>("PRAGMA data_version")
+    const counter = db.query<{ generation: number }, []>("SELECT generation FROM api_keys_generation")
+    let seenVersion = -1
+    let generation = -1
+    return Effect.suspend(() => {
+      // With a file of the database gone or replaced, a key revoked since may never show here:
+      // refuse to vouch for any key (503) rather than answer from what may be stale.
+      if (file.changed()) return Effect.die(databaseError("SQLITE_CANTOPEN", "the database files changed under the server"))
+      try {
+        const version = dataVersion.get()!.data_version
+        if (version !== seenVersion) {
+          generation = Number(counter.get()!.generation)
+          seenVersion = version
+        }
+        return Effect.succeed(generation)
+      } catch (error) {
+        const code = typeof error === "object" && error !== null && "code" in error ? String(error.code) : "SQLITE_ERROR"
+        return Effect.die(databaseError(code, `reading the API keys' generation: ${String(error)}`))
       }
-      return Effect.succeed(generation)
-    } catch (error) {
-      const code = typeof error === "object" && error !== null && "code" in error ? String(error.code) : "SQLITE_ERROR"
-      return Effect.die(sqliteError(code, `reading the API keys' generation: ${String(error)}`))
-    }
+    })
   })
+
+/** How often each instance reads the shared counter, and how old a reading may be before it is not trusted. */
+export const generationPollInterval = Duration.millis(200)
+export const generationTrustedFor = Duration.seconds(1)
+
+/**
+ * On PostgreSQL, the counter polled in the background, so a request reads a number in memory.
+ * A key created or revoked by any instance or the command line is seen within one poll; while
+ * the database does not answer, the last reading is trusted for `generationTrustedFor` (counted
+ * from when the read started, so a reading always reflects every commit made that long ago),
+ * then no key is vouched for (503) rather than one that may have been revoked since.
+ */
+const sharedGeneration = Effect.gen(function*() {
+  const read = (yield* readCounter).pipe(Effect.timeout(generationTrustedFor))
+  const clock = yield* Effect.clock
+  const trustedFor = Duration.toMillis(generationTrustedFor)
+  let reading = { generation: yield* Effect.orDie(read), startedAt: clock.unsafeCurrentTimeMillis() }
+  yield* Effect.suspend(() => {
+    const startedAt = clock.unsafeCurrentTimeMillis()
+    return Effect.map(read, (generation) => {
+      reading = { generation, startedAt }
+    })
+  }).pipe(
+    Effect.ignore,
+    Effect.repeat(Schedule.spaced(generationPollInterval)),
+    Effect.forkScoped
+  )
+  // SQLSTATE 08000, connection_exception: what the other requests get while the database is away.
+  const stale = Effect.die(databaseError("08000", "the API keys' generation could not be read for a second"))
+  return Effect.suspend(() =>
+    clock.unsafeCurrentTimeMillis() - reading.startedAt <= trustedFor ? Effect.succeed(reading.generation) : stale
+  )
 })

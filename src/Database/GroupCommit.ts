@@ -3,7 +3,7 @@ import { SqlError } from "@effect/sql/SqlError"
 import { Cause, Chunk, Context, Deferred, Duration, Effect, Exit, FiberRef, Layer, Option, Queue, Schedule } from "effect"
 import { span } from "../Edge/Span.ts"
 import { busyTimeout, DatabaseFile } from "./Sql.ts"
-import { isBusy } from "./SqlErrors.ts"
+import { isRetryable } from "./SqlErrors.ts"
 
 interface Pending {
   readonly work: Effect.Effect<unknown, unknown>
@@ -125,8 +125,9 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
             () => sql.withTransaction(Effect.forEach(batch, inSavepoint))
           ),
           Effect.catchIf(isSqlError, (e) => Effect.fail(new BatchAborted(e))),
-          // The lock is waited for here, asynchronously: bun:sqlite would block the whole event loop.
-          Effect.retry({ while: (aborted) => isBusy(aborted.defect), schedule: busyRetry }),
+          // SQLite's lock is waited for here, asynchronously: bun:sqlite would block the whole event
+          // loop. A PostgreSQL deadlock victim runs again the same way.
+          Effect.retry({ while: (aborted) => isRetryable(aborted.defect), schedule: busyRetry }),
           Effect.exit
         )
 

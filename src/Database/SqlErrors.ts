@@ -1,18 +1,41 @@
 import { SqlError } from "@effect/sql/SqlError"
 
-/** The SQLite result code behind a failure (`SQLITE_BUSY`, `SQLITE_IOERR_WRITE`, ...), if it is one. */
-const sqliteCode = (u: unknown): string | undefined =>
+/**
+ * The driver's code behind a failure, if it is one: SQLite's result code (`SQLITE_BUSY`,
+ * `SQLITE_IOERR_WRITE`, ...), PostgreSQL's SQLSTATE (`40P01`, `57P01`, ...) or a socket's
+ * error code (`ECONNREFUSED`, ...).
+ */
+const driverCode = (u: unknown): string | undefined =>
   u instanceof SqlError && typeof u.cause === "object" && u.cause !== null && "code" in u.cause
     ? String(u.cause.code)
     : undefined
 
-/** Another connection holds the lock: worth retrying shortly. */
-export const isBusy = (u: unknown): boolean => /^SQLITE_(BUSY|LOCKED)/.test(sqliteCode(u) ?? "")
+const causeMessage = (u: unknown): string =>
+  u instanceof SqlError && u.cause instanceof Error ? u.cause.message : ""
 
-/** The database is there but cannot be used right now: the caller may retry (503, not 500). */
-export const isDatabaseUnavailable = (u: unknown): boolean =>
-  /^SQLITE_(BUSY|LOCKED|CANTOPEN|IOERR|FULL|READONLY|PROTOCOL|NOTADB|CORRUPT)/.test(sqliteCode(u) ?? "")
+/**
+ * Worth running again shortly: another SQLite connection holds the lock, or PostgreSQL chose
+ * this transaction as a deadlock's victim (another instance's batch took the same rows in
+ * another order) or a serialization failure.
+ */
+export const isRetryable = (u: unknown): boolean => /^(SQLITE_(BUSY|LOCKED)|40P01|40001)/.test(driverCode(u) ?? "")
 
-/** A failure with SQLite's code, for conditions SQLite itself cannot see. */
-export const sqliteError = (code: string, message: string) =>
+/** SQLite's lock only: what a busy timeout waits for. */
+export const isBusy = (u: unknown): boolean => /^SQLITE_(BUSY|LOCKED)/.test(driverCode(u) ?? "")
+
+/**
+ * The database is there but cannot be used right now: the caller may retry (503, not 500).
+ * For PostgreSQL: the server unreachable or restarting (SQLSTATE classes 08 and 57P, too many
+ * connections), a connection lost mid-statement, or no connection to be had from the pool.
+ */
+export const isDatabaseUnavailable = (u: unknown): boolean => {
+  const code = driverCode(u) ?? ""
+  if (/^SQLITE_(BUSY|LOCKED|CANTOPEN|IOERR|FULL|READONLY|PROTOCOL|NOTADB|CORRUPT)/.test(code)) return true
+  if (/^(08|57P|53300|40P01|40001|E(CONN|PIPE|TIMEDOUT|HOSTUNREACH|NETUNREACH|AI_AGAIN|NOTFOUND)|ERR_SOCKET)/.test(code)) return true
+  if (u instanceof SqlError && /acquire connection|Connection error|Failed to connect|timed out/i.test(u.message)) return true
+  return /Connection terminated|timeout exceeded when trying to connect|connection error|not queryable|Connection closed/i.test(causeMessage(u))
+}
+
+/** A failure with a driver's code, for conditions the driver itself cannot see. */
+export const databaseError = (code: string, message: string) =>
   new SqlError({ cause: Object.assign(new Error(message), { code }), message })

@@ -1,20 +1,23 @@
 import { SqlClient } from "@effect/sql"
 import { Duration, Effect } from "effect"
 import type { CampaignApi } from "../Api.ts"
-import { DatabaseFile } from "../Database/Sql.ts"
+import { DatabaseFile, Dialect } from "../Database/Sql.ts"
+import { RateLimit } from "../RateLimit.ts"
 import { ServiceUnavailable } from "../Domain/Errors.ts"
 import { compile } from "../Edge/Endpoint.ts"
 import type { Handlers } from "../Edge/Exchange.ts"
 import { HealthApi } from "./Api.ts"
 
 const notReady = new ServiceUnavailable({ message: "The database does not answer." })
-const alive = { status: 200, body: compile(HealthApi.endpoints.alive).encodeSuccess({ ok: true, status: "alive" }) }
-const ready = { status: 200, body: compile(HealthApi.endpoints.ready).encodeSuccess({ ok: true, status: "ready" }) }
+const alive = { status: 200, body: compile(HealthApi.alive).encodeSuccess({ ok: true, status: "alive" }) }
+const encodeReady = compile(HealthApi.ready).encodeSuccess
 
 /** For load balancers and orchestrators: no key, no rate limit. */
 export const HealthHandlers = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const file = yield* DatabaseFile
+  const database = yield* Dialect
+  const rateLimit = yield* RateLimit
   // A real table, not `SELECT 1`: that would answer without touching the database file.
   const ping = file.ensurePresent.pipe(
     Effect.zipRight(sql`SELECT COUNT(*) AS n FROM api_keys WHERE key_id = ''`),
@@ -23,7 +26,11 @@ export const HealthHandlers = Effect.gen(function*() {
   )
   const handlers: Handlers<typeof CampaignApi>["health"] = {
     alive: () => Effect.succeed(alive),
-    ready: () => Effect.as(ping, ready)
+    ready: () =>
+      Effect.as(ping, {
+        status: 200,
+        body: encodeReady({ ok: true, status: "ready", database, rateLimiter: rateLimit.status() })
+      })
   }
   return handlers
 })

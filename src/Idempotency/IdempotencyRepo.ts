@@ -29,6 +29,9 @@ type Row = Stored & {
   readonly idempotency_key: string
 }
 
+const byKey = (a: Row, b: Row) =>
+  a.brand_id < b.brand_id ? -1 : a.brand_id > b.brand_id ? 1 : a.idempotency_key < b.idempotency_key ? -1 : a.idempotency_key > b.idempotency_key ? 1 : 0
+
 const fromStored = (brandId: string, key: string, row: Stored): IdempotencyRow => ({
   brandId,
   key,
@@ -69,7 +72,9 @@ export class IdempotencyRepo extends Context.Tag("Idempotency/IdempotencyRepo")<
           RETURNING brand_id`
       const into: BatchedInsert<Row> = {
         one: (row) => Effect.map(upsert([row]), (written) => written.length === 1),
-        many: (rows) => Effect.map(upsert(rows), (written) => written.length)
+        // In key order: two instances' batches then lock shared keys in the same order (PostgreSQL
+        // waits for the other's commit rather than declaring a deadlock).
+        many: (rows) => Effect.map(upsert([...rows].sort(byKey)), (written) => written.length)
       }
       return {
         find: (brandId, key, now) =>

@@ -1,7 +1,7 @@
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
-/** Plain SQL that PostgreSQL also accepts, so a shared database can follow. */
+/** Plain SQL that SQLite and PostgreSQL both accept. */
 export default Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   yield* sql`

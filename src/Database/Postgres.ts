@@ -1,0 +1,65 @@
+import { BunContext } from "@effect/platform-bun"
+import { SqlClient } from "@effect/sql"
+import { PgClient, PgMigrator } from "@effect/sql-pg"
+import { Duration, Effect, Layer } from "effect"
+import { type DatabaseTarget, StartupError } from "../Config.ts"
+import { migrations } from "./migrations/index.ts"
+import { DatabaseFile, ReadSql } from "./Services.ts"
+
+type PostgresTarget = Extract<DatabaseTarget, { _tag: "postgres" }>
+
+/** Any number, as long as every instance of this service uses the same one for its migrations. */
+const migrationLock = 727_274_001
+
+/**
+ * The migrator locks its own table, but creates that table first: two instances starting at
+ * once on a new database would race there. An advisory lock, held on a connection of its own
+ * around the whole run (which uses other connections of the pool), lets the second wait for the
+ * first, then find nothing left to do.
+ */
+const MigratorLive = Layer.effectDiscard(
+  Effect.scoped(Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const lockHolder = yield* sql.reserve
+    yield* Effect.acquireRelease(
+      lockHolder.execute("SELECT pg_advisory_lock($1)", [migrationLock], undefined),
+      () => Effect.ignore(lockHolder.execute("SELECT pg_advisory_unlock($1)", [migrationLock], undefined))
+    )
+    yield* PgMigrator.run({ loader: PgMigrator.fromRecord(migrations) })
+  }))
+).pipe(Layer.provide(BunContext.layer))
+
+/**
+ * PostgreSQL, shared by every instance: a pool of `DATABASE_POOL_MAX` connections, migrated at
+ * start. Commits are durable before they are answered (PostgreSQL's default `synchronous_commit`).
+ * A server that cannot be reached at start stops the start with one sentence; once started, the
+ * pool reconnects by itself, and each request that finds it down is a 503.
+ */
+export const layer = (target: PostgresTarget) => {
+  const client = PgClient.layer({
+    url: target.url,
+    maxConnections: target.poolSize,
+    connectTimeout: Duration.seconds(2),
+    idleTimeout: Duration.seconds(30),
+    applicationName: "campaign-api"
+  }).pipe(
+    Layer.mapError((error) =>
+      new StartupError({
+        variable: "DATABASE_URL",
+        message: `DATABASE_URL=${target.display} cannot be reached (${reason(error.cause)}): start PostgreSQL or correct the URL.`
+      })
+    )
+  )
+  return Layer.mergeAll(
+    MigratorLive,
+    Layer.effect(ReadSql, SqlClient.SqlClient),
+    Layer.succeed(DatabaseFile, DatabaseFile.none)
+  ).pipe(Layer.provideMerge(client))
+}
+
+const reason = (cause: unknown): string => {
+  if (typeof cause !== "object" || cause === null) return String(cause)
+  const { code, message } = cause as { code?: unknown; message?: unknown }
+  if (typeof code === "string" && code !== "") return code
+  return typeof message === "string" && message !== "" ? message : "no answer"
+}

@@ -1,0 +1,36 @@
+import type { SqlClient } from "@effect/sql"
+import type { SqlError } from "@effect/sql/SqlError"
+import { Context, Duration, Effect } from "effect"
+
+/** How long a write waits for another process's lock before SQLITE_BUSY (503). */
+export const busyTimeout = Duration.seconds(5)
+
+/**
+ * The database file the connection was opened on. SQLite keeps using its open file when the
+ * path is removed or replaced, so writes would land where no restart finds them: check first.
+ * On PostgreSQL there is no file of ours to watch: both checks always pass.
+ */
+export class DatabaseFile extends Context.Tag("Database/DatabaseFile")<DatabaseFile, {
+  /** Fails (SQLITE_CANTOPEN) when a file is gone or replaced: checked with `stat`, for writes and readiness. */
+  readonly ensurePresent: Effect.Effect<void, SqlError>
+  /**
+   * The same, cheap enough for every request: the directory is watched, and the files are looked
+   * at only after something was renamed or removed in it (and then until they are as opened again).
+   */
+  readonly changed: () => boolean
+}>() {
+  static readonly none = DatabaseFile.of({ ensurePresent: Effect.void, changed: () => false })
+}
+
+/**
+ * Reads that must see only committed rows (the idempotency lookup). On SQLite, a read-only
+ * connection of their own: on the shared connection a plain read could run inside a group-commit
+ * batch opened meanwhile and see its uncommitted writes, and a read transaction there costs two
+ * more statements and queues behind the writes. On PostgreSQL, the pool: a statement outside a
+ * transaction sees only what is committed.
+ */
+export class ReadSql extends Context.Tag("Database/ReadSql")<ReadSql, SqlClient.SqlClient>() {}
+
+/** Which engine DATABASE_URL selected: the few places that differ ask. */
+export class Dialect extends Context.Tag("Database/Dialect")<Dialect, "sqlite" | "postgres">() {}
+

@@ -1,0 +1,156 @@
+import { BunContext } from "@effect/platform-bun"
+import { SqlClient } from "@effect/sql"
+import { SqliteClient, SqliteMigrator } from "@effect/sql-sqlite-bun"
+import * as Reactivity from "@effect/experimental/Reactivity"
+import { Effect, Layer } from "effect"
+import { chmodSync, closeSync, mkdirSync, openSync, readSync, statSync, watch } from "node:fs"
+import { basename, dirname } from "node:path"
+import { StartupError } from "../Config.ts"
+import { DatabaseFile, ReadSql } from "./Services.ts"
+import { migrations } from "./migrations/index.ts"
+import { databaseError } from "./SqlErrors.ts"
+
+const sqliteHeader = Buffer.from("SQLite format 3\0")
+
+/** Whether a file that is already there could be a SQLite database (empty, or SQLite's header). */
+const looksLikeDatabase = (filename: string): boolean => {
+  const fd = openSync(filename, "r")
+  try {
+    const head = Buffer.alloc(sqliteHeader.length)
+    const read = readSync(fd, head, 0, head.length, 0)
+    return read === 0 || head.subarray(0, read).equals(sqliteHeader.subarray(0, read))
+  } finally {
+    closeSync(fd)
+  }
+}
+
+const unusable = (filename: string, why: string, fix: string) =>
+  new StartupError({ variable: "DATABASE_URL", message: `DATABASE_URL=${filename} ${why}: ${fix}.` })
+
+/**
+ * The file holds key digests and brands' records: only its owner may read it. A path that cannot
+ * be a database stops the start with one sentence, and a file that is something else is left as
+ * it was (its mode included).
+ */
+const createPrivateFile = (filename: string) =>
+  Effect.try({
+    try: () => {
+      if (filename === ":memory:") return
+      const existing = statSync(filename, { throwIfNoEntry: false })
+      if (existing?.isDirectory()) throw unusable(filename, "is a directory", "give the path of a database file in it")
+      if (existing !== undefined && !looksLikeDatabase(filename)) {
+        throw unusable(filename, "is not a SQLite database", "point it at this service's database or at a new path")
+      }
+      mkdirSync(dirname(filename), { recursive: true })
+      closeSync(openSync(filename, "a", 0o600))
+      chmodSync(filename, 0o600)
+    },
+    catch: (error) =>
+      error instanceof StartupError
+        ? error
+        : unusable(
+          filename,
+          `cannot be created or opened (${(error as NodeJS.ErrnoException).code ?? String(error)})`,
+          "point it at a place this user can write"
+        )
+  })
+
+const fileIdentity = (filename: string) => {
+  const stats = statSync(filename, { throwIfNoEntry: false })
+  return stats === undefined ? undefined : `${stats.dev}:${stats.ino}`
+}
+
+/**
+ * The database file and, in WAL mode, its `-wal` and `-shm` files, as they were when the server
+ * opened and migrated the database: SQLite keeps them while a connection is open, so one gone or
+ * replaced since is a file trick (a deleted `-wal` takes every commit since the last checkpoint
+ * with it), never SQLite's own doing.
+ */
+const databaseFile = (filename: string) =>
+  Effect.gen(function*() {
+    if (filename === ":memory:") return DatabaseFile.none
+    const files = [filename, `${filename}-wal`, `${filename}-shm`]
+    const names = new Set(files.map((file) => basename(file)))
+    const opened = files.map(fileIdentity)
+    const replaced = () => files.find((file, i) => fileIdentity(file) !== opened[i])
+    let suspect = false
+    let changed = false
+    let alwaysLook = false
+    // SQLite's own writes are "change" events; a file removed, renamed or put in place is "rename".
+    // Without a watch (inotify's limits reached, say), every call looks at the files instead.
+    const watcher = yield* Effect.acquireRelease(
+      Effect.sync(() => {
+        try {
+          return watch(dirname(filename), (event, name) => {
+            if (event === "rename" && name !== null && names.has(String(name))) suspect = true
+          }).on("error", () => (alwaysLook = true))
+        } catch {
+          alwaysLook = true
+          return undefined
+        }
+      }),
+      (watcher) => Effect.sync(() => watcher?.close())
+    )
+    void watcher
+    return {
+      ensurePresent: Effect.suspend(() => {
+        const file = replaced()
+        return file === undefined
+          ? Effect.void
+          : Effect.fail(databaseError("SQLITE_CANTOPEN", `the database file ${file} is gone or was replaced`))
+      }),
+      // While changed, looked at on every call: a file moved away and back is the same file again.
+      changed: () => {
+        if (suspect || changed || alwaysLook) {
+          suspect = false
+          changed = replaced() !== undefined
+        }
+        return changed
+      }
+    }
+  })
+
+const makeClient = (filename: string, busyTimeoutMs: number) =>
+  Layer.unwrapEffect(
+    Effect.gen(function*() {
+      yield* createPrivateFile(filename)
+      const tune = Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        yield* sql.unsafe(`PRAGMA busy_timeout = ${busyTimeoutMs}`)
+        // WAL (set by the client) with FULL syncs the log on every commit: an acknowledged activation survives power loss.
+        yield* sql.unsafe("PRAGMA synchronous = FULL")
+      })
+      return SqliteClient.layer({ filename }).pipe(Layer.tap((context) => Effect.provide(tune, context)))
+    })
+  )
+
+const MigratorLive = SqliteMigrator.layer({
+  loader: SqliteMigrator.fromRecord(migrations)
+}).pipe(Layer.provide(BunContext.layer))
+
+const readSql = (filename: string) => Layer.scoped(
+  ReadSql,
+  Effect.gen(function*() {
+    // An in-memory database has no second connection: its one connection serves.
+    if (filename === ":memory:") return yield* SqlClient.SqlClient
+    const client = yield* SqliteClient.make({ filename, readonly: true, readwrite: false, create: false, disableWAL: true }).pipe(
+      Effect.provide(Reactivity.layer)
+    )
+    yield* client.unsafe("PRAGMA busy_timeout = 0")
+    return client
+  })
+)
+
+/**
+ * The SQLite database, opened, tuned and migrated, with its read-only connection and the watch
+ * on its files (taken once it is migrated: by then its `-wal` and `-shm` files exist). The
+ * server passes a busy timeout of 0: bun:sqlite waits for another process's lock synchronously,
+ * which would block the event loop, so SQLITE_BUSY comes back at once and GroupCommit retries
+ * asynchronously.
+ */
+export const layer = (filename: string, busyTimeoutMs: number) =>
+  Layer.merge(
+    Layer.scoped(DatabaseFile, databaseFile(filename)).pipe(Layer.provide(MigratorLive)),
+    readSql(filename)
+  ).pipe(Layer.provideMerge(makeClient(filename, busyTimeoutMs)))
+

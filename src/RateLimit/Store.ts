@@ -1,0 +1,167 @@
+import { RateLimiter } from "@effect/experimental"
+import { Context, Duration, Effect, Layer, Redacted, Runtime } from "effect"
+import { Redis } from "ioredis"
+
+/**
+ * Where the token buckets live, beside the library's `RateLimiterStore` that the RateLimiter
+ * consumes from: what the RateLimit headers need that the library's result does not carry,
+ * and whether the store answers.
+ */
+export class RateLimitStore extends Context.Tag("RateLimit/RateLimitStore")<RateLimitStore, {
+  readonly kind: "memory" | "redis"
+  /** Whether the store answers now (the memory store always does). */
+  readonly connected: () => boolean
+  /** Milliseconds until the key's bucket gains its next token, as the store has it. */
+  readonly untilNextToken: (
+    key: string,
+    refillMillis: number,
+    now: number
+  ) => Effect.Effect<number, RateLimiter.RateLimitStoreError>
+}>() {
+  /**
+   * The library's in-process store. It keeps each bucket's refill clock to itself, so the
+   * moment it first saw a key (from which it refills on a fixed schedule) is noted beside it.
+   */
+  static readonly memory = Layer.effectContext(Effect.gen(function*() {
+    const library = yield* Effect.provide(RateLimiter.RateLimiterStore, RateLimiter.layerStoreMemory)
+    const firstSeen = new Map<string, number>()
+    const store = RateLimiter.RateLimiterStore.of({
+      ...library,
+      tokenBucket: (options) =>
+        Effect.clockWith((clock) => {
+          if (!firstSeen.has(options.key)) firstSeen.set(options.key, clock.unsafeCurrentTimeMillis())
+          return library.tokenBucket(options)
+        })
+    })
+    return Context.make(RateLimiter.RateLimiterStore, store).pipe(
+      Context.add(RateLimitStore, {
+        kind: "memory",
+        connected: () => true,
+        untilNextToken: (key, refillMillis, now) =>
+          Effect.succeed(refillMillis - ((now - (firstSeen.get(key) ?? now)) % refillMillis))
+      })
+    )
+  }))
+
+  /** Redis at `url`, shared by every instance. */
+  static readonly redis = (url: Redacted.Redacted<string>) => Layer.scopedContext(makeRedis(url))
+}
+
+const prefix = "campaign-api:ratelimit:"
+
+/**
+ * The token bucket of `@effect/experimental`'s Redis store (same script, same arguments, same
+ * answer), with one change: both keys expire once the bucket would be full again, so idle keys
+ * leave Redis instead of staying forever.
+ */
+const tokenBucketScript = `
+local key = KEYS[1]
+local last_refill_key = key .. ":refill"
+local tokens = tonumber(ARGV[1])
+local refill_ms = tonumber(ARGV[2])
+local limit = tonumber(ARGV[3])
+local now = tonumber(ARGV[4])
+local overflow = ARGV[5] == "1"
+local current = tonumber(redis.call("GET", key))
+local last_refill = tonumber(redis.call("GET", last_refill_key))
+
+if not current then
+  current = limit
+  last_refill = now
+end
+
+local elapsed = now - last_refill
+local refill_amount = math.floor(elapsed / refill_ms)
+if refill_amount > 0 then
+  current = math.min(current + refill_amount, limit)
+  last_refill = last_refill + (refill_amount * refill_ms)
+end
+
+local next = current - tokens
+local kept = next
+if next < 0 and not overflow then
+  kept = current
+end
+local ttl = refill_ms * limit
+redis.call("SET", key, kept, "PX", ttl)
+redis.call("SET", last_refill_key, last_refill, "PX", ttl)
+return next
+`
+
+interface RedisWithTokenBucket extends Redis {
+  tokenBucket(key: string, tokens: number, refillMillis: number, limit: number, now: number, overflow: 0 | 1): Promise<number>
+}
+
+const storeError = (message: string) => (cause: unknown) => new RateLimiter.RateLimitStoreError({ message, cause })
+
+/**
+ * The library's Redis store creates its ioredis client inside, where no `error` listener can be
+ * attached: ioredis then prints a stack to stderr on every reconnect attempt while Redis is down.
+ * This store owns its client, so an outage is one warning in the service's log and its end one
+ * more, and a command fails at once while disconnected (no offline queue) rather than waiting:
+ * the rate limit then fails open (see RateLimit).
+ */
+const makeRedis = (url: Redacted.Redacted<string>) =>
+  Effect.gen(function*() {
+    const runtime = yield* Effect.runtime<never>()
+    const log = (effect: Effect.Effect<void>) => Runtime.runFork(runtime)(effect)
+    const redis = yield* Effect.acquireRelease(
+      Effect.sync(() =>
+        new Redis(Redacted.value(url), {
+          enableOfflineQueue: false,
+          maxRetriesPerRequest: 0,
+          commandTimeout: 500,
+          connectTimeout: 1000,
+          // Try again soon and often: limits resume within a second of Redis coming back.
+          retryStrategy: (attempt) => Math.min(attempt * 100, 1000)
+        }) as RedisWithTokenBucket
+      ),
+      (redis) => Effect.promise(() => redis.quit().catch(() => redis.disconnect()))
+    )
+    redis.defineCommand("tokenBucket", { lua: tokenBucketScript, numberOfKeys: 1 })
+    let down = false
+    redis.on("error", (error: Error) => {
+      if (down) return
+      down = true
+      log(Effect.logWarning("the rate limiter's Redis does not answer: requests are served without limits until it does", {
+        error: error.message
+      }))
+    })
+    redis.on("ready", () => {
+      if (!down) return
+      down = false
+      log(Effect.logInfo("the rate limiter's Redis answers again: limits apply"))
+    })
+    const store = RateLimiter.RateLimiterStore.of({
+      fixedWindow: () =>
+        Effect.fail(new RateLimiter.RateLimitStoreError({ message: "this service keeps token buckets only" })),
+      tokenBucket: (options) =>
+        Effect.clockWith((clock) =>
+          Effect.tryPromise({
+            try: () =>
+              redis.tokenBucket(
+                `${prefix}${options.key}`,
+                options.tokens,
+                Duration.toMillis(options.refillRate),
+                options.limit,
+                clock.unsafeCurrentTimeMillis(),
+                options.allowOverflow ? 1 : 0
+              ),
+            catch: storeError("the token bucket command failed")
+          })
+        )
+    })
+    return Context.make(RateLimiter.RateLimiterStore, store).pipe(
+      Context.add(RateLimitStore, {
+        kind: "redis",
+        connected: () => redis.status === "ready",
+        untilNextToken: (key, refillMillis, now) =>
+          Effect.tryPromise({
+            try: () => redis.get(`${prefix}${key}:refill`),
+            catch: storeError("reading the bucket's last refill failed")
+          }).pipe(
+            Effect.map((lastRefill) => lastRefill === null ? 0 : Number(lastRefill) + refillMillis - now)
+          )
+      })
+    )
+  })
