@@ -57,21 +57,30 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
       // not the key's row, and a key created or revoked by any process counts from the next request.
       type Cached = ApiKeyRow & { readonly digest: Uint8Array }
       let cache: { readonly generation: number; readonly keys: ReadonlyMap<string, Cached> } | undefined
-      const currentKeys = Effect.flatMap(repo.generation, (generation) =>
+      const keysAt = (generation: number) =>
         cache !== undefined && cache.generation === generation
           ? Effect.succeed(cache.keys)
           : Effect.map(repo.list, (rows) => {
             const keys = new Map(rows.map((row) => [row.keyId, { ...row, digest: Buffer.from(row.secretSha256, "hex") }]))
             cache = { generation, keys }
             return keys
-          }))
+          })
+      // A key id the cache does not know may have been created a moment ago by another process:
+      // where the generation is polled (PostgreSQL), it is read afresh before the key is refused.
+      const lookup = (keyId: string) =>
+        Effect.flatMap(Effect.flatMap(repo.generation, keysAt), (keys) => {
+          const stored = keys.get(keyId)
+          return stored !== undefined
+            ? Effect.succeed(stored)
+            : Effect.map(Effect.flatMap(repo.freshGeneration, keysAt), (fresh) => fresh.get(keyId))
+        })
 
       const authenticate = (token: string) =>
         Effect.gen(function*() {
           const match = keyFormat.exec(token)
           if (match === null) return yield* unauthorized
           const [, keyId, secret] = match as unknown as [string, string, string]
-          const stored = (yield* currentKeys).get(keyId)
+          const stored = yield* lookup(keyId)
           // An unknown key id is compared against a decoy: both cases cost one digest and one comparison.
           const secretMatches = timingSafeEqual(
             sha256(secret),

@@ -41,11 +41,11 @@ export const withoutPassword = (url: string): string => {
 
 /** DATABASE_URL: `postgres://…` or `postgresql://…`, else a file path with an optional `sqlite:` prefix. */
 const withoutScheme = (url: string) => url.replace(/^sqlite:(\/\/)?/, "")
-const databaseUrl = Config.redacted("DATABASE_URL").pipe(
+// Read as a string and validated before it is redacted: a failed validation of Config.redacted names no variable.
+const databaseUrl = Config.string("DATABASE_URL").pipe(
   Config.validate({
     message: "Expected a SQLite file path or a postgres:// URL",
-    validation: (url) => {
-      const text = Redacted.value(url)
+    validation: (text) => {
       if (!isPostgresUrl(text)) return withoutScheme(text).trim().length > 0
       try {
         return new URL(text.trim()).hostname !== ""
@@ -54,14 +54,13 @@ const databaseUrl = Config.redacted("DATABASE_URL").pipe(
       }
     }
   }),
-  Config.withDefault(Redacted.make("data/campaign-api.sqlite"))
+  Config.withDefault("data/campaign-api.sqlite")
 )
 
 export const DatabaseConfig: Config.Config<DatabaseTarget> = Config.all({
   url: databaseUrl,
   poolSize: positiveInt("DATABASE_POOL_MAX", 10)
-}).pipe(Config.map(({ poolSize, url }): DatabaseTarget => {
-  const text = Redacted.value(url)
+}).pipe(Config.map(({ poolSize, url: text }): DatabaseTarget => {
   return isPostgresUrl(text)
     ? { _tag: "postgres", url: Redacted.make(text.trim()), display: withoutPassword(text.trim()), poolSize }
     : { _tag: "sqlite", filename: withoutScheme(text) }
@@ -69,18 +68,19 @@ export const DatabaseConfig: Config.Config<DatabaseTarget> = Config.all({
 
 /** REDIS_URL: the rate limiter's shared store; unset keeps the budgets in this process's memory. */
 export const RedisConfig = Config.option(
-  Config.redacted("REDIS_URL").pipe(
+  Config.string("REDIS_URL").pipe(
     Config.validate({
       message: "Expected a redis:// or rediss:// URL",
       validation: (url) => {
         try {
-          const parsed = new URL(Redacted.value(url).trim())
+          const parsed = new URL(url.trim())
           return /^rediss?:$/.test(parsed.protocol) && parsed.hostname !== ""
         } catch {
           return false
         }
       }
-    })
+    }),
+    Config.map((url) => Redacted.make(url.trim()))
   )
 )
 

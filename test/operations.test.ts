@@ -64,7 +64,7 @@ describe("health", () => {
   it("GET /readyz is 200 ready while the database answers", async () => {
     const answer = await call(server.url, { path: "/readyz" })
     expect(answer.status).toBe(200)
-    expect(answer.json).toStrictEqual({ ok: true, status: "ready" })
+    expect(answer.json).toStrictEqual({ ok: true, status: "ready", database: "sqlite", rateLimiter: "memory" })
     expect(answer.headers.get("ratelimit")).toBeNull()
   })
 
@@ -90,7 +90,7 @@ describe("health", () => {
     })
     expect(result.before.status).toBe(200)
     expectEnvelope(result.during, 503, "SERVICE_UNAVAILABLE")
-    expect(result.after.json).toStrictEqual({ ok: true, status: "ready" })
+    expect(result.after.json).toStrictEqual({ ok: true, status: "ready", database: "sqlite", rateLimiter: "memory" })
     const requestId = result.during.headers.get("x-request-id")
     expect(requestId).toMatch(uuid)
     const ofRequest = logLines(stderr).filter((line) => line.annotations?.requestId === requestId)

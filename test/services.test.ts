@@ -44,6 +44,7 @@ const ApiKeysRepoInMemory = makeTestLayer(ApiKeysRepo)({
     }),
   list: Effect.sync(() => [...storedKeys.values()]),
   generation: Effect.sync(() => generation),
+  freshGeneration: Effect.sync(() => generation),
   revoke: (keyId, at) =>
     Effect.sync(() => {
       const row = storedKeys.get(keyId)

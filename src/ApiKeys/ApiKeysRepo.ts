@@ -48,6 +48,11 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
    * enough to read on every request, so that a cache of `list` knows when to load again.
    */
   readonly generation: Effect.Effect<number>
+  /**
+   * The same number as committed now, for a key id the cache does not know (created a moment
+   * ago, perhaps): where `generation` may lag (PostgreSQL, polled), this one reads the database.
+   */
+  readonly freshGeneration: Effect.Effect<number>
   /** Marks the key revoked; false when there is no such key or it was revoked already. */
   readonly revoke: (keyId: string, at: number) => Effect.Effect<boolean>
 }>() {
@@ -55,9 +60,10 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
     ApiKeysRepo,
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
-      const generation = yield* generationProbe
+      const { current, fresh } = yield* generationProbe
       return {
-        generation,
+        generation: current,
+        freshGeneration: fresh,
         insert: (row) =>
           sql`INSERT INTO api_keys (key_id, brand_id, name, scopes, secret_sha256, created_at, expires_at, revoked_at)
               VALUES (${row.keyId}, ${row.brandId}, ${row.name}, ${row.scopes.join(" ")}, ${row.secretSha256},
@@ -89,15 +95,22 @@ const readCounter = Effect.map(SqlClient.SqlClient, (sql) =>
     Effect.map((rows) => Number(rows[0]!.generation))
   ))
 
-type Probe = Effect.Effect<Effect.Effect<number>, never, SqlClient.SqlClient | DatabaseFile | Scope.Scope>
+interface Generation {
+  readonly current: Effect.Effect<number>
+  readonly fresh: Effect.Effect<number>
+}
+
+type Probe = Effect.Effect<Generation, never, SqlClient.SqlClient | DatabaseFile | Scope.Scope>
+
+const exact = (probe: Effect.Effect<number>): Generation => ({ current: probe, fresh: probe })
 
 const generationProbe = Effect.flatMap(DatabaseConfig, (target): Probe =>
   target._tag === "postgres"
     ? sharedGeneration
     : target.filename === ":memory:"
     // An in-memory database has no other connection: its counter is read through the one it has.
-    ? Effect.map(readCounter, Effect.orDie)
-    : fileGeneration(target.filename))
+    ? Effect.map(readCounter, (read) => exact(Effect.orDie(read)))
+    : Effect.map(fileGeneration(target.filename), exact))
 
 /**
  * On SQLite, the counter read on a read-only connection of its own: `PRAGMA data_version` on it
@@ -152,19 +165,29 @@ const sharedGeneration = Effect.gen(function*() {
   const clock = yield* Effect.clock
   const trustedFor = Duration.toMillis(generationTrustedFor)
   let reading = { generation: yield* Effect.orDie(read), startedAt: clock.unsafeCurrentTimeMillis() }
-  yield* Effect.suspend(() => {
-    const startedAt = clock.unsafeCurrentTimeMillis()
-    return Effect.map(read, (generation) => {
-      reading = { generation, startedAt }
-    })
-  }).pipe(
+  // One read at a time: callers who arrived before the last read started share its answer.
+  const oneAtATime = yield* Effect.makeSemaphore(1)
+  const readSince = (since: number) =>
+    oneAtATime.withPermits(1)(Effect.suspend(() => {
+      if (reading.startedAt >= since) return Effect.succeed(reading.generation)
+      const startedAt = clock.unsafeCurrentTimeMillis()
+      return Effect.map(read, (generation) => {
+        reading = { generation, startedAt }
+        return generation
+      })
+    }))
+  yield* Effect.suspend(() => readSince(clock.unsafeCurrentTimeMillis())).pipe(
     Effect.ignore,
     Effect.repeat(Schedule.spaced(generationPollInterval)),
     Effect.forkScoped
   )
   // SQLSTATE 08000, connection_exception: what the other requests get while the database is away.
   const stale = Effect.die(databaseError("08000", "the API keys' generation could not be read for a second"))
-  return Effect.suspend(() =>
-    clock.unsafeCurrentTimeMillis() - reading.startedAt <= trustedFor ? Effect.succeed(reading.generation) : stale
-  )
+  const generation: Generation = {
+    current: Effect.suspend(() =>
+      clock.unsafeCurrentTimeMillis() - reading.startedAt <= trustedFor ? Effect.succeed(reading.generation) : stale
+    ),
+    fresh: Effect.suspend(() => readSince(clock.unsafeCurrentTimeMillis())).pipe(Effect.catchAll(() => stale))
+  }
+  return generation
 })
