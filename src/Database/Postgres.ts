@@ -60,6 +60,6 @@ export const layer = (target: PostgresTarget) => {
 const reason = (cause: unknown): string => {
   if (typeof cause !== "object" || cause === null) return String(cause)
   const { code, message } = cause as { code?: unknown; message?: unknown }
-  if (typeof code === "string" && code !== "") return code
-  return typeof message === "string" && message !== "" ? message : "no answer"
+  if (typeof message === "string" && message !== "") return message
+  return typeof code === "string" && code !== "" ? code : "no answer"
 }

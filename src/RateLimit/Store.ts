@@ -119,19 +119,25 @@ const makeRedis = (url: Redacted.Redacted<string>) =>
       (redis) => Effect.promise(() => redis.quit().catch(() => redis.disconnect()))
     )
     redis.defineCommand("tokenBucket", { lua: tokenBucketScript, numberOfKeys: 1 })
+    // An outage begins with an error (no connection could be made) or a lost connection, and
+    // ends when the client is ready again; closing it at shutdown is neither.
     let down = false
-    redis.on("error", (error: Error) => {
-      if (down) return
+    let closing = false
+    const lost = (why: string) => {
+      if (down || closing) return
       down = true
       log(Effect.logWarning("the rate limiter's Redis does not answer: requests are served without limits until it does", {
-        error: error.message
+        error: why
       }))
-    })
+    }
+    redis.on("error", (error: Error) => lost(error.message))
+    redis.on("close", () => lost("connection closed"))
     redis.on("ready", () => {
       if (!down) return
       down = false
       log(Effect.logInfo("the rate limiter's Redis answers again: limits apply"))
     })
+    yield* Effect.addFinalizer(() => Effect.sync(() => (closing = true)))
     const store = RateLimiter.RateLimiterStore.of({
       fixedWindow: () =>
         Effect.fail(new RateLimiter.RateLimitStoreError({ message: "this service keeps token buckets only" })),

@@ -1,0 +1,222 @@
+import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { activate, type Answer, call, uniqueKey, whoami } from "./support/client.ts"
+import { expectEnvelope } from "./support/contract.ts"
+import { keyPropagationBound, postgres, sharedSkipped } from "./support/backends.ts"
+import { eventually, shuffle } from "./support/load.ts"
+import { faultyLink } from "./support/proxy.ts"
+import { createKey, type Environment, runCli, type RunningServer, startServer } from "./support/server.ts"
+
+/**
+ * Several instances of the service on one PostgreSQL and one Redis, as the README's "Running
+ * several instances" describes; and the faults of those two, through a link the test can cut.
+ */
+const skip = sharedSkipped !== undefined
+
+const startPair = async (database: string, env: Environment = {}) => {
+  const both = { ...postgres.env, ...env }
+  return [await startServer(database, both), await startServer(database, both)] as const
+}
+
+const ok = (answer: Answer) => answer.status === 200
+
+describe.skipIf(skip)("two instances on one PostgreSQL + Redis", () => {
+  let database: string
+  let a: RunningServer
+  let b: RunningServer
+
+  beforeAll(async () => {
+    database = await postgres.database()
+    ;[a, b] = await startPair(database, { RATE_LIMIT_MAX: "1000000" })
+  })
+  afterAll(async () => {
+    await Promise.all([a?.stop(), b?.stop()])
+  })
+
+  it("makes one record from duplicates fired at both: each gets the original's bytes, another body 409", async () => {
+    const key = await createKey(database)
+    const idempotencyKey = uniqueKey()
+    const requests = shuffle(Array.from({ length: 60 }, (_, i) => ({
+      server: i % 2 === 0 ? a : b,
+      body: { socialUsername: i % 4 === 3 ? "@someone-else" : "@the-same" }
+    })))
+    const answers = await Promise.all(requests.map(async (request) => ({
+      ...request,
+      answer: await activate(request.server.url, { apiKey: key.apiKey, key: idempotencyKey, body: request.body })
+    })))
+
+    expect(await postgres.count(database, "SELECT 1 FROM activations WHERE brand_id = ?", key.brandId)).toBe(1)
+    expect(await postgres.count(database, "SELECT 1 FROM idempotency_keys WHERE brand_id = ?", key.brandId)).toBe(1)
+    const originals = answers.filter(({ answer }) => ok(answer) && answer.headers.get("idempotent-replayed") === null)
+    expect(originals).toHaveLength(1)
+    const winner = originals[0]!
+    for (const { answer, body } of answers) {
+      if (body.socialUsername === winner.body.socialUsername) expect(answer.text).toBe(winner.answer.text)
+      else expectEnvelope(answer, 409, "IDEMPOTENCY_CONFLICT")
+    }
+    // Both instances answered some of them.
+    expect(new Set(answers.filter(({ answer }) => ok(answer)).map(({ server }) => server.url)).size).toBe(2)
+  })
+
+  it(`accepts a key created through the command line on both at once, and refuses it on both within ${keyPropagationBound} ms of its revocation`, async () => {
+    const created = await runCli(
+      ["keys", "create", "--brand", crypto.randomUUID(), "--scopes", "campaigns:read", "--json"],
+      { DATABASE_URL: database }
+    )
+    expect(created.code).toBe(0)
+    const { apiKey, keyId } = JSON.parse(created.stdout) as { apiKey: string; keyId: string }
+    expect([(await whoami(a.url, apiKey)).status, (await whoami(b.url, apiKey)).status]).toEqual([200, 200])
+
+    const revoked = await runCli(["keys", "revoke", keyId], { DATABASE_URL: database })
+    expect(revoked.code).toBe(0)
+    await Bun.sleep(keyPropagationBound)
+    expectEnvelope(await whoami(a.url, apiKey), 401, "UNAUTHORIZED")
+    expectEnvelope(await whoami(b.url, apiKey), 401, "UNAUTHORIZED")
+  })
+
+  it("loses no acknowledged activation when one instance is killed under load, and the other keeps serving", async () => {
+    const database = await postgres.database()
+    const [doomed, survivor] = await startPair(database, { RATE_LIMIT_MAX: "1000000" })
+    try {
+      const key = await createKey(database)
+      const acknowledged: Array<string> = []
+      let killed = false
+      let afterKill = 0
+      const loop = async (server: RunningServer) => {
+        for (let i = 0; i < 400 && !(killed && afterKill > 40); i++) {
+          const answer = await activate(server.url, { apiKey: key.apiKey, key: uniqueKey() }).catch(() => undefined)
+          if (answer !== undefined && ok(answer)) {
+            acknowledged.push(answer.json.activation.id)
+            if (killed && server === survivor) afterKill++
+          }
+        }
+      }
+      const loops = [doomed, survivor, doomed, survivor, doomed, survivor].map(loop)
+      await eventually("some activations", () => acknowledged.length >= 30)
+      doomed.process.kill("SIGKILL")
+      killed = true
+      await Promise.all(loops)
+
+      expect(afterKill).toBeGreaterThan(40)
+      const stored = await postgres.count(
+        database,
+        `SELECT 1 FROM activations WHERE id IN (${acknowledged.map((id) => `'${id}'`).join(", ")})`
+      )
+      expect(stored).toBe(acknowledged.length)
+      expect((await whoami(survivor.url, key.apiKey)).status).toBe(200)
+    } finally {
+      await survivor.stop()
+      await doomed.stop()
+    }
+  })
+})
+
+describe.skipIf(skip)("a rate limit shared through Redis", () => {
+  const limit = 10
+
+  it(`admits exactly ${limit} of ${4 * limit} concurrent requests of one key across two instances`, async () => {
+    const database = await postgres.database()
+    const [a, b] = await startPair(database, { RATE_LIMIT_MAX: String(limit), RATE_LIMIT_WINDOW_SECONDS: "3600" })
+    try {
+      const key = await createKey(database, { scopes: ["campaigns:read"] })
+      const answers = await Promise.all(
+        shuffle(Array.from({ length: 4 * limit }, (_, i) => i % 2 === 0 ? a : b)).map((server) => whoami(server.url, key.apiKey))
+      )
+      expect(answers.filter(ok)).toHaveLength(limit)
+      for (const answer of answers.filter((answer) => !ok(answer))) {
+        expectEnvelope(answer, 429, "RATE_LIMITED")
+        // One token per 360 s: the wait comes from the bucket in Redis, whichever instance answers.
+        expect(Number(answer.headers.get("retry-after"))).toBeGreaterThan(350)
+      }
+      const remaining = answers.filter(ok).map((answer) => Number(/r=(\d+)/.exec(answer.headers.get("ratelimit")!)![1]))
+      expect(remaining.sort((x, y) => x - y)).toEqual(Array.from({ length: limit }, (_, i) => i))
+    } finally {
+      await Promise.all([a.stop(), b.stop()])
+    }
+  })
+})
+
+describe.skipIf(skip)("faults of PostgreSQL and Redis", () => {
+  it("answers 503 while PostgreSQL cannot be reached under load, loses no acknowledged activation, and recovers without a restart", async () => {
+    const direct = await postgres.database()
+    const link = faultyLink(direct)
+    const server = await startServer(link.url, { ...postgres.env, RATE_LIMIT_MAX: "1000000" })
+    try {
+      const key = await createKey(direct)
+      const acknowledged: Array<string> = []
+      const statuses = new Map<number, number>()
+      let phase: "before" | "down" | "after" = "before"
+      const seenDown: Array<Answer> = []
+      let okAfter = 0
+      const loop = async () => {
+        while (okAfter < 50) {
+          const during = phase
+          const answer = await activate(server.url, { apiKey: key.apiKey, key: uniqueKey() })
+          statuses.set(answer.status, (statuses.get(answer.status) ?? 0) + 1)
+          if (ok(answer)) {
+            acknowledged.push(answer.json.activation.id)
+            if (during === "after") okAfter++
+          } else if (during === "down" && phase === "down") seenDown.push(answer)
+        }
+      }
+      const loops = Array.from({ length: 6 }, loop)
+      await eventually("activations under way", () => acknowledged.length >= 20)
+      phase = "down"
+      link.cut()
+      await eventually("refusals while the database is away", () => seenDown.length >= 20)
+      expectEnvelope(await call(server.url, { path: "/readyz" }), 503, "SERVICE_UNAVAILABLE")
+      link.restore()
+      phase = "after"
+      await Promise.all(loops)
+
+      for (const answer of seenDown) expectEnvelope(answer, 503, "SERVICE_UNAVAILABLE")
+      expect([...statuses.keys()].sort()).toEqual([200, 503])
+      expect((await call(server.url, { path: "/readyz" })).status).toBe(200)
+      const stored = await postgres.count(
+        direct,
+        `SELECT 1 FROM activations WHERE id IN (${acknowledged.map((id) => `'${id}'`).join(", ")})`
+      )
+      expect(stored).toBe(acknowledged.length)
+    } finally {
+      await server.stop()
+      link.close()
+    }
+  })
+
+  it("serves without limits while Redis cannot be reached, says so once and in /readyz, and limits again once it is back", async () => {
+    const link = faultyLink(postgres.env["REDIS_URL"]!)
+    const database = await postgres.database()
+    const server = await startServer(database, { REDIS_URL: link.url, RATE_LIMIT_MAX: "2", RATE_LIMIT_WINDOW_SECONDS: "3600" })
+    const readiness = async () => (await call(server.url, { path: "/readyz" })).json
+    try {
+      const key = await createKey(database, { scopes: ["campaigns:read"] })
+      const statuses = async (n: number) => {
+        const seen = []
+        for (let i = 0; i < n; i++) seen.push((await whoami(server.url, key.apiKey)).status)
+        return seen
+      }
+      expect(await statuses(3)).toEqual([200, 200, 429])
+      expect((await readiness()).rateLimiter).toBe("redis")
+
+      link.cut()
+      await eventually("readiness to report the limiter degraded", async () => (await readiness()).rateLimiter === "degraded")
+      expect((await call(server.url, { path: "/readyz" })).status).toBe(200)
+      expect(await statuses(5)).toEqual([200, 200, 200, 200, 200])
+      const unlimited = await whoami(server.url, key.apiKey)
+      expect(unlimited.headers.get("ratelimit")).toBe(`"default";r=2;t=0`)
+
+      link.restore()
+      await eventually("readiness to report Redis again", async () => (await readiness()).rateLimiter === "redis", {
+        intervalMs: 100
+      })
+      // The bucket was kept in Redis: still empty, so the limit applies at once.
+      expectEnvelope(await whoami(server.url, key.apiKey), 429, "RATE_LIMITED")
+      const warnings = server.logs().split("\n").filter((line) => line.includes("rate limiter's Redis does not answer"))
+      expect(warnings).toHaveLength(1)
+      expect(server.logs()).toContain("rate limiter's Redis answers again")
+      expect(server.logs()).not.toContain("[ioredis]")
+    } finally {
+      await server.stop()
+      link.close()
+    }
+  })
+})
