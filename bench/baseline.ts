@@ -10,34 +10,29 @@
  *   in one transaction look the (brand, key) up and replay it, or insert the activation and the
  *   idempotency row (the service's columns) and answer the service's body.
  *
+ * With a `postgres://` DATABASE_URL the same work runs on PostgreSQL through Bun's own client
+ * (`Bun.SQL`, a pool of 10), each activation in one transaction, durable at commit.
+ *
  * Not done here (the service does it): rate limiting, logging, the full error catalogue.
  *
  *   PORT=3001 DATABASE_URL=/tmp/x.sqlite bun bench/baseline.ts
+ *   PORT=3001 DATABASE_URL=postgres://postgres@127.0.0.1:5432/x bun bench/baseline.ts
  */
+import { SQL } from "bun"
 import { Database } from "bun:sqlite"
 import { createHash, timingSafeEqual } from "node:crypto"
 
 const port = Number(process.env.PORT ?? "3001")
 const hostname = process.env.HOST ?? "127.0.0.1"
-const filename = (process.env.DATABASE_URL ?? "data/baseline.sqlite").replace(/^sqlite:(\/\/)?/, "")
+const databaseUrl = process.env.DATABASE_URL ?? "data/baseline.sqlite"
 const idempotencyTtlMillis = 24 * 60 * 60 * 1000
-
-const db = new Database(filename, { create: false, strict: true })
-db.run("PRAGMA journal_mode = WAL")
-db.run("PRAGMA synchronous = FULL")
-db.run("PRAGMA busy_timeout = 5000")
-
-// The schema is the service's: bench/run.ts prepares this database with the service's own
-// `keys create`, which runs its migrations.
-const migrated = db.query("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'idempotency_keys'").get()
-if (migrated === null) throw new Error(`${filename} has no schema: create a key in it with the service's CLI first`)
 
 interface KeyRow {
   readonly brand_id: string
   readonly scopes: string
   readonly secret_sha256: string
-  readonly expires_at: number | null
-  readonly revoked_at: number | null
+  readonly expires_at: number | string | null
+  readonly revoked_at: number | string | null
 }
 
 interface IdempotencyRow {
@@ -46,26 +41,92 @@ interface IdempotencyRow {
   readonly response_body: string
 }
 
-const findKey = db.query<KeyRow, [string]>(
-  "SELECT brand_id, scopes, secret_sha256, expires_at, revoked_at FROM api_keys WHERE key_id = ?"
-)
-// The service deletes an expired entry of the same key before reading it; so does the baseline.
-const deleteExpiredKey = db.query<never, [string, string, number]>(
-  "DELETE FROM idempotency_keys WHERE brand_id = ? AND idempotency_key = ? AND expires_at <= ?"
-)
-const findIdempotency = db.query<IdempotencyRow, [string, string]>(
-  "SELECT fingerprint, status_code, response_body FROM idempotency_keys WHERE brand_id = ? AND idempotency_key = ?"
-)
-const insertActivation = db.query<never, [string, string, string, string, string, string, string, string | null, string]>(
-  `INSERT INTO activations
-     (id, brand_id, key_id, creator_id, campaign_id, status, social_username, planned_post_at, activated_at)
-   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
-)
-const insertIdempotency = db.query<never, [string, string, string, string, number, string, number, number]>(
-  `INSERT INTO idempotency_keys
-     (brand_id, idempotency_key, fingerprint, resource_id, status_code, response_body, created_at, expires_at)
-   VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
-)
+type ActivationRow = [string, string, string, string, string, string, string, string | null, string]
+type IdempotencyInsert = [string, string, string, string, number, string, number, number]
+
+/** The statements, on either database; SQLite's answer synchronously, PostgreSQL's in a promise. */
+interface Store {
+  readonly findKey: (keyId: string) => KeyRow | null | Promise<KeyRow | null>
+  /** In one transaction: `work` gets the statements of that transaction. */
+  readonly transaction: <A>(work: (tx: Transaction) => A | Promise<A>) => A | Promise<A>
+  readonly close: () => void
+}
+
+interface Transaction {
+  readonly deleteExpiredKey: (brandId: string, key: string, now: number) => unknown
+  readonly findIdempotency: (brandId: string, key: string) => IdempotencyRow | null | Promise<IdempotencyRow | null>
+  readonly insertActivation: (row: ActivationRow) => unknown
+  readonly insertIdempotency: (row: IdempotencyInsert) => unknown
+}
+
+const activationColumns = "(id, brand_id, key_id, creator_id, campaign_id, status, social_username, planned_post_at, activated_at)"
+const idempotencyColumns = "(brand_id, idempotency_key, fingerprint, resource_id, status_code, response_body, created_at, expires_at)"
+
+const sqliteStore = (filename: string): Store => {
+  const db = new Database(filename, { create: false, strict: true })
+  db.run("PRAGMA journal_mode = WAL")
+  db.run("PRAGMA synchronous = FULL")
+  db.run("PRAGMA busy_timeout = 5000")
+  // The schema is the service's: bench/run.ts prepares this database with the service's own
+  // `keys create`, which runs its migrations.
+  const migrated = db.query("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'idempotency_keys'").get()
+  if (migrated === null) throw new Error(`${filename} has no schema: create a key in it with the service's CLI first`)
+  const findKey = db.query<KeyRow, [string]>(
+    "SELECT brand_id, scopes, secret_sha256, expires_at, revoked_at FROM api_keys WHERE key_id = ?"
+  )
+  // The service replaces an expired entry of the same key; the baseline deletes it first.
+  const deleteExpiredKey = db.query<never, [string, string, number]>(
+    "DELETE FROM idempotency_keys WHERE brand_id = ? AND idempotency_key = ? AND expires_at <= ?"
+  )
+  const findIdempotency = db.query<IdempotencyRow, [string, string]>(
+    "SELECT fingerprint, status_code, response_body FROM idempotency_keys WHERE brand_id = ? AND idempotency_key = ?"
+  )
+  const insertActivation = db.query<never, ActivationRow>(
+    `INSERT INTO activations ${activationColumns} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+  )
+  const insertIdempotency = db.query<never, IdempotencyInsert>(
+    `INSERT INTO idempotency_keys ${idempotencyColumns} VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+  )
+  const tx: Transaction = {
+    deleteExpiredKey: (brandId, key, now) => deleteExpiredKey.run(brandId, key, now),
+    findIdempotency: (brandId, key) => findIdempotency.get(brandId, key),
+    insertActivation: (row) => insertActivation.run(...row),
+    insertIdempotency: (row) => insertIdempotency.run(...row)
+  }
+  return {
+    findKey: (keyId) => findKey.get(keyId),
+    transaction: (work) => db.transaction(() => work(tx))(),
+    close: () => db.close()
+  }
+}
+
+const postgresStore = (url: string): Store => {
+  const sql = new SQL(url, { max: 10 })
+  return {
+    findKey: async (keyId) =>
+      ((await sql`SELECT brand_id, scopes, secret_sha256, expires_at, revoked_at FROM api_keys WHERE key_id = ${keyId}`) as Array<KeyRow>)[0] ?? null,
+    transaction: (work) =>
+      sql.begin((db) =>
+        work({
+          deleteExpiredKey: (brandId, key, now) =>
+            db`DELETE FROM idempotency_keys WHERE brand_id = ${brandId} AND idempotency_key = ${key} AND expires_at <= ${now}`,
+          findIdempotency: async (brandId, key) =>
+            ((await db`SELECT fingerprint, status_code, response_body FROM idempotency_keys
+                       WHERE brand_id = ${brandId} AND idempotency_key = ${key}`) as Array<IdempotencyRow>)[0] ?? null,
+          insertActivation: (row) => db.unsafe(`INSERT INTO activations ${activationColumns} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, [...row]),
+          insertIdempotency: (row) =>
+            db.unsafe(`INSERT INTO idempotency_keys ${idempotencyColumns} VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, [...row])
+        })
+      ) as never,
+    close: () => void sql.close()
+  }
+}
+
+const store = /^postgres(ql)?:\/\//.test(databaseUrl) ? postgresStore(databaseUrl) : sqliteStore(databaseUrl.replace(/^sqlite:(\/\/)?/, ""))
+
+/** `value`, or what it resolves to: SQLite's answers stay synchronous (no extra turn of the event loop). */
+const then = <A, B>(value: A | Promise<A>, f: (a: A) => B | Promise<B>): B | Promise<B> =>
+  value instanceof Promise ? value.then(f) : f(value)
 
 const jsonHeaders = { "content-type": "application/json" }
 
@@ -90,27 +151,28 @@ interface Identity {
 const bearerFormat = /^bearer +cak_([a-z0-9]{16})_([0-9a-f]{64}) *$/i
 const decoyDigest = createHash("sha256").update("decoy").digest()
 
-const authenticate = (request: Request): Identity | undefined => {
+const authenticate = (request: Request): Identity | undefined | Promise<Identity | undefined> => {
   const match = bearerFormat.exec(request.headers.get("authorization") ?? "")
   if (match === null) return undefined
   const keyId = match[1]!
-  const row = findKey.get(keyId)
-  const presented = createHash("sha256").update(match[2]!).digest()
+  return then(store.findKey(keyId), (row) => checkKey(keyId, match[2]!, row))
+}
+
+const checkKey = (keyId: string, secret: string, row: KeyRow | null): Identity | undefined => {
+  const presented = createHash("sha256").update(secret).digest()
   const expected = row === null ? decoyDigest : Buffer.from(row.secret_sha256, "hex")
   const secretMatches = timingSafeEqual(presented, expected)
   if (!secretMatches || row === null || row.revoked_at !== null) return undefined
-  if (row.expires_at !== null && row.expires_at <= Date.now()) return undefined
+  if (row.expires_at !== null && Number(row.expires_at) <= Date.now()) return undefined
   return { keyId, brandId: row.brand_id, scopes: row.scopes === "" ? [] : row.scopes.split(" ") }
 }
 
 // ---------------------------------------------------------------------------------------------
 // whoami
 
-const whoami = (request: Request): Response => {
-  const identity = authenticate(request)
-  if (identity === undefined) return unauthorized()
-  return json(200, JSON.stringify({ ok: true, ...identity }))
-}
+const whoami = (request: Request): Response | Promise<Response> =>
+  then(authenticate(request), (identity) =>
+    identity === undefined ? unauthorized() : json(200, JSON.stringify({ ok: true, ...identity })))
 
 // ---------------------------------------------------------------------------------------------
 // activate
@@ -152,11 +214,15 @@ interface Activation {
 }
 
 /** One transaction: replay or conflict on a known key, else the activation and its stored response. */
-const activateOnce = db.transaction((input: Activation): Response => {
+const activateOnce = (input: Activation) =>
+  store.transaction((tx) => {
+    const now = Date.now()
+    return then(tx.deleteExpiredKey(input.identity.brandId, input.key, now), () =>
+      then(tx.findIdempotency(input.identity.brandId, input.key), (stored) => store_(tx, input, now, stored)))
+  })
+
+const store_ = (tx: Transaction, input: Activation, now: number, stored: IdempotencyRow | null) => {
   const { identity, key, fingerprint, body } = input
-  const now = Date.now()
-  deleteExpiredKey.run(identity.brandId, key, now)
-  const stored = findIdempotency.get(identity.brandId, key)
   if (stored !== null) {
     if (stored.fingerprint !== fingerprint) {
       return error(
@@ -177,7 +243,7 @@ const activateOnce = db.transaction((input: Activation): Response => {
     activatedAt: new Date(now).toISOString()
   }
   const responseBody = JSON.stringify({ ok: true, activation })
-  insertActivation.run(
+  const inserted = tx.insertActivation([
     activation.id,
     identity.brandId,
     identity.keyId,
@@ -187,13 +253,16 @@ const activateOnce = db.transaction((input: Activation): Response => {
     activation.socialUsername,
     activation.plannedPostAt,
     activation.activatedAt
-  )
-  insertIdempotency.run(identity.brandId, key, fingerprint, activation.id, 200, responseBody, now, now + idempotencyTtlMillis)
-  return json(200, responseBody)
-})
+  ])
+  return then(inserted, () =>
+    then(
+      tx.insertIdempotency([identity.brandId, key, fingerprint, activation.id, 200, responseBody, now, now + idempotencyTtlMillis]),
+      () => json(200, responseBody)
+    ))
+}
 
 const activate = async (request: Request, path: string, ids: RegExpExecArray): Promise<Response> => {
-  const identity = authenticate(request)
+  const identity = await authenticate(request)
   if (identity === undefined) return unauthorized()
   if (!identity.scopes.includes("campaigns:write")) {
     return error(403, "FORBIDDEN", `This API key lacks the scope "campaigns:write" that this operation requires.`)
@@ -235,11 +304,11 @@ const server = Bun.serve({
   }
 })
 
-console.error(`baseline listening on http://${server.hostname}:${server.port} (database ${filename})`)
+console.error(`baseline listening on http://${server.hostname}:${server.port}`)
 
 const shutdown = () => {
   server.stop(true)
-  db.close()
+  store.close()
   process.exit(0)
 }
 process.on("SIGTERM", shutdown)

@@ -66,7 +66,8 @@ const numbered = (sql: string) => {
 export const postgres: Backend = {
   name: "PostgreSQL + Redis",
   database: async () => {
-    const name = `${runDatabasePrefix()}${process.pid}_${++created}`
+    // Each test file loads this module afresh: a counter alone would repeat across files.
+    const name = `${runDatabasePrefix()}${++created}_${crypto.randomUUID().slice(0, 8)}`
     await withPostgres(databaseUrl("postgres"), (sql) => sql.unsafe(`CREATE DATABASE ${name}`))
     return databaseUrl(name)
   },

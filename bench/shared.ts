@@ -1,0 +1,210 @@
+/**
+ * The benchmark on PostgreSQL + Redis: the service as deployed (the single binary) as one instance
+ * and as two instances on one PostgreSQL and one Redis, against `bench/baseline.ts` on the same
+ * PostgreSQL doing the same essential work with no framework (`Bun.serve` + `Bun.SQL`).
+ *
+ *   bun bench/shared.ts          # BENCH_DURATION=10 BENCH_WARMUP=5 BENCH_SCENARIOS=whoami,fresh,replay,mix
+ *                                # POSTGRES_URL=postgres://postgres@127.0.0.1:5432 REDIS_URL=redis://127.0.0.1:6379
+ *
+ * PostgreSQL and Redis run on the same 2 cores as the servers and wrk, so nothing is pinned: the
+ * figures say how the whole machine does, not one core. Two instances get one wrk each (25
+ * connections apiece, 50 in all, as the single runs); their requests/s are added and the higher
+ * of their two p99 latencies is shown. Each server gets a database of its own, dropped at the end.
+ */
+import { SQL, spawn, type Subprocess } from "bun"
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+
+const postgresServer = process.env["POSTGRES_URL"] ?? "postgres://postgres@127.0.0.1:5432"
+const redisUrl = process.env["REDIS_URL"] ?? "redis://127.0.0.1:6379"
+const durationSeconds = Number(process.env["BENCH_DURATION"] ?? "10")
+const warmupSeconds = Number(process.env["BENCH_WARMUP"] ?? "5")
+const allScenarios = ["whoami", "fresh", "replay", "mix"] as const
+type Scenario = (typeof allScenarios)[number]
+const scenarios = (process.env["BENCH_SCENARIOS"]?.split(",").map((s) => s.trim()) ?? [...allScenarios]) as Array<Scenario>
+for (const scenario of scenarios) {
+  if (!allScenarios.includes(scenario)) throw new Error(`BENCH_SCENARIOS: unknown scenario "${scenario}"`)
+}
+
+const root = join(import.meta.dir, "..")
+const luaScript = join(import.meta.dir, "scenario.lua")
+const resultsDir = join(import.meta.dir, "results")
+const brandId = "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f"
+const activatePath = "/v1/creators/5d2a7c3e-1b4f-4e6a-8c9d-0e1f2a3b4c5d/campaigns/9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d/activate"
+const activateBody = JSON.stringify({ socialUsername: "@bench", plannedPostAt: "2026-12-01" }) // as in scenario.lua
+
+const run = Date.now().toString(36)
+const children: Array<Subprocess> = []
+const databases: Array<string> = []
+
+const admin = () => new SQL(`${postgresServer}/postgres`, { max: 1 })
+
+const newDatabase = async (name: string): Promise<string> => {
+  const sql = admin()
+  const database = `bench_${run}_${name.replace(/\W/g, "_")}`
+  await sql.unsafe(`CREATE DATABASE ${database}`)
+  await sql.close()
+  databases.push(database)
+  return `${postgresServer}/${database}`
+}
+
+const freePort = (): number => {
+  const listener = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } })
+  const { port } = listener
+  listener.stop(true)
+  return port
+}
+
+const runToEnd = async (cmd: Array<string>, env: Record<string, string> = {}) => {
+  const child = spawn(cmd, { cwd: root, env: { ...process.env, ...env }, stdout: "pipe", stderr: "pipe" })
+  const [stdout, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited])
+  if (code !== 0) throw new Error(`${cmd.join(" ")} exited with ${code}:\n${stdout}${stderr}`)
+  return stdout
+}
+
+const createKey = async (binary: string, database: string): Promise<string> => {
+  const out = await runToEnd([binary, "keys", "create", "--brand", brandId, "--scopes", "campaigns:write", "--json"], {
+    DATABASE_URL: database
+  })
+  return (JSON.parse(out.trim().split("\n").at(-1)!) as { apiKey: string }).apiKey
+}
+
+const startServer = async (cmd: Array<string>, env: Record<string, string>, apiKey: string): Promise<string> => {
+  const port = freePort()
+  const child = spawn(cmd, {
+    cwd: root,
+    env: { ...process.env, ...env, PORT: String(port), HOST: "127.0.0.1", LOG_LEVEL: "warn", RATE_LIMIT_MAX: "1000000000" },
+    stdout: "ignore",
+    stderr: "inherit"
+  })
+  children.push(child)
+  const url = `http://127.0.0.1:${port}`
+  for (let i = 0; i < 300; i++) {
+    const ok = await fetch(`${url}/v1/whoami`, { headers: { authorization: `Bearer ${apiKey}` } })
+      .then((r) => r.status === 200)
+      .catch(() => false)
+    if (ok) return url
+    await Bun.sleep(50)
+  }
+  throw new Error(`${cmd.join(" ")} did not answer on ${url}`)
+}
+
+interface WrkResult {
+  readonly requests: number
+  readonly durationMicros: number
+  readonly non2xx: number
+  readonly errors: { readonly connect: number; readonly read: number; readonly write: number; readonly timeout: number }
+  readonly latencyMicros: { readonly p50: number; readonly p99: number }
+}
+
+const wrk = async (url: string, scenario: Scenario, apiKey: string, keyPrefix: string, connections: number, seconds: number) => {
+  const out = await runToEnd([
+    "wrk", "-t1", `-c${connections}`, `-d${seconds}s`, "--timeout", "5s", "-s", luaScript,
+    url, scenario, apiKey, activatePath, keyPrefix
+  ])
+  const line = out.split("\n").find((l) => l.startsWith("BENCH_RESULT "))
+  if (line === undefined) throw new Error(`wrk printed no result:\n${out}`)
+  return JSON.parse(line.slice("BENCH_RESULT ".length)) as WrkResult
+}
+
+interface Target {
+  readonly name: string
+  readonly urls: ReadonlyArray<string>
+  readonly apiKey: string
+}
+
+interface Measured {
+  readonly requestsPerSecond: number
+  readonly p99Ms: number
+  readonly failures: number
+}
+
+const measure = async (target: Target, scenario: Scenario): Promise<Measured> => {
+  const prefix = `${scenario}-${target.name}-${Date.now().toString(36)}`
+  if (scenario === "replay") {
+    const first = await fetch(`${target.urls[0]}${activatePath}`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${target.apiKey}`, "content-type": "application/json", "idempotency-key": prefix },
+      body: activateBody
+    })
+    if (first.status !== 200) throw new Error(`${target.name}: the first replay request got ${first.status}`)
+  }
+  const connections = 50 / target.urls.length
+  const all = (seconds: number, keyPrefix: (i: number) => string) =>
+    Promise.all(target.urls.map((url, i) => wrk(url, scenario, target.apiKey, keyPrefix(i), connections, seconds)))
+  await all(warmupSeconds, (i) => scenario === "replay" ? prefix : `warm-${prefix}-${i}`)
+  const results = await all(durationSeconds, (i) => scenario === "replay" ? prefix : `run-${prefix}-${i}`)
+  return {
+    requestsPerSecond: results.reduce((sum, r) => sum + r.requests / (r.durationMicros / 1e6), 0),
+    p99Ms: Math.max(...results.map((r) => r.latencyMicros.p99 / 1000)),
+    failures: results.reduce((sum, r) => sum + r.non2xx + r.errors.connect + r.errors.read + r.errors.write + r.errors.timeout, 0)
+  }
+}
+
+const main = async () => {
+  const dir = mkdtempSync(join(tmpdir(), "campaign-api-bench-shared-"))
+  try {
+    const binary = join(dir, "campaign-api")
+    console.log("building the single binary...")
+    await runToEnd([process.execPath, "build", "src/main.ts", "--compile", "--bytecode", "--outfile", binary])
+
+    const baselineDb = await newDatabase("baseline")
+    const baselineKey = await createKey(binary, baselineDb)
+    const baseline: Target = {
+      name: "baseline",
+      urls: [await startServer([process.execPath, "bench/baseline.ts"], { DATABASE_URL: baselineDb }, baselineKey)],
+      apiKey: baselineKey
+    }
+    const shared = { REDIS_URL: redisUrl }
+    const oneDb = await newDatabase("one")
+    const oneKey = await createKey(binary, oneDb)
+    const one: Target = {
+      name: "one instance",
+      urls: [await startServer([binary, "serve"], { ...shared, DATABASE_URL: oneDb }, oneKey)],
+      apiKey: oneKey
+    }
+    const twoDb = await newDatabase("two")
+    const twoKey = await createKey(binary, twoDb)
+    const two: Target = {
+      name: "two instances",
+      urls: [
+        await startServer([binary, "serve"], { ...shared, DATABASE_URL: twoDb }, twoKey),
+        await startServer([binary, "serve"], { ...shared, DATABASE_URL: twoDb }, twoKey)
+      ],
+      apiKey: twoKey
+    }
+
+    console.log(`PostgreSQL ${postgresServer}, Redis ${redisUrl}; ${warmupSeconds} s warm-up, ${durationSeconds} s measured, 50 connections`)
+    const rows: Array<Record<string, unknown>> = []
+    for (const scenario of scenarios) {
+      const b = await measure(baseline, scenario)
+      const o = await measure(one, scenario)
+      const t = await measure(two, scenario)
+      const row = {
+        scenario,
+        baseline: b,
+        oneInstance: o,
+        twoInstances: t,
+        ratioOne: o.requestsPerSecond / b.requestsPerSecond,
+        ratioTwo: t.requestsPerSecond / b.requestsPerSecond
+      }
+      rows.push(row)
+      const f = (m: Measured) => `${m.requestsPerSecond.toFixed(0)} req/s, p99 ${m.p99Ms.toFixed(1)} ms${m.failures > 0 ? `, ${m.failures} FAILED` : ""}`
+      console.log(`${scenario.padEnd(7)} baseline ${f(b)} | one instance ${f(o)} (${row.ratioOne.toFixed(3)}) | two instances ${f(t)} (${row.ratioTwo.toFixed(3)})`)
+    }
+    mkdirSync(resultsDir, { recursive: true })
+    const file = join(resultsDir, `shared-${new Date().toISOString().replace(/[:.]/g, "-")}.json`)
+    writeFileSync(file, `${JSON.stringify({ date: new Date().toISOString(), durationSeconds, warmupSeconds, rows }, null, 2)}\n`)
+    console.log(`results written to ${file}`)
+  } finally {
+    for (const child of children) child.kill("SIGTERM")
+    await Promise.all(children.map((child) => child.exited))
+    const sql = admin()
+    for (const database of databases) await sql.unsafe(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`)
+    await sql.close()
+    rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+await main()
