@@ -121,7 +121,7 @@ interface Measured {
 }
 
 const measure = async (target: Target, scenario: Scenario): Promise<Measured> => {
-  const prefix = `${scenario}-${target.name}-${Date.now().toString(36)}`
+  const prefix = `${scenario}-${target.name.replace(/\W/g, "-")}-${Date.now().toString(36)}`
   if (scenario === "replay") {
     const first = await fetch(`${target.urls[0]}${activatePath}`, {
       method: "POST",

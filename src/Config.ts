@@ -1,4 +1,4 @@
-import { Config, Context, Data, Duration, Effect, Layer, LogLevel, Redacted } from "effect"
+import { Config, Context, Data, Duration, Effect, Layer, LogLevel, Option, Redacted } from "effect"
 
 /**
  * A configured value that cannot be used: the database path, the address or the port. The
@@ -66,22 +66,22 @@ export const DatabaseConfig: Config.Config<DatabaseTarget> = Config.all({
     : { _tag: "sqlite", filename: withoutScheme(text) }
 }))
 
-/** REDIS_URL: the rate limiter's shared store; unset keeps the budgets in this process's memory. */
-export const RedisConfig = Config.option(
-  Config.string("REDIS_URL").pipe(
-    Config.validate({
-      message: "Expected a redis:// or rediss:// URL",
-      validation: (url) => {
-        try {
-          const parsed = new URL(url.trim())
-          return /^rediss?:$/.test(parsed.protocol) && parsed.hostname !== ""
-        } catch {
-          return false
-        }
+/** REDIS_URL: the rate limiter's shared store; unset (or empty) keeps the budgets in this process's memory. */
+export const RedisConfig = Config.string("REDIS_URL").pipe(
+  Config.withDefault(""),
+  Config.validate({
+    message: "Expected a redis:// or rediss:// URL",
+    validation: (url) => {
+      if (url.trim() === "") return true
+      try {
+        const parsed = new URL(url.trim())
+        return /^rediss?:$/.test(parsed.protocol) && parsed.hostname !== ""
+      } catch {
+        return false
       }
-    }),
-    Config.map((url) => Redacted.make(url.trim()))
-  )
+    }
+  }),
+  Config.map((url) => url.trim() === "" ? Option.none() : Option.some(Redacted.make(url.trim())))
 )
 
 export const ServerConfig = Config.all({
