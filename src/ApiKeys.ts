@@ -67,12 +67,13 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
           })
       // A key id the cache does not know may have been created a moment ago by another process:
       // where the generation is polled (PostgreSQL), it is read afresh before the key is refused.
+      const { freshGeneration } = repo
       const lookup = (keyId: string) =>
         Effect.flatMap(Effect.flatMap(repo.generation, keysAt), (keys) => {
           const stored = keys.get(keyId)
-          return stored !== undefined
+          return stored !== undefined || freshGeneration === undefined
             ? Effect.succeed(stored)
-            : Effect.map(Effect.flatMap(repo.freshGeneration, keysAt), (fresh) => fresh.get(keyId))
+            : Effect.map(Effect.flatMap(freshGeneration, keysAt), (fresh) => fresh.get(keyId))
         })
 
       const authenticate = (token: string) =>

@@ -44,7 +44,7 @@ const ApiKeysRepoInMemory = makeTestLayer(ApiKeysRepo)({
     }),
   list: Effect.sync(() => [...storedKeys.values()]),
   generation: Effect.sync(() => generation),
-  freshGeneration: Effect.sync(() => generation),
+  freshGeneration: undefined,
   revoke: (keyId, at) =>
     Effect.sync(() => {
       const row = storedKeys.get(keyId)
@@ -140,6 +140,31 @@ layer(ApiKeys.Live.pipe(Layer.provide(ApiKeysRepoInMemory), Layer.provide(makeId
       yield* TestClock.adjust(Duration.millis(1))
       yield* expectRefused(apiKey)
     }))
+})
+
+/** As on PostgreSQL: the polled generation lags, and only a fresh read sees a key just created elsewhere. */
+describe("ApiKeys with a polled generation", () => {
+  const rows = new Map<string, ApiKeyRow>()
+  let committed = 0
+  let polled = 0
+  const LaggingRepo = makeTestLayer(ApiKeysRepo)({
+    insert: (row) => Effect.sync(() => void rows.set(row.keyId, row)).pipe(Effect.tap(() => committed++)),
+    list: Effect.sync(() => [...rows.values()]),
+    generation: Effect.sync(() => polled),
+    freshGeneration: Effect.sync(() => committed)
+  })
+  const layer = ApiKeys.Live.pipe(Layer.provide(LaggingRepo), Layer.provide(makeIdsDeterministic()))
+
+  it.effect("accepts a key created since the last poll on its first request, and still refuses unknown ids", () =>
+    Effect.gen(function*() {
+      const keys = yield* ApiKeys
+      yield* Effect.flip(keys.authenticate(`cak_${"0".repeat(16)}_${"0".repeat(64)}`))
+      const { apiKey, info } = yield* keys.create({ brandId, scopes: ["campaigns:read"], name: Option.none(), expiresIn: Option.none() })
+      expect(polled).toBe(0)
+      expect((yield* keys.authenticate(apiKey)).keyId).toBe(info.keyId)
+      const refused = yield* Effect.flip(keys.authenticate(`cak_${"1".repeat(16)}_${"0".repeat(64)}`))
+      expect(refused).toBeInstanceOf(Unauthorized)
+    }).pipe(Effect.provide(layer)))
 })
 
 const AppConfigTest = makeTestLayer(AppConfig)({ rateLimit: { max: 3, window: Duration.seconds(60) } })

@@ -49,10 +49,11 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
    */
   readonly generation: Effect.Effect<number>
   /**
-   * The same number as committed now, for a key id the cache does not know (created a moment
-   * ago, perhaps): where `generation` may lag (PostgreSQL, polled), this one reads the database.
+   * Where `generation` may lag (PostgreSQL, polled): the same number as committed now, read from
+   * the database, for a key id the cache does not know (created a moment ago, perhaps). Absent
+   * where `generation` is already exact (SQLite).
    */
-  readonly freshGeneration: Effect.Effect<number>
+  readonly freshGeneration: Effect.Effect<number> | undefined
   /** Marks the key revoked; false when there is no such key or it was revoked already. */
   readonly revoke: (keyId: string, at: number) => Effect.Effect<boolean>
 }>() {
@@ -97,12 +98,12 @@ const readCounter = Effect.map(SqlClient.SqlClient, (sql) =>
 
 interface Generation {
   readonly current: Effect.Effect<number>
-  readonly fresh: Effect.Effect<number>
+  readonly fresh: Effect.Effect<number> | undefined
 }
 
 type Probe = Effect.Effect<Generation, never, SqlClient.SqlClient | DatabaseFile | Scope.Scope>
 
-const exact = (probe: Effect.Effect<number>): Generation => ({ current: probe, fresh: probe })
+const exact = (probe: Effect.Effect<number>): Generation => ({ current: probe, fresh: undefined })
 
 const generationProbe = Effect.flatMap(DatabaseConfig, (target): Probe =>
   target._tag === "postgres"
