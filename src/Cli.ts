@@ -1,4 +1,4 @@
-import { Args, Command, Options } from "@effect/cli"
+import { Args, Command, HelpDoc, Options, ValidationError } from "@effect/cli"
 import { Console, DateTime, Duration, Effect, Layer, Option, Schema } from "effect"
 import { ApiKeys } from "./ApiKeys.ts"
 import { KeysLive, ServerLive } from "./App.ts"
@@ -6,7 +6,9 @@ import { type ApiKeyInfo, BrandId, Scope } from "./Domain/ApiKey.ts"
 import { version } from "./Version.ts"
 
 const serve = Command.make("serve", {}, () => Layer.launch(ServerLive)).pipe(
-  Command.withDescription("Start the HTTP API (PORT, HOST, DATABASE_URL, RATE_LIMIT_*, IDEMPOTENCY_TTL_HOURS, LOG_LEVEL, OTEL_EXPORTER_OTLP_ENDPOINT).")
+  Command.withDescription(
+    "Start the HTTP API, configured through the environment (PORT, HOST, DATABASE_URL, DATABASE_POOL_MAX, REDIS_URL, RATE_LIMIT_*, IDEMPOTENCY_TTL_HOURS, LOG_LEVEL, PUBLIC_URL, DOCS_ENABLED, OTEL_*; see the README)."
+  )
 )
 
 const scopesMessage = `--scopes takes a comma-separated list of ${Scope.literals.join(", ")}`
@@ -177,6 +179,30 @@ const ansi = /\x1b\[[0-9;]*m/g
 /** What @effect/cli prints under every option whatever it is for: its type, said in words. */
 const genericLine = /^ *(A user-defined piece of text\.|An integer\.|A true or false value\.)$/
 
+/** The command words typed before the first option (`keys create`), as the help text is for them. */
+const commandWords = () => {
+  const words: Array<string> = []
+  for (const word of process.argv.slice(2)) {
+    if (word.startsWith("-")) break
+    words.push(word)
+  }
+  return words
+}
+
+/**
+ * Help as @effect/cli prints it, with two fixes: a subcommand's usage line names the program and
+ * the commands above it (`$ campaign-api keys create …`, not `$ create …`), and a command list
+ * puts each description under its command instead of padding every line to the longest usage.
+ */
+const fixHelp = (text: string) => {
+  const words = commandWords()
+  const last = words.at(-1)
+  const withProgram = last === undefined
+    ? text
+    : text.replace(new RegExp(`^((?:\\x1b\\[[0-9;]*m)*)\\$ ${last}\\b`, "m"), `$1$ campaign-api ${words.join(" ")}`)
+  return withProgram.replace(/^( {2}- .*?\S) {2,}(\S.*)$/gm, "$1\n      $2")
+}
+
 /**
  * The command line's own output as people read it: no colour codes when it is not a terminal or
  * `NO_COLOR` is set (https://no-color.org), and help without the type lines that @effect/cli
@@ -184,8 +210,9 @@ const genericLine = /^ *(A user-defined piece of text\.|An integer\.|A true or f
  */
 const readable = (text: string) => {
   const plain = process.stdout.isTTY && !process.env["NO_COLOR"] ? text : text.replace(ansi, "")
-  return plain.split("\n").filter((line) => !genericLine.test(line.replace(ansi, ""))).join("\n")
+  const lines = plain.split("\n").filter((line) => !genericLine.test(line.replace(ansi, ""))).join("\n")
     .replace(/\n{3,}/g, "\n\n")
+  return lines.includes("USAGE") ? fixHelp(lines) : lines
 }
 
 /** The default console, with `readable` applied to what the command line prints. */
@@ -195,8 +222,35 @@ export const CliConsole = Effect.map(Console.consoleWith(Effect.succeed), (conso
   error: (...args) => console.error(...args.map((arg) => typeof arg === "string" ? readable(arg) : arg))
 }))
 
-export const cli = Command.make("campaign-api").pipe(
-  Command.withDescription("Campaign Activation and Identity API: the server and its key management."),
+const run = Command.make("campaign-api").pipe(
+  Command.withDescription(
+    "Campaign Activation and Identity API: the server and its key management. Every command takes --help; the program takes --version."
+  ),
   Command.withSubcommands([serve, keys]),
   Command.run({ name: "campaign-api", version })
 )
+
+const keyCommands = ["create", "list", "revoke"]
+const valueOptions = ["--brand", "--scopes", "--name", "--expires-in"]
+
+/**
+ * Two usage errors that @effect/cli reports confusingly, said plainly: an unknown `keys` command
+ * (it lists the top-level commands instead) and an option given without its value (it calls the
+ * option an unknown argument).
+ */
+const usageProblem = (args: ReadonlyArray<string>): string | undefined => {
+  if (args[0] === "keys" && args[1] !== undefined && !args[1].startsWith("-") && !keyCommands.includes(args[1])) {
+    return `Unknown command 'keys ${args[1]}': use one of ${keyCommands.join(", ")} (see campaign-api keys --help).`
+  }
+  if (args[0] !== "keys" || args[1] !== "create") return undefined
+  const bare = args.findIndex((arg, i) => valueOptions.includes(arg) && (args[i + 1] === undefined || args[i + 1]!.startsWith("--")))
+  return bare === -1 ? undefined : `${args[bare]} needs a value (see campaign-api keys create --help).`
+}
+
+/** The command line: `argv` as `process.argv` has it. */
+export const cli = (argv: ReadonlyArray<string>) => {
+  const problem = usageProblem(argv.slice(2))
+  return problem === undefined
+    ? run(argv)
+    : Effect.zipRight(Console.error(problem), Effect.fail(ValidationError.invalidArgument(HelpDoc.p(problem))))
+}

@@ -1,4 +1,4 @@
-import { ValidationError } from "@effect/cli"
+import { CliConfig, ValidationError } from "@effect/cli"
 import { BunContext, BunRuntime } from "@effect/platform-bun"
 import { Console, Effect, Layer } from "effect"
 import * as ConfigError from "effect/ConfigError"
@@ -6,7 +6,9 @@ import { cli, CliConsole } from "./Cli.ts"
 import { LoggingLive } from "./Logging.ts"
 
 cli(process.argv).pipe(
-  Effect.provide(Layer.mergeAll(BunContext.layer, LoggingLive)),
+  // The five built-in options (--help, --version, --wizard, --completions, --log-level) are not
+  // repeated on every help page: the root description names --help and --version.
+  Effect.provide(Layer.mergeAll(BunContext.layer, LoggingLive, CliConfig.layer({ showBuiltIns: false }))),
   Effect.withConsole(Effect.runSync(CliConsole)),
   // @effect/cli has already printed what was wrong with the command line: exit 2, as usage errors do.
   Effect.catchIf(ValidationError.isValidationError, () => Effect.sync(() => process.exit(2))),

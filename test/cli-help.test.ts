@@ -46,9 +46,9 @@ describe("--help", () => {
   it("keys lists create, list and revoke with what each does", async () => {
     const text = await help(["keys"])
     expect(text).toContain("Manage API keys")
-    expect(text).toMatch(/- create .*Create an API key/)
-    expect(text).toMatch(/- list .*List API keys/)
-    expect(text).toMatch(/- revoke .*Revoke an API key/)
+    expect(text).toMatch(/- create .*\s+Create an API key/)
+    expect(text).toMatch(/- list .*\s+List API keys/)
+    expect(text).toMatch(/- revoke .*\s+Revoke an API key/)
   })
 
   it.each([
@@ -71,14 +71,58 @@ describe("--help", () => {
         "PORT",
         "HOST",
         "DATABASE_URL",
+        "DATABASE_POOL_MAX",
+        "REDIS_URL",
         "RATE_LIMIT_",
         "IDEMPOTENCY_TTL_HOURS",
         "LOG_LEVEL",
-        "OTEL_EXPORTER_OTLP_ENDPOINT"
+        "OTEL_"
       ]
     ) {
       expect(text).toContain(name)
     }
+  })
+})
+
+describe("help pages", () => {
+  it.each([[["keys"], "$ campaign-api keys"], [["keys", "create"], "$ campaign-api keys create --brand"], [
+    ["keys", "revoke"],
+    "$ campaign-api keys revoke <keyId>"
+  ]])("%j names the program and its commands in the usage line", async (args, usage) => {
+    expect(await help(args)).toContain(usage)
+  })
+
+  it("puts each command's description under it rather than padding the list to the longest usage", async () => {
+    const lines = (await help([])).split("\n").filter((line) => line.startsWith("  - "))
+    expect(lines.length).toBe(5)
+    for (const line of lines) expect(line.trim()).not.toMatch(/\S {2,}\S/)
+  })
+
+  it("lists the built-in options once, in the root description, not on every page", async () => {
+    for (const args of [[], ["keys"], ["keys", "create"], ["serve"]]) {
+      const text = await help(args)
+      for (const builtIn of ["--wizard", "--completions", "--log-level"]) expect(text).not.toContain(builtIn)
+    }
+    expect(await help([])).toMatch(/--help.*--version/)
+    const version = await runCli(["--version"], {})
+    expect(version.stdout.trim()).toMatch(/^\d+\.\d+\.\d+$/)
+  })
+})
+
+describe("usage errors say what to do", () => {
+  it("an unknown keys command names the keys commands", async () => {
+    const result = await runCli(["keys", "delete", "x"], { DATABASE_URL: tempDatabase() })
+    expect(result.code).toBe(2)
+    expect(result.stderr).toContain("use one of create, list, revoke")
+    expect(result.stderr).not.toContain("serve")
+  })
+
+  it.each(["--brand", "--scopes", "--name", "--expires-in"])("%s without its value says so", async (option) => {
+    const args = ["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--name", "x", "--expires-in", "3"]
+    const at = args.indexOf(option)
+    const result = await runCli([...args.slice(0, at), ...args.slice(at + 2), option], { DATABASE_URL: tempDatabase() })
+    expect(result.code).toBe(2)
+    expect(result.stderr.trim()).toBe(`${option} needs a value (see campaign-api keys create --help).`)
   })
 })
 
