@@ -51,8 +51,8 @@ const prefix = "campaign-api:ratelimit:"
 
 /**
  * The token bucket of `@effect/experimental`'s Redis store (same script, same arguments, same
- * answer), with one change: both keys expire once the bucket would be full again, so idle keys
- * leave Redis instead of staying forever.
+ * answer), with one change: both keys expire once the bucket would be full again (in whole
+ * milliseconds: `PX` refuses a fraction), so idle keys leave Redis instead of staying forever.
  */
 const tokenBucketScript = `
 local key = KEYS[1]
@@ -82,7 +82,7 @@ local kept = next
 if next < 0 and not overflow then
   kept = current
 end
-local ttl = refill_ms * limit
+local ttl = math.ceil(refill_ms * limit)
 redis.call("SET", key, kept, "PX", ttl)
 redis.call("SET", last_refill_key, last_refill, "PX", ttl)
 return next
@@ -119,8 +119,8 @@ const makeRedis = (url: Redacted.Redacted<string>) =>
       (redis) => Effect.promise(() => redis.quit().catch(() => redis.disconnect()))
     )
     redis.defineCommand("tokenBucket", { lua: tokenBucketScript, numberOfKeys: 1 })
-    // An outage begins with an error (no connection could be made) or a lost connection, and
-    // ends when the client is ready again; closing it at shutdown is neither.
+    // An outage begins with an error (no connection could be made, or a command failed) or a lost
+    // connection, and ends when a command succeeds again; closing the client at shutdown is neither.
     let down = false
     let closing = false
     const lost = (why: string) => {
@@ -130,13 +130,14 @@ const makeRedis = (url: Redacted.Redacted<string>) =>
         error: why
       }))
     }
-    redis.on("error", (error: Error) => lost(error.message))
-    redis.on("close", () => lost("connection closed"))
-    redis.on("ready", () => {
+    const answered = () => {
       if (!down) return
       down = false
       log(Effect.logInfo("the rate limiter's Redis answers again: limits apply"))
-    })
+    }
+    redis.on("error", (error: Error) => lost(error.message))
+    redis.on("close", () => lost("connection closed"))
+    redis.on("ready", answered)
     yield* Effect.addFinalizer(() => Effect.sync(() => (closing = true)))
     const store = RateLimiter.RateLimiterStore.of({
       fixedWindow: () =>
@@ -154,13 +155,18 @@ const makeRedis = (url: Redacted.Redacted<string>) =>
                 options.allowOverflow ? 1 : 0
               ),
             catch: storeError("the token bucket command failed")
-          })
+          }).pipe(
+            Effect.tapBoth({
+              onFailure: (error) => Effect.sync(() => lost(String((error.cause as Error | undefined)?.message ?? error.message))),
+              onSuccess: () => Effect.sync(answered)
+            })
+          )
         )
     })
     return Context.make(RateLimiter.RateLimiterStore, store).pipe(
       Context.add(RateLimitStore, {
         kind: "redis",
-        connected: () => redis.status === "ready",
+        connected: () => redis.status === "ready" && !down,
         untilNextToken: (key, refillMillis, now) =>
           Effect.tryPromise({
             try: () => redis.get(`${prefix}${key}:refill`),
