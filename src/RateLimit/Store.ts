@@ -139,6 +139,13 @@ const makeRedis = (url: Redacted.Redacted<string>) =>
     redis.on("close", () => lost("connection closed"))
     redis.on("ready", answered)
     yield* Effect.addFinalizer(() => Effect.sync(() => (closing = true)))
+    // The server listens once Redis answers (or after a second without: then it starts failing open).
+    yield* Effect.async<void>((resume) => {
+      if (redis.status === "ready") return resume(Effect.void)
+      const ready = () => resume(Effect.void)
+      redis.once("ready", ready)
+      return Effect.sync(() => redis.off("ready", ready))
+    }).pipe(Effect.timeout(Duration.seconds(1)), Effect.ignore)
     const store = RateLimiter.RateLimiterStore.of({
       fixedWindow: () =>
         Effect.fail(new RateLimiter.RateLimitStoreError({ message: "this service keeps token buckets only" })),
