@@ -218,10 +218,10 @@ const activateOnce = (input: Activation) =>
   store.transaction((tx) => {
     const now = Date.now()
     return then(tx.deleteExpiredKey(input.identity.brandId, input.key, now), () =>
-      then(tx.findIdempotency(input.identity.brandId, input.key), (stored) => store_(tx, input, now, stored)))
+      then(tx.findIdempotency(input.identity.brandId, input.key), (stored) => replayOrInsert(tx, input, now, stored)))
   })
 
-const store_ = (tx: Transaction, input: Activation, now: number, stored: IdempotencyRow | null) => {
+const replayOrInsert = (tx: Transaction, input: Activation, now: number, stored: IdempotencyRow | null) => {
   const { identity, key, fingerprint, body } = input
   if (stored !== null) {
     if (stored.fingerprint !== fingerprint) {
