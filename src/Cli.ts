@@ -36,7 +36,13 @@ const create = Command.make("create", {
     Options.withSchema(ScopeList),
     Options.withDescription(`Comma-separated scopes: ${Scope.literals.join(", ")}.`)
   ),
-  name: Options.text("name").pipe(Options.optional, Options.withDescription("A label to recognise the key by.")),
+  name: Options.text("name").pipe(
+    Options.withSchema(Schema.String.pipe(Schema.maxLength(200)).annotations({
+      message: () => ({ message: "--name takes at most 200 characters", override: true })
+    })),
+    Options.optional,
+    Options.withDescription("A label to recognise the key by (at most 200 characters).")
+  ),
   expiresIn: Options.text("expires-in").pipe(
     Options.withSchema(Schema.NumberFromString.pipe(
       Schema.int(),

@@ -33,6 +33,9 @@ export const withoutPassword = (url: string): string => {
   try {
     const parsed = new URL(url)
     if (parsed.password !== "") parsed.password = "***"
+    for (const name of [...parsed.searchParams.keys()]) {
+      if (/pass/i.test(name)) parsed.searchParams.set(name, "***")
+    }
     return parsed.toString()
   } catch {
     return url.replace(/\/\/[^@/]*@/, "//***@")
@@ -59,7 +62,11 @@ const databaseUrl = Config.string("DATABASE_URL").pipe(
 
 export const DatabaseConfig: Config.Config<DatabaseTarget> = Config.all({
   url: databaseUrl,
-  poolSize: positiveInt("DATABASE_POOL_MAX", 10)
+  // One connection holds the migration lock while the migrations run on another.
+  poolSize: Config.integer("DATABASE_POOL_MAX").pipe(
+    Config.validate({ message: "Expected a whole number of at least 2", validation: (n) => n >= 2 }),
+    Config.withDefault(10)
+  )
 }).pipe(Config.map(({ poolSize, url: text }): DatabaseTarget => {
   return isPostgresUrl(text)
     ? { _tag: "postgres", url: Redacted.make(text.trim()), display: withoutPassword(text.trim()), poolSize }
@@ -68,7 +75,6 @@ export const DatabaseConfig: Config.Config<DatabaseTarget> = Config.all({
 
 /** REDIS_URL: the rate limiter's shared store; unset (or empty) keeps the budgets in this process's memory. */
 export const RedisConfig = Config.string("REDIS_URL").pipe(
-  Config.withDefault(""),
   Config.validate({
     message: "Expected a redis:// or rediss:// URL",
     validation: (url) => {
@@ -81,6 +87,8 @@ export const RedisConfig = Config.string("REDIS_URL").pipe(
       }
     }
   }),
+  // After the validation: a failed validation of a defaulted Config names no variable.
+  Config.withDefault(""),
   Config.map((url) => url.trim() === "" ? Option.none() : Option.some(Redacted.make(url.trim())))
 )
 

@@ -126,6 +126,18 @@ describe("usage errors say what to do", () => {
   })
 })
 
+describe("a PostgreSQL DATABASE_URL that cannot be reached", () => {
+  it.each([
+    "postgres://app:s3cret-word@127.0.0.1:1/campaigns",
+    "postgresql://app@127.0.0.1:1/campaigns?password=s3cret-word&sslmode=disable"
+  ])("stops the start with 78 and one sentence that never shows the password: %s", async (url) => {
+    const result = await runCli(["serve"], { DATABASE_URL: url })
+    expect({ code: result.code, timedOut: result.timedOut }).toEqual({ code: 78, timedOut: false })
+    expect(result.stderr.trim().split("\n")).toEqual([expect.stringMatching(/^DATABASE_URL=postgres(ql)?:\/\/app.*cannot be reached/)])
+    expect(`${result.stdout}${result.stderr}`).not.toContain("s3cret-word")
+  })
+})
+
 describe("exit codes", () => {
   it("0 for a successful command", async () => {
     const env = { DATABASE_URL: tempDatabase() }
@@ -142,7 +154,8 @@ describe("exit codes", () => {
     ["a missing --scopes", ["keys", "create", "--brand", brandId]],
     ["a --brand that is not a UUID", ["keys", "create", "--brand", "acme", "--scopes", "campaigns:read"]],
     ["an unknown scope", ["keys", "create", "--brand", brandId, "--scopes", "campaigns:delete"]],
-    ["a missing key id", ["keys", "revoke"]]
+    ["a missing key id", ["keys", "revoke"]],
+    ["a name over 200 characters", ["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--name", "n".repeat(201)]]
   ])("2 and one line on stderr for %s", async (_, args) => {
     const result = await runCli(args, { DATABASE_URL: tempDatabase() })
     expect(result.code).toBe(2)
@@ -167,7 +180,9 @@ describe("exit codes", () => {
     ["IDEMPOTENCY_TTL_HOURS", "0"],
     ["IDEMPOTENCY_TTL_HOURS", "0.0000001"],
     ["LOG_LEVEL", "loud"],
-    ["OTEL_EXPORTER_OTLP_ENDPOINT", "not a url"]
+    ["OTEL_EXPORTER_OTLP_ENDPOINT", "not a url"],
+    ["DATABASE_POOL_MAX", "1"],
+    ["REDIS_URL", "http://127.0.0.1:6379"]
   ])("78 and a message naming %s for the bad value %j", async (name, value) => {
     const result = await runCli(["serve"], { DATABASE_URL: tempDatabase(), [name]: value })
     expect({ code: result.code, timedOut: result.timedOut }).toEqual({ code: 78, timedOut: false })

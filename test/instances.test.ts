@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { activate, type Answer, call, uniqueKey, whoami } from "./support/client.ts"
 import { expectEnvelope } from "./support/contract.ts"
-import { keyPropagationBound, postgres, sharedSkipped } from "./support/backends.ts"
+import { keyPropagationBound, postgres, sharedSkipped, withPostgres } from "./support/backends.ts"
 import { eventually, shuffle } from "./support/load.ts"
 import { faultyLink } from "./support/proxy.ts"
 import { createKey, type Environment, runCli, type RunningServer, startServer } from "./support/server.ts"
@@ -182,6 +182,33 @@ describe.skipIf(skip)("faults of PostgreSQL and Redis", () => {
     } finally {
       await server.stop()
       link.close()
+    }
+  })
+
+  it("answers 503 rather than waiting without end when another instance holds the same key's row mid-transaction", async () => {
+    const database = await postgres.database()
+    const server = await startServer(database, postgres.env)
+    try {
+      const key = await createKey(database)
+      const idempotencyKey = uniqueKey()
+      const rollBack = new Error("roll back")
+      await withPostgres(database, (sql) =>
+        sql.begin(async (tx) => {
+          // As an instance frozen between its insert and its commit would.
+          await tx.unsafe(
+            `INSERT INTO idempotency_keys VALUES ($1, $2, $3, NULL, 200, '{}', $4, $5)`,
+            [key.brandId, idempotencyKey, "0".repeat(64), Date.now(), Date.now() + 60_000]
+          )
+          expectEnvelope(await activate(server.url, { apiKey: key.apiKey, key: idempotencyKey }), 503, "SERVICE_UNAVAILABLE")
+          throw rollBack
+        })).catch((error) => {
+          if (error !== rollBack) throw error
+        })
+      // Once the other transaction is gone, the same request goes through, once.
+      expect((await activate(server.url, { apiKey: key.apiKey, key: idempotencyKey })).status).toBe(200)
+      expect(await postgres.count(database, "SELECT 1 FROM activations WHERE brand_id = ?", key.brandId)).toBe(1)
+    } finally {
+      await server.stop()
     }
   })
 

@@ -1,5 +1,5 @@
 import { SqlClient } from "@effect/sql"
-import { expect, layer } from "@effect/vitest"
+import { describe, expect, it, layer } from "@effect/vitest"
 import { Cause, ConfigProvider, Data, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Ref, TestClock } from "effect"
 import { chmodSync, statSync, writeFileSync } from "node:fs"
 import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
@@ -12,7 +12,9 @@ import { IdempotencyConflict, IdempotencyInProgress } from "../src/Domain/Errors
 import { fingerprintOf, Idempotency, type IdempotentRequest, type StoredResponse } from "../src/Idempotency.ts"
 import { IdempotencyRepo, type IdempotencyRow } from "../src/Idempotency/IdempotencyRepo.ts"
 import type { Reply } from "../src/Edge/Exchange.ts"
+import { postgres, sharedSkipped, withPostgres } from "./support/backends.ts"
 import { inspect } from "./support/database.ts"
+import { eventually } from "./support/load.ts"
 import { tempDatabase } from "./support/server.ts"
 import { makeTestLayer } from "./support/testLayer.ts"
 
@@ -524,4 +526,37 @@ layer(GroupCommitOnFreshFile)("GroupCommit", (it) => {
       expect(outcomes).toEqual(records.map(Exit.succeed))
       expect(stored).toEqual(records.map(Option.some))
     }))
+})
+
+describe.skipIf(sharedSkipped !== undefined)("IdempotencyRepo.purgeExpired on PostgreSQL", () => {
+  it("leaves an entry that was replaced while the purge waited for its row", async () => {
+    const database = await postgres.database()
+    const purge = (now: number) =>
+      Effect.flatMap(IdempotencyRepo, (repo) => repo.purgeExpired(now, 100)).pipe(
+        Effect.provide(IdempotencyRepo.Live.pipe(Layer.provide(SqlLiveAt(database)))),
+        Effect.runPromise
+      )
+    await purge(0) // migrates the new database
+    await postgres.exec(
+      database,
+      `INSERT INTO idempotency_keys VALUES ('${brandId}', 'reused', '${"0".repeat(64)}', NULL, 200, '{}', 1, 1000)`
+    )
+    // Another instance replaces the expired entry with a live one and has not committed yet,
+    // while the purge, which chose that row as expired, waits for it.
+    let purged: Promise<number> | undefined
+    await withPostgres(database, (sql) =>
+      sql.begin(async (tx) => {
+        await tx`UPDATE idempotency_keys SET created_at = 2000, expires_at = 999999 WHERE idempotency_key = 'reused'`
+        purged = purge(5000)
+        const name = new URL(database).pathname.slice(1)
+        await eventually("the purge to wait for the row's lock", async () =>
+          (await postgres.count(
+            database,
+            "SELECT 1 FROM pg_stat_activity WHERE datname = ? AND wait_event_type = 'Lock' AND query LIKE 'DELETE FROM idempotency_keys%'",
+            name
+          )) === 1)
+      }))
+    expect(await purged).toBe(0)
+    expect(await postgres.count(database, "SELECT 1 FROM idempotency_keys WHERE expires_at = 999999")).toBe(1)
+  })
 })

@@ -1,6 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { Database } from "bun:sqlite"
-import { Context, Duration, Effect, Layer, Schedule, type Scope } from "effect"
+import { Context, Duration, Effect, Fiber, Layer, Schedule, type Scope } from "effect"
 import { DatabaseConfig } from "../Config.ts"
 import { DatabaseFile } from "../Database/Sql.ts"
 import { databaseError } from "../Database/SqlErrors.ts"
@@ -162,7 +162,9 @@ export const generationTrustedFor = Duration.seconds(1)
  * then no key is vouched for (503) rather than one that may have been revoked since.
  */
 const sharedGeneration = Effect.gen(function*() {
-  const read = (yield* readCounter).pipe(Effect.timeout(generationTrustedFor))
+  // Never interrupted: sql-pg cancels an interrupted statement with pg_cancel_backend, which could
+  // reach the connection's next user. A caller that cannot wait stops waiting instead (`fresh`).
+  const read = yield* readCounter
   const clock = yield* Effect.clock
   const trustedFor = Duration.toMillis(generationTrustedFor)
   let reading = { generation: yield* Effect.orDie(read), startedAt: clock.unsafeCurrentTimeMillis() }
@@ -188,7 +190,11 @@ const sharedGeneration = Effect.gen(function*() {
     current: Effect.suspend(() =>
       clock.unsafeCurrentTimeMillis() - reading.startedAt <= trustedFor ? Effect.succeed(reading.generation) : stale
     ),
-    fresh: Effect.suspend(() => readSince(clock.unsafeCurrentTimeMillis())).pipe(Effect.catchAll(() => stale))
+    fresh: Effect.suspend(() => Effect.forkDaemon(readSince(clock.unsafeCurrentTimeMillis()))).pipe(
+      Effect.flatMap(Fiber.join),
+      Effect.timeout(generationTrustedFor),
+      Effect.catchAll(() => stale)
+    )
   }
   return generation
 })

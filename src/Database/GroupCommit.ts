@@ -2,7 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { SqlError } from "@effect/sql/SqlError"
 import { Cause, Chunk, Context, Deferred, Duration, Effect, Exit, FiberRef, Layer, Option, Queue, Schedule } from "effect"
 import { span } from "../Edge/Span.ts"
-import { busyTimeout, DatabaseFile } from "./Sql.ts"
+import { busyTimeout, DatabaseFile, Dialect } from "./Sql.ts"
 import { isRetryable } from "./SqlErrors.ts"
 
 interface Pending {
@@ -82,6 +82,12 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
     Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
       const file = yield* DatabaseFile
+      // On PostgreSQL a batch waits for rows another instance holds (the same Idempotency-Key):
+      // never longer than this, so that an instance frozen mid-transaction costs its peers a 503
+      // (55P03), not every write; and a transaction of ours left idle is ended by the server.
+      const bounded: Effect.Effect<unknown, SqlError> = (yield* Dialect) === "postgres"
+        ? sql`SELECT set_config('lock_timeout', '5s', true), set_config('idle_in_transaction_session_timeout', '10s', true)`
+        : Effect.void
       const queue = yield* Queue.unbounded<Pending>()
 
       /** A failure that rolls back the batch as a whole: the database failing, or a defect. */
@@ -110,7 +116,7 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
       const together = (batch: ReadonlyArray<Pending>) =>
         Effect.suspend(() => {
           const collected: Collected = new Map()
-          return Effect.forEach(batch, direct).pipe(
+          return Effect.zipRight(bounded, Effect.forEach(batch, direct)).pipe(
             Effect.locally(collecting, collected),
             Effect.zipLeft(Effect.suspend(() => writeCollected(collected)))
           )
@@ -122,7 +128,7 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
           Effect.catchIf(
             // Failures raised under a span come back wrapped in a proxy: compare by class, not identity.
             (e): e is Isolate => e instanceof Isolate,
-            () => sql.withTransaction(Effect.forEach(batch, inSavepoint))
+            () => sql.withTransaction(Effect.zipRight(bounded, Effect.forEach(batch, inSavepoint)))
           ),
           Effect.catchIf(isSqlError, (e) => Effect.fail(new BatchAborted(e))),
           // SQLite's lock is waited for here, asynchronously: bun:sqlite would block the whole event

@@ -101,11 +101,14 @@ export class IdempotencyRepo extends Context.Tag("Idempotency/IdempotencyRepo")<
             Effect.orDie,
             span("IdempotencyRepo.insert")
           ),
-        // Row values in IN: one statement that SQLite and PostgreSQL both accept.
+        // Row values in IN: one statement that SQLite and PostgreSQL both accept. The expiry is
+        // checked again on the row itself: on PostgreSQL a row replaced by a new entry while the
+        // purge waited for its lock is re-checked against the outer condition only.
         purgeExpired: (now, limit) =>
           sql<{ n: number }>`DELETE FROM idempotency_keys WHERE (brand_id, idempotency_key) IN (
               SELECT brand_id, idempotency_key FROM idempotency_keys
               WHERE expires_at <= ${now} ORDER BY expires_at LIMIT ${limit})
+            AND expires_at <= ${now}
             RETURNING 1 AS n`.pipe(
             Effect.map((rows) => rows.length),
             Effect.orDie,

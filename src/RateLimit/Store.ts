@@ -48,6 +48,9 @@ export class RateLimitStore extends Context.Tag("RateLimit/RateLimitStore")<Rate
 }
 
 const prefix = "campaign-api:ratelimit:"
+// Both keys of a bucket named in KEYS, in one hash slot (`{…}`), as Redis Cluster requires.
+const bucketKey = (key: string) => `${prefix}{${key}}`
+const refillKey = (key: string) => `${prefix}{${key}}:refill`
 
 /**
  * The token bucket of `@effect/experimental`'s Redis store (same script, same arguments, same
@@ -56,7 +59,7 @@ const prefix = "campaign-api:ratelimit:"
  */
 const tokenBucketScript = `
 local key = KEYS[1]
-local last_refill_key = key .. ":refill"
+local last_refill_key = KEYS[2]
 local tokens = tonumber(ARGV[1])
 local refill_ms = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
@@ -89,7 +92,15 @@ return next
 `
 
 interface RedisWithTokenBucket extends Redis {
-  tokenBucket(key: string, tokens: number, refillMillis: number, limit: number, now: number, overflow: 0 | 1): Promise<number>
+  tokenBucket(
+    key: string,
+    refillKey: string,
+    tokens: number,
+    refillMillis: number,
+    limit: number,
+    now: number,
+    overflow: 0 | 1
+  ): Promise<number>
 }
 
 const storeError = (message: string) => (cause: unknown) => new RateLimiter.RateLimitStoreError({ message, cause })
@@ -118,7 +129,7 @@ const makeRedis = (url: Redacted.Redacted<string>) =>
       ),
       (redis) => Effect.promise(() => redis.quit().catch(() => redis.disconnect()))
     )
-    redis.defineCommand("tokenBucket", { lua: tokenBucketScript, numberOfKeys: 1 })
+    redis.defineCommand("tokenBucket", { lua: tokenBucketScript, numberOfKeys: 2 })
     // An outage begins with an error (no connection could be made, or a command failed) or a lost
     // connection, and ends when a command succeeds again; closing the client at shutdown is neither.
     let down = false
@@ -154,7 +165,8 @@ const makeRedis = (url: Redacted.Redacted<string>) =>
           Effect.tryPromise({
             try: () =>
               redis.tokenBucket(
-                `${prefix}${options.key}`,
+                bucketKey(options.key),
+                refillKey(options.key),
                 options.tokens,
                 Duration.toMillis(options.refillRate),
                 options.limit,
@@ -176,7 +188,7 @@ const makeRedis = (url: Redacted.Redacted<string>) =>
         connected: () => redis.status === "ready" && !down,
         untilNextToken: (key, refillMillis, now) =>
           Effect.tryPromise({
-            try: () => redis.get(`${prefix}${key}:refill`),
+            try: () => redis.get(refillKey(key)),
             catch: storeError("reading the bucket's last refill failed")
           }).pipe(
             Effect.map((lastRefill) => lastRefill === null ? 0 : Number(lastRefill) + refillMillis - now)
