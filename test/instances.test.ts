@@ -173,6 +173,9 @@ describe.skipIf(skip)("faults of PostgreSQL and Redis", () => {
       await Promise.all(loops)
 
       for (const answer of seenDown) expectEnvelope(answer, 503, "SERVICE_UNAVAILABLE")
+      // One line for the outage, with its cause, not one per refused request.
+      await eventually("the log to be written", () => server.logs().includes(`"database unavailable"`))
+      expect(server.logs().split("\n").filter((line) => line.includes(`"database unavailable"`))).toHaveLength(1)
       expect([...statuses.keys()].sort()).toEqual([200, 503])
       expect((await call(server.url, { path: "/readyz" })).status).toBe(200)
       const stored = await postgres.count(

@@ -1,4 +1,4 @@
-import { Cause, Effect, Option } from "effect"
+import { Cause, Clock, Effect, Option } from "effect"
 import { ArrayFormatter, isParseError } from "effect/ParseResult"
 import type * as ParseResult from "effect/ParseResult"
 import { isDatabaseUnavailable } from "../Database/SqlErrors.ts"
@@ -37,6 +37,27 @@ const describeIssue = (issue: Issue | undefined): string => {
 const unavailable = new ServiceUnavailable({ message: "The service is temporarily unavailable; retry shortly." })
 const internal = new InternalError({ message: "An unexpected error occurred." })
 
+/** At most one "database unavailable" line per this long: an outage fails every request alike. */
+const unavailableLogInterval = 10_000
+let unavailableLoggedAt = -Infinity
+let unavailableSinceLogged = 0
+
+/**
+ * The first 503 of an outage is logged with its cause; those that follow within the interval are
+ * only counted, and the next line says how many there were (`moreSinceLastLine`).
+ */
+const logUnavailable = (cause: Cause.Cause<unknown>) =>
+  Effect.flatMap(Clock.currentTimeMillis, (now) => {
+    if (now - unavailableLoggedAt < unavailableLogInterval) {
+      unavailableSinceLogged++
+      return Effect.void
+    }
+    const more = unavailableSinceLogged
+    unavailableLoggedAt = now
+    unavailableSinceLogged = 0
+    return Effect.logWarning("database unavailable", cause).pipe(Effect.annotateLogs({ moreSinceLastLine: more }))
+  })
+
 /**
  * The one renderer: every way a request can end badly leaves as the envelope. A tagged failure
  * is its own envelope, a schema's decode failure is VALIDATION_ERROR naming the field, the
@@ -52,9 +73,7 @@ export const renderFailure = (cause: Cause.Cause<unknown>): Effect.Effect<Reply>
       return Effect.succeed(errorReply(new ValidationError({ message: describeIssue(issues[0]) })))
     }
   }
-  if (isDatabaseUnavailable(Cause.squash(cause))) {
-    return Effect.as(Effect.logWarning("database unavailable", cause), errorReply(unavailable))
-  }
+  if (isDatabaseUnavailable(Cause.squash(cause))) return Effect.as(logUnavailable(cause), errorReply(unavailable))
   return Effect.as(Effect.logError("unexpected failure", cause), errorReply(internal))
 }
 
