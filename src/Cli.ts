@@ -205,7 +205,11 @@ const fixHelp = (text: string) => {
   const last = words.at(-1)
   const withProgram = last === undefined
     ? text
-    : text.replace(new RegExp(`^((?:\\x1b\\[[0-9;]*m)*)\\$ ${last}\\b`, "m"), `$1$ campaign-api ${words.join(" ")}`)
+    : text.replace(
+      // The word is what the user typed: escaped before it goes into the pattern.
+      new RegExp(`^((?:${ansi.source})*)\\$ ${last.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}\\b`, "m"),
+      `$1$ campaign-api ${words.join(" ")}`
+    )
   return withProgram.replace(/^( {2}- .*?\S) {2,}(\S.*)$/gm, "$1\n      $2")
 }
 

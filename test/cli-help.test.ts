@@ -92,6 +92,13 @@ describe("help pages", () => {
     expect(await help(args)).toContain(usage)
   })
 
+  it("prints help whatever words come before --help (they are not read as a pattern)", async () => {
+    const result = await runCli(["a(b", "--help"], { DATABASE_URL: tempDatabase() })
+    expect(result.code).toBe(0)
+    expect(plain(result.stdout)).toContain("USAGE")
+    expect(result.stderr).toBe("")
+  })
+
   it("puts each command's description under it rather than padding the list to the longest usage", async () => {
     const lines = (await help([])).split("\n").filter((line) => line.startsWith("  - "))
     expect(lines.length).toBe(5)
