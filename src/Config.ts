@@ -28,8 +28,18 @@ export type DatabaseTarget =
 
 const isPostgresUrl = (url: string) => /^postgres(ql)?:\/\//i.test(url.trim())
 
+/** Whether `text` is a URL of a protocol `protocol` matches that names a host. */
+const isUrlWithHost = (text: string, protocol: RegExp) => {
+  try {
+    const parsed = new URL(text.trim())
+    return protocol.test(parsed.protocol) && parsed.hostname !== ""
+  } catch {
+    return false
+  }
+}
+
 /** A URL with its password replaced, so that it can be printed. */
-export const withoutPassword = (url: string): string => {
+const withoutPassword = (url: string): string => {
   try {
     const parsed = new URL(url)
     if (parsed.password !== "") parsed.password = "***"
@@ -44,18 +54,12 @@ export const withoutPassword = (url: string): string => {
 
 /** DATABASE_URL: `postgres://…` or `postgresql://…`, else a file path with an optional `sqlite:` prefix. */
 const withoutScheme = (url: string) => url.replace(/^sqlite:(\/\/)?/, "")
-// Read as a string and validated before it is redacted: a failed validation of Config.redacted names no variable.
+// A string, redacted only once validated: a failed validation of Config.redacted names no variable.
 const databaseUrl = Config.string("DATABASE_URL").pipe(
   Config.validate({
     message: "Expected a SQLite file path or a postgres:// URL",
-    validation: (text) => {
-      if (!isPostgresUrl(text)) return withoutScheme(text).trim().length > 0
-      try {
-        return new URL(text.trim()).hostname !== ""
-      } catch {
-        return false
-      }
-    }
+    validation: (text) =>
+      isPostgresUrl(text) ? isUrlWithHost(text, /^postgres(ql)?:$/i) : withoutScheme(text).trim().length > 0
   }),
   Config.withDefault("data/campaign-api.sqlite")
 )
@@ -77,15 +81,7 @@ export const DatabaseConfig: Config.Config<DatabaseTarget> = Config.all({
 export const RedisConfig = Config.string("REDIS_URL").pipe(
   Config.validate({
     message: "Expected a redis:// or rediss:// URL",
-    validation: (url) => {
-      if (url.trim() === "") return true
-      try {
-        const parsed = new URL(url.trim())
-        return /^rediss?:$/.test(parsed.protocol) && parsed.hostname !== ""
-      } catch {
-        return false
-      }
-    }
+    validation: (url) => url.trim() === "" || isUrlWithHost(url, /^rediss?:$/)
   }),
   // After the validation: a failed validation of a defaulted Config names no variable.
   Config.withDefault(""),

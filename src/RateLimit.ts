@@ -34,10 +34,10 @@ export class RateLimit extends Context.Tag("RateLimit")<RateLimit, {
       const refillMillis = Duration.toMillis(rateLimit.window) / rateLimit.max
       // The library's retryAfter is always a whole refill interval; the store knows when the
       // bucket's next token comes, and is asked only once the bucket is empty.
-      const secondsToNextToken = (keyId: string, now: number) =>
+      const emptied = (keyId: string, now: number, allowed: boolean) =>
         Effect.map(
           store.untilNextToken(keyId, refillMillis, now),
-          (millis) => Math.max(1, Math.ceil(millis / 1000))
+          (millis): RateLimitDecision => ({ allowed, remaining: 0, retryAfterSeconds: Math.max(1, Math.ceil(millis / 1000)) })
         )
       // While the store does not answer: no limit, and the full budget in the headers.
       const unlimited: RateLimitDecision = { allowed: true, remaining: rateLimit.max, retryAfterSeconds: 0 }
@@ -56,21 +56,9 @@ export class RateLimit extends Context.Tag("RateLimit")<RateLimit, {
               Effect.flatMap((result) =>
                 result.remaining > 0
                   ? Effect.succeed<RateLimitDecision>({ allowed: true, remaining: result.remaining, retryAfterSeconds: 0 })
-                  : Effect.map(secondsToNextToken(keyId, now), (retryAfterSeconds): RateLimitDecision => ({
-                    allowed: true,
-                    remaining: 0,
-                    retryAfterSeconds
-                  }))
+                  : emptied(keyId, now, true)
               ),
-              Effect.catchIf(
-                (error) => error.reason === "Exceeded",
-                () =>
-                  Effect.map(secondsToNextToken(keyId, now), (retryAfterSeconds): RateLimitDecision => ({
-                    allowed: false,
-                    remaining: 0,
-                    retryAfterSeconds
-                  }))
-              ),
+              Effect.catchIf((error) => error.reason === "Exceeded", () => emptied(keyId, now, false)),
               // The store does not answer (its outage is logged once, by the store): fail open.
               Effect.catchTag("RateLimiterError", () => Effect.succeed(unlimited))
             )).pipe(span("RateLimit.consume"))
