@@ -23,7 +23,7 @@ export interface StoredResponse {
 }
 
 /** How long a duplicate waits for the original before 409 IDEMPOTENCY_IN_PROGRESS. */
-export const inProgressBound = Duration.seconds(5)
+const inProgressBound = Duration.seconds(5)
 
 /** JSON with object keys sorted at every depth: key order and whitespace do not change it. */
 export const canonicalJson = (value: unknown): string =>
@@ -40,7 +40,7 @@ export const fingerprintOf = (request: IdempotentRequest): string =>
 const replayedHeaders = { "idempotent-replayed": "true" }
 
 /** The reply to send: the stored bytes, marked when they answer a repeat. */
-export const toReply = (stored: { readonly status: number; readonly body: string }, replayed: boolean): Reply =>
+const toReply = (stored: { readonly status: number; readonly body: string }, replayed: boolean): Reply =>
   replayed ? { status: stored.status, body: stored.body, headers: replayedHeaders } : { status: stored.status, body: stored.body }
 
 export const conflict = new IdempotencyConflict({
@@ -61,7 +61,7 @@ const isLostRace = (e: unknown): e is LostRace => e instanceof LostRace
 const maxLostRaces = 3
 
 /** Expired entries deleted per statement by the purge, and its pause between statements. */
-export const purgeBatch = 500
+const purgeBatch = 500
 const purgePause = Duration.millis(5)
 
 /** Stored entries kept in memory for repeats (a few hundred bytes each). */

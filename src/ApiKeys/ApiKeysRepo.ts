@@ -151,8 +151,8 @@ const fileGeneration = (filename: string) =>
   })
 
 /** How often each instance reads the shared counter, and how old a reading may be before it is not trusted. */
-export const generationPollInterval = Duration.millis(200)
-export const generationTrustedFor = Duration.seconds(1)
+const generationPollInterval = Duration.millis(200)
+const generationTrustedFor = Duration.seconds(1)
 
 /**
  * On PostgreSQL, the counter polled in the background, so a request reads a number in memory.

@@ -2,7 +2,6 @@ import { Schema } from "effect"
 
 export const Scope = Schema.Literal("campaigns:read", "campaigns:write", "analytics:read")
 export type Scope = typeof Scope.Type
-export const allScopes: ReadonlyArray<Scope> = Scope.literals
 
 export const KeyId = Schema.String.pipe(Schema.pattern(/^[a-z0-9]{16}$/), Schema.brand("KeyId"))
 export type KeyId = typeof KeyId.Type

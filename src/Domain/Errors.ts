@@ -45,7 +45,7 @@ export type ApiError =
   | ServiceUnavailable
 
 /** The status and code of every error: the one table the README's error rows live in. */
-export const wireCodes = {
+const wireCodes = {
   ValidationError: [400, "VALIDATION_ERROR"],
   MalformedJson: [400, "MALFORMED_JSON"],
   IdempotencyKeyRequired: [400, "IDEMPOTENCY_KEY_REQUIRED"],

@@ -12,7 +12,7 @@ import { errorReply, renderFailure, toWebResponse } from "./Render.ts"
 import { makeFallback, type Route, routesOf } from "./Router.ts"
 
 /** How long in-flight requests may take to finish after SIGTERM before their connections are closed. */
-export const drainTimeout = Duration.seconds(10)
+const drainTimeout = Duration.seconds(10)
 
 /** A document from bytes prepared once: compressed when the client takes gzip, 304 when it has them. */
 const serveDocument = (prepared: Effect.Effect<PreparedDocument>): Handler => (exchange) =>
