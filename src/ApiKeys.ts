@@ -69,38 +69,39 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
       // where the generation is polled (PostgreSQL), it is read afresh before the key is refused.
       const { freshGeneration } = repo
       const lookup = (keyId: string) =>
-        Effect.flatMap(Effect.flatMap(repo.generation, keysAt), (keys) => {
-          const stored = keys.get(keyId)
-          return stored !== undefined || freshGeneration === undefined
-            ? Effect.succeed(stored)
-            : Effect.map(Effect.flatMap(freshGeneration, keysAt), (fresh) => fresh.get(keyId))
+        Effect.flatMap(repo.generation, (generation) => {
+          const stored = cache?.generation === generation ? cache.keys.get(keyId) : undefined
+          if (stored !== undefined) return Effect.succeed(stored)
+          return Effect.flatMap(keysAt(generation), (keys) => {
+            const stored = keys.get(keyId)
+            return stored !== undefined || freshGeneration === undefined
+              ? Effect.succeed(stored)
+              : Effect.map(Effect.flatMap(freshGeneration, keysAt), (fresh) => fresh.get(keyId))
+          })
         })
 
-      const authenticate = (token: string) =>
-        Effect.gen(function*() {
-          const match = keyFormat.exec(token)
-          if (match === null) return yield* unauthorized
-          const [, keyId, secret] = match as unknown as [string, string, string]
-          const stored = yield* lookup(keyId)
-          // An unknown key id is compared against a decoy: both cases cost one digest and one comparison.
-          const secretMatches = timingSafeEqual(
-            sha256(secret),
-            stored === undefined ? decoyDigest : stored.digest
-          )
-          const now = yield* Clock.currentTimeMillis
-          if (
-            !secretMatches || stored === undefined || stored.revokedAt !== null ||
-            (stored.expiresAt !== null && stored.expiresAt <= now)
-          ) {
-            return yield* unauthorized
-          }
-          const identity: ApiKeyIdentity = {
-            keyId: stored.keyId as KeyId,
-            brandId: stored.brandId as BrandId,
-            scopes: stored.scopes as ReadonlyArray<Scope>
-          }
-          return identity
-        }).pipe(span("ApiKeys.authenticate"))
+      // The clock of the layer (a test's TestClock, in tests): read with no effect of its own.
+      const clock = yield* Effect.clock
+      const check = (secret: string) => (stored: Cached | undefined): Effect.Effect<ApiKeyIdentity, Unauthorized> => {
+        // An unknown key id is compared against a decoy: both cases cost one digest and one comparison.
+        const secretMatches = timingSafeEqual(sha256(secret), stored === undefined ? decoyDigest : stored.digest)
+        if (
+          !secretMatches || stored === undefined || stored.revokedAt !== null ||
+          (stored.expiresAt !== null && stored.expiresAt <= clock.unsafeCurrentTimeMillis())
+        ) {
+          return unauthorized
+        }
+        return Effect.succeed({
+          keyId: stored.keyId as KeyId,
+          brandId: stored.brandId as BrandId,
+          scopes: stored.scopes as ReadonlyArray<Scope>
+        })
+      }
+      const authenticateSpan = span("ApiKeys.authenticate")
+      const authenticate = (token: string) => {
+        const match = keyFormat.exec(token)
+        return authenticateSpan(match === null ? unauthorized : Effect.flatMap(lookup(match[1]!), check(match[2]!)))
+      }
 
       const create = (options: CreateOptions) =>
         Effect.gen(function*() {

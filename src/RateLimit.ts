@@ -1,5 +1,5 @@
 import { RateLimiter } from "@effect/experimental"
-import { Clock, Context, Duration, Effect, Layer, Option } from "effect"
+import { Context, Duration, Effect, Layer, Option } from "effect"
 import { AppConfig, RedisConfig } from "./Config.ts"
 import { span } from "./Edge/Span.ts"
 import { RateLimitStore } from "./RateLimit/Store.ts"
@@ -31,37 +31,36 @@ export class RateLimit extends Context.Tag("RateLimit")<RateLimit, {
       const limiter = yield* RateLimiter.RateLimiter
       const store = yield* RateLimitStore
       const { rateLimit } = yield* AppConfig
+      const clock = yield* Effect.clock
       const refillMillis = Duration.toMillis(rateLimit.window) / rateLimit.max
       // The library's retryAfter is always a whole refill interval; the store knows when the
       // bucket's next token comes, and is asked only once the bucket is empty.
-      const emptied = (keyId: string, now: number, allowed: boolean) =>
-        Effect.map(
-          store.untilNextToken(keyId, refillMillis, now),
-          (millis): RateLimitDecision => ({ allowed, remaining: 0, retryAfterSeconds: Math.max(1, Math.ceil(millis / 1000)) })
-        )
       // While the store does not answer: no limit, and the full budget in the headers.
       const unlimited: RateLimitDecision = { allowed: true, remaining: rateLimit.max, retryAfterSeconds: 0 }
+      const emptied = (keyId: string, allowed: boolean) =>
+        Effect.map(
+          store.untilNextToken(keyId, refillMillis, clock.unsafeCurrentTimeMillis()),
+          (millis): RateLimitDecision => ({ allowed, remaining: 0, retryAfterSeconds: Math.max(1, Math.ceil(millis / 1000)) })
+        ).pipe(Effect.orElseSucceed(() => unlimited))
+      const charge = {
+        algorithm: "token-bucket",
+        onExceeded: "fail",
+        window: rateLimit.window,
+        limit: rateLimit.max
+      } as const
       return {
         policy: { max: rateLimit.max, windowSeconds: Math.round(Duration.toSeconds(rateLimit.window)) },
         status: () => store.kind === "memory" ? "memory" : store.connected() ? "redis" : "degraded",
         consume: (keyId) =>
-          Effect.flatMap(Clock.currentTimeMillis, (now) =>
-            limiter.consume({
-              algorithm: "token-bucket",
-              onExceeded: "fail",
-              window: rateLimit.window,
-              limit: rateLimit.max,
-              key: keyId
-            }).pipe(
-              Effect.flatMap((result) =>
-                result.remaining > 0
-                  ? Effect.succeed<RateLimitDecision>({ allowed: true, remaining: result.remaining, retryAfterSeconds: 0 })
-                  : emptied(keyId, now, true)
-              ),
-              Effect.catchIf((error) => error.reason === "Exceeded", () => emptied(keyId, now, false)),
-              // The store does not answer (its outage is logged once, by the store): fail open.
-              Effect.catchTag("RateLimiterError", () => Effect.succeed(unlimited))
-            )).pipe(span("RateLimit.consume"))
+          Effect.matchEffect(limiter.consume({ ...charge, key: keyId }), {
+            onSuccess: (result) =>
+              result.remaining > 0
+                ? Effect.succeed<RateLimitDecision>({ allowed: true, remaining: result.remaining, retryAfterSeconds: 0 })
+                : emptied(keyId, true),
+            // Exceeded: refused. Otherwise the store does not answer (its outage is logged once,
+            // by the store): fail open.
+            onFailure: (error) => error.reason === "Exceeded" ? emptied(keyId, false) : Effect.succeed(unlimited)
+          }).pipe(span("RateLimit.consume"))
       }
     })
   )

@@ -114,10 +114,36 @@ const generationProbe = Effect.flatMap(DatabaseConfig, (target): Probe =>
     : Effect.map(fileGeneration(target.filename), exact))
 
 /**
+ * SQLite's wal-index header: the first 48 bytes of the `-shm` file, which every connection maps
+ * (https://sqlite.org/walformat.html). Every commit, by any process, rewrites it (`iChange` counts
+ * transactions, `mxFrame` the log's frames) before a new reader can see that commit. So while it
+ * reads exactly as it did just before the last `PRAGMA data_version`, nothing was committed since.
+ * Undefined when the file cannot be mapped: then every request asks the pragma.
+ */
+const walIndexHeader = (filename: string): { readonly unchangedSince: (seen: Uint32Array) => boolean; readonly copy: () => Uint32Array } | undefined => {
+  let words: Uint32Array
+  try {
+    const mapped = Bun.mmap(`${filename}-shm`, { size: 48, shared: true } as Parameters<typeof Bun.mmap>[1])
+    words = new Uint32Array(mapped.buffer, mapped.byteOffset, 12)
+  } catch {
+    return undefined
+  }
+  return {
+    copy: () => words.slice(),
+    unchangedSince: (seen) => {
+      for (let i = 0; i < 12; i++) if (words[i] !== seen[i]) return false
+      return true
+    }
+  }
+}
+
+/**
  * On SQLite, the counter read on a read-only connection of its own: `PRAGMA data_version` on it
- * changes only when another connection commits, and costs about a microsecond, so the counter
- * itself is read only then. Through @effect/sql each read would cost tens of microseconds and
- * queue behind the server's writes on the shared connection.
+ * changes only when another connection commits, so the counter itself is read only then. The
+ * pragma takes and drops a WAL read lock (system calls, a few microseconds): it is asked only
+ * when the wal-index header moved since it was last asked, which a run of reads never does.
+ * Through @effect/sql each read would cost tens of microseconds and queue behind the server's
+ * writes on the shared connection.
  */
 const fileGeneration = (filename: string) =>
   Effect.gen(function*() {
@@ -132,16 +158,27 @@ const fileGeneration = (filename: string) =>
     const counter = db.query<{ generation: number }, []>("SELECT generation FROM api_keys_generation")
     let seenVersion = -1
     let generation = -1
+    // Mapped after the read connection's first read: by then the `-shm` file is SQLite's, in use.
+    dataVersion.get()
+    const header = walIndexHeader(filename)
+    let headerAtLastRead: Uint32Array | undefined
     return Effect.suspend(() => {
       // With a file of the database gone or replaced, a key revoked since may never show here:
-      // refuse to vouch for any key (503) rather than answer from what may be stale.
+      // refuse to vouch for any key (503) rather than answer from what may be stale. (This also
+      // covers a `-shm` file replaced under the mapping, which would then never move.)
       if (file.changed()) return Effect.die(databaseError("SQLITE_CANTOPEN", "the database files changed under the server"))
+      if (header !== undefined && headerAtLastRead !== undefined && header.unchangedSince(headerAtLastRead)) {
+        return Effect.succeed(generation)
+      }
       try {
+        // Copied before the pragma: a commit between the two makes the next request ask again.
+        const before = header?.copy()
         const version = dataVersion.get()!.data_version
         if (version !== seenVersion) {
           generation = Number(counter.get()!.generation)
           seenVersion = version
         }
+        headerAtLastRead = before
         return Effect.succeed(generation)
       } catch (error) {
         const code = typeof error === "object" && error !== null && "code" in error ? String(error.code) : "SQLITE_ERROR"

@@ -24,8 +24,6 @@ export class Authentication extends Context.Tag("ApiKeys/Authentication")<Authen
       const rateLimit = yield* RateLimit
       const { max, windowSeconds } = rateLimit.policy
       const policy = `"default";q=${max};w=${windowSeconds}`
-      const refuse = (exchange: Exchange) =>
-        Effect.sync(() => void (exchange.headers["www-authenticate"] = "Bearer"))
       const charge = (exchange: Exchange, identity: ApiKeyIdentity) =>
         Effect.flatMap(rateLimit.consume(identity.keyId), (decision) => {
           exchange.headers["ratelimit-policy"] = policy
@@ -42,13 +40,16 @@ export class Authentication extends Context.Tag("ApiKeys/Authentication")<Authen
         authenticate: (exchange) => {
           const token = bearerToken(exchange.request.headers.get("authorization"))
           const identity = token === undefined ? unauthorized : keys.authenticate(token)
-          return identity.pipe(
-            Effect.tapError(() => refuse(exchange)),
-            Effect.flatMap((identity) => {
+          return Effect.matchEffect(identity, {
+            onFailure: (error) => {
+              exchange.headers["www-authenticate"] = "Bearer"
+              return Effect.fail(error)
+            },
+            onSuccess: (identity) => {
               exchange.identity = identity
               return charge(exchange, identity)
-            })
-          )
+            }
+          })
         }
       }
     })

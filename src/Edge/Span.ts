@@ -5,7 +5,7 @@ const whenTracing = <A, E, R>(
   traced: () => Effect.Effect<A, E, R>,
   plain: Effect.Effect<A, E, R>
 ): Effect.Effect<A, E, R> =>
-  Effect.flatMap(FiberRef.get(FiberRef.currentTracerEnabled), (enabled) => enabled ? traced() : plain)
+  Effect.withFiberRuntime((fiber) => fiber.getFiberRef(FiberRef.currentTracerEnabled) ? traced() : plain)
 
 /**
  * A span named after a service method, only while tracing is on: with it off, even a no-op

@@ -1,4 +1,4 @@
-import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberRef, Layer, Logger, LogLevel, Option, Runtime, Schedule } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberRef, HashMap, Layer, Logger, LogLevel, Option, Runtime, Schedule } from "effect"
 import { ActivationsHandlers } from "../Activations/Http.ts"
 import { CampaignApi } from "../Api.ts"
 import { EdgeConfig, ServerConfig, StartupError } from "../Config.ts"
@@ -175,8 +175,12 @@ export const makeEdge = Effect.gen(function*() {
           ? Effect.void
           : logAccess(exchange, reply.status, startedAt, traced))
       : rendered
-    const program = (traced ? withServerSpan(exchange)(answered) : answered).pipe(
-      Effect.annotateLogs("requestId", exchange.requestId)
+    // Every line this request's fiber logs carries its id. The fiber is the request's own and ends
+    // with it, so the annotation is set on it, not scoped (`Effect.annotateLogs` costs a sixth
+    // of a whoami, restoring a value nobody reads afterwards).
+    const program = Effect.zipRight(
+      FiberRef.update(FiberRef.currentLogAnnotations, HashMap.set<string, unknown>("requestId", exchange.requestId)),
+      traced ? withServerSpan(exchange)(answered) : answered
     )
     const reply = answer(request.method, program)
     return reply instanceof Promise

@@ -25,10 +25,11 @@ export class RateLimitStore extends Context.Tag("RateLimit/RateLimitStore")<Rate
   static readonly memory = Layer.effectContext(Effect.gen(function*() {
     const library = yield* Effect.provide(RateLimiter.RateLimiterStore, RateLimiter.layerStoreMemory)
     const firstSeen = new Map<string, number>()
+    const clock = yield* Effect.clock
     const store = RateLimiter.RateLimiterStore.of({
       ...library,
       tokenBucket: (options) =>
-        Effect.clockWith((clock) => {
+        Effect.suspend(() => {
           if (!firstSeen.has(options.key)) firstSeen.set(options.key, clock.unsafeCurrentTimeMillis())
           return library.tokenBucket(options)
         })
