@@ -79,7 +79,8 @@ const jsonLines = Logger.make(({ annotations, cause, date, fiberId, logLevel, me
     ...(Cause.isEmpty(cause) ? {} : { cause: Cause.pretty(cause, { renderErrorCause: true }) }),
     annotations: fields,
     spans: spansObject,
-    fiberId: FiberId.threadName(fiberId)
+    // FiberId.threadName gathers the ids into a set first: a request's fiber has one id.
+    fiberId: fiberId._tag === "Runtime" ? `#${fiberId.id}` : FiberId.threadName(fiberId)
   }))
 })
 

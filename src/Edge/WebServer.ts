@@ -155,7 +155,8 @@ export const makeEdge = Effect.gen(function*() {
     request: Request,
     path: string,
     params: Record<string, string>,
-    clientAddress: string
+    /** Only for a 401: asking Bun for the address costs an object per request. */
+    server: Bun.Server<unknown> | undefined
   ) => {
     const startedAt = performance.now()
     const exchange: Exchange = {
@@ -171,7 +172,7 @@ export const makeEdge = Effect.gen(function*() {
     const rendered = Effect.catchAllCause(handler(exchange), renderFailure)
     const answered = accessLogged
       ? Effect.tap(rendered, (reply) =>
-        reply.status === 401 && !refusals.first(clientAddress)
+        reply.status === 401 && !refusals.first(addressOf(request, server))
           ? Effect.void
           : logAccess(exchange, reply.status, startedAt, traced))
       : rendered
@@ -191,9 +192,8 @@ export const makeEdge = Effect.gen(function*() {
   const fetch = (request: Request, server?: Bun.Server<unknown>): Response | Promise<Response> => {
     const path = rawPath(request.url)
     const found = fallback(request.method, path)
-    const client = addressOf(request, server)
-    if (found._tag === "Dispatch") return run(found.route.handler, found.route.path, request, path, found.params, client)
-    return run(() => Effect.succeed(found.reply), found.route, request, path, {}, client)
+    if (found._tag === "Dispatch") return run(found.route.handler, found.route.path, request, path, found.params, server)
+    return run(() => Effect.succeed(found.reply), found.route, request, path, {}, server)
   }
 
   const table: Edge["routes"] = {}
@@ -205,7 +205,7 @@ export const makeEdge = Effect.gen(function*() {
       // route's spelling, and the fallback says so (404).
       return path.includes("%") || path.includes(";")
         ? fetch(request, server)
-        : run(route.handler, route.path, request, path, request.params, addressOf(request, server))
+        : run(route.handler, route.path, request, path, request.params, server)
     }
   }
   const prepare = (port: number) => {
