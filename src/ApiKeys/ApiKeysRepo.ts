@@ -1,5 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { Database } from "bun:sqlite"
+import { openSync, readSync, realpathSync } from "node:fs"
 import { Context, Duration, Effect, Fiber, Layer, Schedule, type Scope } from "effect"
 import { DatabaseConfig } from "../Config.ts"
 import { DatabaseFile } from "../Database/Sql.ts"
@@ -114,24 +115,37 @@ const generationProbe = Effect.flatMap(DatabaseConfig, (target): Probe =>
     : Effect.map(fileGeneration(target.filename), exact))
 
 /**
- * SQLite's wal-index header: the first 48 bytes of the `-shm` file, which every connection maps
- * (https://sqlite.org/walformat.html). Every commit, by any process, rewrites it (`iChange` counts
- * transactions, `mxFrame` the log's frames) before a new reader can see that commit. So while it
- * reads exactly as it did just before the last `PRAGMA data_version`, nothing was committed since.
- * Undefined when the file cannot be mapped: then every request asks the pragma.
+ * SQLite's wal-index header, both of its copies: the first 96 bytes of the `-shm` file
+ * (https://sqlite.org/walformat.html). Every commit, by any process, rewrites them (`iChange`
+ * counts transactions, `mxFrame` the log's frames, and a checksum covers both) before a new
+ * reader can see that commit. So while they read exactly as they did just before the last
+ * `PRAGMA data_version`, and the two copies agree, nothing was committed since. (A writer killed
+ * between its two copies leaves them different: then the pragma is asked, and SQLite recovers.)
+ *
+ * Read with `pread` on a descriptor of our own that is never closed: closing any descriptor of a
+ * file drops every POSIX lock the process holds on it, SQLite's on `-shm` included, and a
+ * mapping (`Bun.mmap`) opens and closes one. The path is the one SQLite uses: next to the real
+ * file, symbolic links followed. Undefined when it cannot be opened: then every request asks the pragma.
  */
-const walIndexHeader = (filename: string): { readonly unchangedSince: (seen: Uint32Array) => boolean; readonly copy: () => Uint32Array } | undefined => {
-  let words: Uint32Array
+const walIndexHeader = (filename: string): { readonly unchangedSince: (seen: Uint32Array) => boolean; readonly read: () => Uint32Array } | undefined => {
+  let fd: number
   try {
-    const mapped = Bun.mmap(`${filename}-shm`, { size: 48, shared: true } as Parameters<typeof Bun.mmap>[1])
-    words = new Uint32Array(mapped.buffer, mapped.byteOffset, 12)
+    fd = openSync(`${realpathSync(filename)}-shm`, "r")
   } catch {
     return undefined
   }
+  const words = new Uint32Array(24)
+  const bytes = new Uint8Array(words.buffer)
+  const read = () => {
+    if (readSync(fd, bytes, 0, 96, 0) !== 96) words.fill(0)
+    return words
+  }
   return {
-    copy: () => words.slice(),
+    read: () => read().slice(),
     unchangedSince: (seen) => {
-      for (let i = 0; i < 12; i++) if (words[i] !== seen[i]) return false
+      const now = read()
+      for (let i = 0; i < 12; i++) if (now[i] !== seen[i] || now[i] !== now[i + 12]) return false
+      for (let i = 12; i < 24; i++) if (now[i] !== seen[i]) return false
       return true
     }
   }
@@ -158,21 +172,21 @@ const fileGeneration = (filename: string) =>
     const counter = db.query<{ generation: number }, []>("SELECT generation FROM api_keys_generation")
     let seenVersion = -1
     let generation = -1
-    // Mapped after the read connection's first read: by then the `-shm` file is SQLite's, in use.
+    // Opened after the read connection's first read: by then the `-shm` file is SQLite's, in use.
     dataVersion.get()
     const header = walIndexHeader(filename)
     let headerAtLastRead: Uint32Array | undefined
     return Effect.suspend(() => {
       // With a file of the database gone or replaced, a key revoked since may never show here:
       // refuse to vouch for any key (503) rather than answer from what may be stale. (This also
-      // covers a `-shm` file replaced under the mapping, which would then never move.)
+      // covers a `-shm` file replaced under our descriptor, which would then never move.)
       if (file.changed()) return Effect.die(databaseError("SQLITE_CANTOPEN", "the database files changed under the server"))
       if (header !== undefined && headerAtLastRead !== undefined && header.unchangedSince(headerAtLastRead)) {
         return Effect.succeed(generation)
       }
       try {
         // Copied before the pragma: a commit between the two makes the next request ask again.
-        const before = header?.copy()
+        const before = header?.read()
         const version = dataVersion.get()!.data_version
         if (version !== seenVersion) {
           generation = Number(counter.get()!.generation)

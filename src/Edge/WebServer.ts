@@ -34,15 +34,19 @@ const serveDocument = (prepared: Effect.Effect<PreparedDocument>): Handler => (e
     }
   })
 
-/** The client's address as Bun saw the connection; in process (tests, the bench) there is none. */
-const addressOf = (request: Request, server: Bun.Server<unknown> | undefined): string =>
-  server?.requestIP(request)?.address ?? "(in process)"
+/** The client's address when there is no connection: in process (tests, the bench). */
+const inProcess = "(in process)"
 
 /** At most this many requests on one connection per window, then it is closed after its answer. */
 const requestsPerConnection = 1_000
 const requestsPerConnectionWindowMs = 10_000
 
-type Handle = (request: Request & { params: Record<string, string> }, server?: Bun.Server<unknown>) => Response | Promise<Response>
+/** The client's address is asked of Bun once per request, by the guard, and handed on. */
+type Handle = (
+  request: Request & { params: Record<string, string> },
+  server?: Bun.Server<unknown>,
+  clientAddress?: string
+) => Response | Promise<Response>
 
 /** How often repeated 401s from one address are summed up in the log. */
 const refusalSummaryInterval = Duration.minutes(1)
@@ -60,11 +64,12 @@ export interface Edge {
     string,
     Record<
       string,
-      (request: Request & { params: Record<string, string> }, server?: Bun.Server<unknown>) => Response | Promise<Response>
+      (request: Request & { params: Record<string, string> }, server?: Bun.Server<unknown>, clientAddress?: string) =>
+        Response | Promise<Response>
     >
   >
   /** Answers any request, routing it itself: Bun's fallback, and the entry for tests and the bench. */
-  readonly fetch: (request: Request, server?: Bun.Server<unknown>) => Response | Promise<Response>
+  readonly fetch: (request: Request, server?: Bun.Server<unknown>, clientAddress?: string) => Response | Promise<Response>
   /** Logs the 401s counted but not logged since the last call, one line per client address. */
   readonly summarizeRefusals: Effect.Effect<void>
   /**
@@ -155,8 +160,7 @@ export const makeEdge = Effect.gen(function*() {
     request: Request,
     path: string,
     params: Record<string, string>,
-    /** Only for a 401: asking Bun for the address costs an object per request. */
-    server: Bun.Server<unknown> | undefined
+    clientAddress: string
   ) => {
     const startedAt = performance.now()
     const exchange: Exchange = {
@@ -172,7 +176,7 @@ export const makeEdge = Effect.gen(function*() {
     const rendered = Effect.catchAllCause(handler(exchange), renderFailure)
     const answered = accessLogged
       ? Effect.tap(rendered, (reply) =>
-        reply.status === 401 && !refusals.first(addressOf(request, server))
+        reply.status === 401 && !refusals.first(clientAddress)
           ? Effect.void
           : logAccess(exchange, reply.status, startedAt, traced))
       : rendered
@@ -189,23 +193,23 @@ export const makeEdge = Effect.gen(function*() {
       : toWebResponse(exchange, reply)
   }
 
-  const fetch = (request: Request, server?: Bun.Server<unknown>): Response | Promise<Response> => {
+  const fetch = (request: Request, _server?: Bun.Server<unknown>, client = inProcess): Response | Promise<Response> => {
     const path = rawPath(request.url)
     const found = fallback(request.method, path)
-    if (found._tag === "Dispatch") return run(found.route.handler, found.route.path, request, path, found.params, server)
-    return run(() => Effect.succeed(found.reply), found.route, request, path, {}, server)
+    if (found._tag === "Dispatch") return run(found.route.handler, found.route.path, request, path, found.params, client)
+    return run(() => Effect.succeed(found.reply), found.route, request, path, {}, client)
   }
 
   const table: Edge["routes"] = {}
   for (const route of routes) {
     table[route.path] ??= {}
-    table[route.path]![route.method] = (request, server) => {
+    table[route.path]![route.method] = (request, server, client = inProcess) => {
       const path = rawPath(request.url)
       // Bun's router percent-decodes parameters and takes `;` in them: such a path is not this
       // route's spelling, and the fallback says so (404).
       return path.includes("%") || path.includes(";")
-        ? fetch(request, server)
-        : run(route.handler, route.path, request, path, request.params, server)
+        ? fetch(request, server, client)
+        : run(route.handler, route.path, request, path, request.params, client)
     }
   }
   const prepare = (port: number) => {
@@ -293,8 +297,7 @@ export const WebServerLive = Layer.scopedDiscard(
     }, requestsPerConnectionWindowMs)
     sweep.unref()
     yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(sweep)))
-    const overLimit = (request: Request, server: Bun.Server<unknown> | undefined) => {
-      const peer = server?.requestIP(request)
+    const overLimit = (peer: { readonly address: string; readonly port: number } | null | undefined) => {
       if (peer === undefined || peer === null) return false
       const connection = `${peer.address}:${peer.port}`
       const now = performance.now()
@@ -309,11 +312,13 @@ export const WebServerLive = Layer.scopedDiscard(
 
     const guard = (serve: Handle) => (request: Request & { params: Record<string, string> }, server?: Bun.Server<unknown>) => {
       if (draining) return lateArrival(request)
-      const closing = overLimit(request, server)
+      // Asked once per request: an object each time.
+      const peer = server?.requestIP(request)
+      const closing = overLimit(peer)
       inFlight++
       let response: Response | Promise<Response>
       try {
-        response = serve(request, server)
+        response = serve(request, server, peer?.address ?? inProcess)
       } catch (error) {
         return failed(error)
       }
