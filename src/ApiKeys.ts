@@ -57,20 +57,24 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
       // not the key's row, and a key created or revoked by any process counts from the next request.
       type Cached = ApiKeyRow & { readonly digest: Uint8Array }
       let cache: { readonly generation: number; readonly keys: ReadonlyMap<string, Cached> } | undefined
-      const keysAt = (generation: number) =>
-        cache !== undefined && cache.generation === generation
-          ? Effect.succeed(cache.keys)
+      const cachedAt = (generation: number) => cache?.generation === generation ? cache.keys : undefined
+      const keysAt = (generation: number) => {
+        const cached = cachedAt(generation)
+        return cached !== undefined
+          ? Effect.succeed(cached)
           : Effect.map(repo.list, (rows) => {
             const keys = new Map(rows.map((row) => [row.keyId, { ...row, digest: Buffer.from(row.secretSha256, "hex") }]))
             cache = { generation, keys }
             return keys
           })
+      }
       // A key id the cache does not know may have been created a moment ago by another process:
       // where the generation is polled (PostgreSQL), it is read afresh before the key is refused.
       const { freshGeneration } = repo
       const lookup = (keyId: string) =>
         Effect.flatMap(repo.generation, (generation) => {
-          const stored = cache?.generation === generation ? cache.keys.get(keyId) : undefined
+          // The usual case, a known key and keys unchanged, without an effect of its own.
+          const stored = cachedAt(generation)?.get(keyId)
           if (stored !== undefined) return Effect.succeed(stored)
           return Effect.flatMap(keysAt(generation), (keys) => {
             const stored = keys.get(keyId)

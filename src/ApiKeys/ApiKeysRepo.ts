@@ -136,14 +136,14 @@ const walIndexHeader = (filename: string): { readonly unchangedSince: (seen: Uin
   }
   const words = new Uint32Array(24)
   const bytes = new Uint8Array(words.buffer)
-  const read = () => {
+  const readInto = () => {
     if (readSync(fd, bytes, 0, 96, 0) !== 96) words.fill(0)
     return words
   }
   return {
-    read: () => read().slice(),
+    read: () => readInto().slice(),
     unchangedSince: (seen) => {
-      const now = read()
+      const now = readInto()
       for (let i = 0; i < 12; i++) if (now[i] !== seen[i] || now[i] !== now[i + 12]) return false
       for (let i = 12; i < 24; i++) if (now[i] !== seen[i]) return false
       return true

@@ -41,7 +41,10 @@ const inProcess = "(in process)"
 const requestsPerConnection = 1_000
 const requestsPerConnectionWindowMs = 10_000
 
-/** The client's address is asked of Bun once per request, by the guard, and handed on. */
+/**
+ * What Bun's router and its fallback call. The client's address is asked of Bun once per
+ * request, by the guard, and handed on.
+ */
 type Handle = (
   request: Request & { params: Record<string, string> },
   server?: Bun.Server<unknown>,
@@ -62,11 +65,7 @@ const rawPath = (url: string): string => {
 export interface Edge {
   readonly routes: Record<
     string,
-    Record<
-      string,
-      (request: Request & { params: Record<string, string> }, server?: Bun.Server<unknown>, clientAddress?: string) =>
-        Response | Promise<Response>
-    >
+    Record<string, Handle>
   >
   /** Answers any request, routing it itself: Bun's fallback, and the entry for tests and the bench. */
   readonly fetch: (request: Request, server?: Bun.Server<unknown>, clientAddress?: string) => Response | Promise<Response>
@@ -346,7 +345,7 @@ export const WebServerLive = Layer.scopedDiscard(
             hostname: host,
             port,
             routes,
-            fetch: guard(edge.fetch as Handle),
+            fetch: guard(edge.fetch),
             maxRequestBodySize: Number.MAX_SAFE_INTEGER,
             idleTimeout: 30,
             // Never Bun's HTML error page with a stack: an error that escaped everything above is a 500 envelope.
