@@ -1,7 +1,7 @@
-import { Cause, Effect, FiberId, Inspectable, Layer, List, Logger } from "effect"
+import { Cause, Effect, FiberId, FiberRef, Inspectable, Layer, List, Logger, LogLevel } from "effect"
 import { writeSync } from "node:fs"
 import { LogLevelConfig } from "./Config.ts"
-import { AccessLogEntry, withAccessLogFields } from "./Edge/AccessLog.ts"
+import { AccessLogEntry, AccessLogOutput, withAccessLogFields } from "./Edge/AccessLog.ts"
 
 /**
  * Lines for stderr, written together once per turn of the event loop: a write per line (what
@@ -52,13 +52,29 @@ const stringify = (value: unknown): string => {
   }
 }
 
+/** The ISO time of a millisecond, kept for the next line of the same millisecond. */
+const isoTimestamp = (() => {
+  let millis = Number.NaN
+  let iso = ""
+  return (date: Date): string => {
+    const at = date.getTime()
+    if (at !== millis) {
+      millis = at
+      iso = date.toISOString()
+    }
+    return iso
+  }
+})()
+
 /**
  * One JSON object per line, always of one shape: `message` is a string (the text parts of the
  * log call), `logLevel`, `timestamp`, `annotations` (the fiber's annotations, the fields of any
  * object logged with the text, and an access-log entry's fields), `spans`, `fiberId`, and
  * `cause` when there is one.
  */
-const jsonLines = Logger.make(({ annotations, cause, date, fiberId, logLevel, message, spans }) => {
+const jsonLine = (
+  { annotations, cause, date, fiberId, logLevel, message, spans }: Omit<Logger.Logger.Options<unknown>, "context">
+): string => {
   const fields: Record<string, unknown> = {}
   for (const [key, value] of annotations) fields[key] = value
   const texts: Array<string> = []
@@ -72,17 +88,39 @@ const jsonLines = Logger.make(({ annotations, cause, date, fiberId, logLevel, me
   }
   const spansObject: Record<string, number> = {}
   if (List.isCons(spans)) for (const span of spans) spansObject[span.label] = date.getTime() - span.startTime
-  bufferedStderr(stringify({
+  return stringify({
     message: texts.join(" "),
     logLevel: logLevel.label,
-    timestamp: date.toISOString(),
+    timestamp: isoTimestamp(date),
     ...(Cause.isEmpty(cause) ? {} : { cause: Cause.pretty(cause, { renderErrorCause: true }) }),
     annotations: fields,
     spans: spansObject,
     // FiberId.threadName gathers the ids into a set first: a request's fiber has one id.
     fiberId: fiberId._tag === "Runtime" ? `#${fiberId.id}` : FiberId.threadName(fiberId)
-  }))
-})
+  })
+}
+
+const jsonLines = Logger.make((options) => bufferedStderr(jsonLine(options)))
+
+/**
+ * The access line, written as `jsonLines` would write it but without Effect's logger on the way
+ * (a copy of the fiber's locals and a walk of its loggers per line), from the fiber's own
+ * annotations and log spans. The edge asks for it only at LOG_LEVEL=info or below.
+ */
+const accessLines = AccessLogOutput.of((entry) =>
+  Effect.withFiberRuntime((fiber) => {
+    bufferedStderr(jsonLine({
+      annotations: fiber.getFiberRef(FiberRef.currentLogAnnotations),
+      cause: Cause.empty,
+      date: new Date(),
+      fiberId: fiber.id(),
+      logLevel: LogLevel.Info,
+      message: entry,
+      spans: fiber.getFiberRef(FiberRef.currentLogSpan)
+    }))
+    return Effect.void
+  })
+)
 
 /**
  * Logs go to stderr, so stdout carries only what a command prints (`keys create --json`
@@ -90,11 +128,14 @@ const jsonLines = Logger.make(({ annotations, cause, date, fiberId, logLevel, me
  */
 export const LoggingLive = Layer.unwrapEffect(
   Effect.map(LogLevelConfig, (level) =>
-    Layer.mergeAll(
-      Logger.replace(
-        Logger.defaultLogger,
-        process.stderr.isTTY ? withAccessLogFields(Logger.prettyLogger({ stderr: true })) : jsonLines
-      ),
-      Logger.minimumLogLevel(level)
-    ))
+    process.stderr.isTTY
+      ? Layer.merge(
+        Logger.replace(Logger.defaultLogger, withAccessLogFields(Logger.prettyLogger({ stderr: true }))),
+        Logger.minimumLogLevel(level)
+      )
+      : Layer.mergeAll(
+        Logger.replace(Logger.defaultLogger, jsonLines),
+        Layer.succeed(AccessLogOutput, accessLines),
+        Logger.minimumLogLevel(level)
+      ))
 )

@@ -1,4 +1,4 @@
-import { Effect, HashMap, Logger } from "effect"
+import { Context, Effect, HashMap, Logger } from "effect"
 import type { Exchange } from "./Exchange.ts"
 
 /** A caller's own request id is kept when it is sane: short, printable, no spaces. */
@@ -34,21 +34,40 @@ export const withAccessLogFields = <Output>(logger: Logger.Logger<unknown, Outpu
   })
 
 /**
- * The access-log line of a finished request: `method`, `route`, `status`, `durationMs`, and the
- * key's id and brand (never the key); the request id is an annotation of every line. `traced` says whether tracing is on:
- * then the line is also the span's `request` event, with the fields as its attributes.
+ * Where an access-log entry goes. The JSON logging writes it straight to its output, in the shape
+ * of every other line, without Effect's logger (which copies the fiber's locals and walks its
+ * loggers per line); without this service the entry is logged as any other message.
  */
-export const logAccess = (exchange: Exchange, status: number, startedAt: number, traced: boolean) => {
-  const fields = {
-    method: exchange.request.method,
-    route: exchange.route,
-    status,
-    durationMs: Math.round((performance.now() - startedAt) * 1000) / 1000,
-    keyId: exchange.identity?.keyId ?? null,
-    brandId: exchange.identity?.brandId ?? null
-  }
-  return traced ? Effect.logInfo("request").pipe(Effect.annotateLogs(fields)) : Effect.logInfo(new AccessLogEntry(fields))
-}
+export class AccessLogOutput extends Context.Tag("AccessLogOutput")<
+  AccessLogOutput,
+  (entry: AccessLogEntry) => Effect.Effect<void>
+>() {}
+
+/**
+ * The access-log line of a finished request: `method`, `route`, `status`, `durationMs`, and the
+ * key's id and brand (never the key); the request id is an annotation of every line. Decided once,
+ * when the edge is built: with tracing on the line is also the span's `request` event, with the
+ * fields as its attributes.
+ */
+export const makeAccessLog = (traced: boolean) =>
+  Effect.map(Effect.serviceOption(AccessLogOutput), (output) => {
+    const write = traced
+      ? (entry: AccessLogEntry) => Effect.logInfo("request").pipe(Effect.annotateLogs(entry.fields))
+      : output._tag === "Some"
+      ? output.value
+      : (entry: AccessLogEntry) => Effect.logInfo(entry)
+    return (exchange: Exchange, status: number, startedAt: number): Effect.Effect<void> =>
+      write(
+        new AccessLogEntry({
+          method: exchange.request.method,
+          route: exchange.route,
+          status,
+          durationMs: Math.round((performance.now() - startedAt) * 1000) / 1000,
+          keyId: exchange.identity?.keyId ?? null,
+          brandId: exchange.identity?.brandId ?? null
+        })
+      )
+  })
 
 /** Addresses tracked per interval; past this, refusals are counted under one bucket. */
 const maxTrackedAddresses = 10_000

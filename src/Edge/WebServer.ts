@@ -5,7 +5,7 @@ import { EdgeConfig, ServerConfig, StartupError } from "../Config.ts"
 import { InternalError, ServiceUnavailable } from "../Domain/Errors.ts"
 import { HealthHandlers } from "../Health/Http.ts"
 import { IdentityHandlers } from "../Identity/Http.ts"
-import { logAccess, makeRefusalTally, requestIdOf } from "./AccessLog.ts"
+import { makeAccessLog, makeRefusalTally, requestIdOf } from "./AccessLog.ts"
 import { documentRoutes, type PreparedDocument, prepareDocuments } from "./Documents.ts"
 import type { Exchange, Handler, Handlers, Reply } from "./Exchange.ts"
 import { errorReply, renderFailure, toWebResponse } from "./Render.ts"
@@ -112,6 +112,7 @@ export const makeEdge = Effect.gen(function*() {
   const traced = yield* FiberRef.get(FiberRef.currentTracerEnabled)
   // Decided once: below LOG_LEVEL=info no access-log line is built at all.
   const accessLogged = traced || LogLevel.lessThanEqual(yield* FiberRef.get(FiberRef.currentMinimumLogLevel), LogLevel.Info)
+  const logAccess = yield* makeAccessLog(traced)
   const runtime = yield* Effect.runtime<never>()
   const runSyncExit = Runtime.runSyncExit(runtime)
   const runPromise = Runtime.runPromise(runtime)
@@ -177,7 +178,7 @@ export const makeEdge = Effect.gen(function*() {
       ? Effect.tap(rendered, (reply) =>
         reply.status === 401 && !refusals.first(clientAddress)
           ? Effect.void
-          : logAccess(exchange, reply.status, startedAt, traced))
+          : logAccess(exchange, reply.status, startedAt))
       : rendered
     // Every line this request's fiber logs carries its id. The fiber is the request's own and ends
     // with it, so the annotation is set on it, not scoped (`Effect.annotateLogs` costs a sixth
