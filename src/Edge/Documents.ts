@@ -52,16 +52,16 @@ const scalarPage = (api: HttpApi.HttpApi.Any) =>
     )
   )
 
-/**
- * Both documents, generated from the HttpApi definition once at start-up, naming `publicUrl` as
- * the server (a trailing slash dropped, so that clients join paths to it as they are).
- */
-export const prepareDocuments = (api: HttpApi.HttpApi.Any, publicUrl: string) => {
-  const servers = [{ url: publicUrl.replace(/\/+$/, ""), description: "This service" }]
-  const withServers = (api as HttpApi.HttpApi.AnyWithProps).annotate(OpenApi.Servers, servers)
-  return Effect.flatMap(scalarPage(withServers), (page) =>
-    Effect.all({
-      openApi: prepare("application/json", JSON.stringify(OpenApi.fromApi(withServers))),
-      docs: prepare("text/html; charset=utf-8", page)
-    }))
-}
+/** The definition naming `publicUrl` as its server (a trailing slash dropped, so clients join paths to it). */
+const withServer = (api: HttpApi.HttpApi.Any, publicUrl: string) =>
+  (api as HttpApi.HttpApi.AnyWithProps).annotate(OpenApi.Servers, [
+    { url: publicUrl.replace(/\/+$/, ""), description: "This service" }
+  ])
+
+/** The OpenAPI document generated from the HttpApi definition, naming `publicUrl` as the server. */
+export const openApiDocument = (api: HttpApi.HttpApi.Any, publicUrl: string): Effect.Effect<PreparedDocument> =>
+  Effect.suspend(() => prepare("application/json", JSON.stringify(OpenApi.fromApi(withServer(api, publicUrl)))))
+
+/** The docs page for the same document: Scalar's script, inlined, is most of its 3 MB. */
+export const docsPage = (api: HttpApi.HttpApi.Any, publicUrl: string): Effect.Effect<PreparedDocument> =>
+  Effect.flatMap(scalarPage(withServer(api, publicUrl)), (page) => prepare("text/html; charset=utf-8", page))

@@ -6,7 +6,7 @@ import { InternalError, ServiceUnavailable } from "../Domain/Errors.ts"
 import { HealthHandlers } from "../Health/Http.ts"
 import { IdentityHandlers } from "../Identity/Http.ts"
 import { makeAccessLog, makeRefusalTally, requestIdOf } from "./AccessLog.ts"
-import { documentRoutes, type PreparedDocument, prepareDocuments } from "./Documents.ts"
+import { docsPage, documentRoutes, openApiDocument, type PreparedDocument } from "./Documents.ts"
 import type { Exchange, Handler, Handlers, Reply } from "./Exchange.ts"
 import { errorReply, renderFailure, toWebResponse } from "./Render.ts"
 import { makeFallback, type Route, routesOf } from "./Router.ts"
@@ -72,10 +72,11 @@ export interface Edge {
   /** Logs the 401s counted but not logged since the last call, one line per client address. */
   readonly summarizeRefusals: Effect.Effect<void>
   /**
-   * Prepares the documents, naming `PUBLIC_URL` or, by default, this server at the port it is
-   * listening on; served from then on (or first made by the first request that asks).
+   * Names the port the server listens on: the documents name `PUBLIC_URL` or, by default, this
+   * server at that port. Each document is made by the first request that asks for it and served
+   * from its bytes from then on (the docs page, 3 MB, is never held by a server nobody reads it from).
    */
-  readonly prepareDocuments: (listeningPort: number) => Effect.Effect<void>
+  readonly listening: (port: number) => void
 }
 
 /**
@@ -93,20 +94,14 @@ export const makeEdge = Effect.gen(function*() {
   const { docsEnabled, publicUrl } = yield* EdgeConfig
   const { port } = yield* ServerConfig
   let listeningPort = port
-  const documents = yield* Effect.cached(
-    Effect.suspend(() =>
-      prepareDocuments(
-        CampaignApi,
-        Option.match(publicUrl, { onNone: () => `http://localhost:${listeningPort}`, onSome: (url) => url.href })
-      )
-    )
-  )
+  const serverUrl = () =>
+    Option.match(publicUrl, { onNone: () => `http://localhost:${listeningPort}`, onSome: (url) => url.href })
+  const openApi = yield* Effect.cached(Effect.suspend(() => openApiDocument(CampaignApi, serverUrl())))
+  const docs = yield* Effect.cached(Effect.suspend(() => docsPage(CampaignApi, serverUrl())))
   const routes: ReadonlyArray<Route> = [
     ...routesOf(CampaignApi, handlers),
-    { method: "GET", path: documentRoutes.openApi, handler: serveDocument(Effect.map(documents, (d) => d.openApi)) },
-    ...(docsEnabled
-      ? [{ method: "GET", path: documentRoutes.docs, handler: serveDocument(Effect.map(documents, (d) => d.docs)) }]
-      : [])
+    { method: "GET", path: documentRoutes.openApi, handler: serveDocument(openApi) },
+    ...(docsEnabled ? [{ method: "GET", path: documentRoutes.docs, handler: serveDocument(docs) }] : [])
   ]
   const fallback = makeFallback(routes)
   const traced = yield* FiberRef.get(FiberRef.currentTracerEnabled)
@@ -212,12 +207,10 @@ export const makeEdge = Effect.gen(function*() {
         : run(route.handler, route.path, request, path, request.params, client)
     }
   }
-  const prepare = (port: number) => {
-    // At once, before any request can make the documents with the configured port (0, say).
+  const listening = (port: number) => {
     listeningPort = port
-    return Effect.asVoid(documents)
   }
-  return { routes: table, fetch, prepareDocuments: prepare, summarizeRefusals } satisfies Edge
+  return { routes: table, fetch, listening, summarizeRefusals } satisfies Edge
 })
 
 /** Why the server could not listen, as one sentence naming the variable to change. */
@@ -341,8 +334,8 @@ export const WebServerLive = Layer.scopedDiscard(
       // Bun's own body limit would answer a large declared length with a bare 413; the activation
       // refuses those by their Content-Length and stops reading any body past 16 KiB.
       Effect.try({
-        try: () =>
-          Bun.serve({
+        try: () => {
+          const server = Bun.serve({
             hostname: host,
             port,
             routes,
@@ -358,7 +351,11 @@ export const WebServerLive = Layer.scopedDiscard(
               console.error(JSON.stringify({ message: "unhandled error", logLevel: "ERROR", timestamp: new Date().toISOString(), cause: String(error), annotations: {} }))
               return new Response(errorReply(internalError).body, { status: 500, headers: { "content-type": "application/json" } })
             }
-          }),
+          })
+          // At once, before any request can make a document with the configured port (0, say).
+          edge.listening(server.port!)
+          return server
+        },
         catch: (error) => cannotListen(host, port, error)
       }),
       (server) =>
@@ -373,8 +370,6 @@ export const WebServerLive = Layer.scopedDiscard(
         })
     )
     yield* edge.summarizeRefusals.pipe(Effect.repeat(Schedule.spaced(refusalSummaryInterval)), Effect.forkScoped)
-    // In the background, after listening: start-up never waits for the documents (the docs page is 3 MB).
-    yield* Effect.forkScoped(edge.prepareDocuments(server.port!))
     // Whatever LOG_LEVEL says (short of none): with PORT=0 it is the only way to learn the port.
     const level = yield* FiberRef.get(FiberRef.currentMinimumLogLevel)
     yield* Effect.logInfo(`Listening on http://${server.hostname}:${server.port}`).pipe(
