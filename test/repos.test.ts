@@ -560,3 +560,29 @@ describe.skipIf(sharedSkipped !== undefined)("IdempotencyRepo.purgeExpired on Po
     expect(await postgres.count(database, "SELECT 1 FROM idempotency_keys WHERE expires_at = 999999")).toBe(1)
   })
 })
+
+describe("GroupCommit's gathering", () => {
+  it.live("a batch stops taking in work shortly after its first piece, however steadily more arrives", () =>
+    Effect.gen(function*() {
+      const groupCommit = yield* GroupCommit
+      const activations = yield* ActivationsRepo
+      let submitted = 0
+      let submittedWhenFirstAnswered: number | undefined
+      const pieces: Array<Fiber.RuntimeFiber<Activation>> = []
+      // One more piece on every turn of the event loop, as a forming batch looks for them: a batch
+      // that gathered for as long as something new came would close only at its size limit (256).
+      for (let n = 1; n <= 200; n++) {
+        submitted = n
+        pieces.push(
+          yield* activations.insert(activationRecord({ id: uuidOf(++sequence) }), owner).pipe(
+            groupCommit.transaction,
+            Effect.tap(() => Effect.sync(() => (submittedWhenFirstAnswered ??= submitted))),
+            Effect.fork
+          )
+        )
+        yield* Effect.sleep(Duration.zero)
+      }
+      yield* Fiber.joinAll(pieces)
+      expect(submittedWhenFirstAnswered).toBeLessThan(100)
+    }).pipe(Effect.provide(Layer.merge(GroupCommit.Live, ActivationsRepo.Live).pipe(Layer.provideMerge(SqlLiveAt(tempDatabase()))))))
+})

@@ -1,6 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { SqlError } from "@effect/sql/SqlError"
-import { Cause, Chunk, Context, Deferred, Duration, Effect, Exit, FiberRef, Layer, Option, Queue, Schedule } from "effect"
+import { Cause, Chunk, Clock, Context, Deferred, Duration, Effect, Exit, FiberRef, Layer, Option, Queue, Schedule } from "effect"
 import { span } from "../Edge/Span.ts"
 import { busyTimeout, DatabaseFile, Dialect } from "./Sql.ts"
 import { isRetryable } from "./SqlErrors.ts"
@@ -12,6 +12,13 @@ interface Pending {
 
 /** At most this many requests' writes share one commit. */
 const maxBatch = 256
+
+/**
+ * How long a batch goes on taking in work after its first piece. Unbounded, a steady trickle of
+ * writes among other requests kept a batch open until nearly every connection waited on it: in
+ * the benchmark's 90/10 mix, p99 was 54–57 ms, and 22–23 ms with this bound.
+ */
+const gatherForMillis = 5
 
 /** While another process holds the write lock: try again every 25 ms, up to the busy timeout. */
 const busyRetry = Schedule.spaced("25 millis").pipe(Schedule.upTo(busyTimeout))
@@ -138,15 +145,21 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
         )
 
       // Requests whose work is on its way (mid-parse, mid-authentication) join the batch: after the
-      // first item, yield to the event loop and take what arrived, until a turn brings nothing new.
-      const gather = (batch: Array<Pending>): Effect.Effect<ReadonlyArray<Pending>> =>
+      // first item, yield to the event loop and take what arrived, until a turn brings nothing new
+      // or the batch has gathered for `gatherFor`.
+      const gather = (batch: Array<Pending>, until: number): Effect.Effect<ReadonlyArray<Pending>> =>
         batch.length >= maxBatch
           ? Effect.succeed(batch)
-          : Effect.flatMap(Effect.zipRight(Effect.sleep(Duration.zero), Queue.takeUpTo(queue, maxBatch - batch.length)), (more) =>
-            Chunk.isEmpty(more) ? Effect.succeed(batch) : gather([...batch, ...more]))
+          : Effect.flatMap(Clock.currentTimeMillis, (now) =>
+            now >= until
+              ? Effect.succeed(batch)
+              : Effect.flatMap(Effect.zipRight(Effect.sleep(Duration.zero), Queue.takeUpTo(queue, maxBatch - batch.length)), (more) =>
+                Chunk.isEmpty(more) ? Effect.succeed(batch) : gather([...batch, ...more], until)))
 
       yield* Queue.takeBetween(queue, 1, maxBatch).pipe(
-        Effect.flatMap((first) => gather(Chunk.toArray(first))),
+        Effect.flatMap((first) =>
+          Effect.flatMap(Clock.currentTimeMillis, (now) => gather(Chunk.toArray(first), now + gatherForMillis))
+        ),
         Effect.flatMap((batch) =>
           Effect.flatMap(commit(batch), (outcome) =>
             Effect.forEach(batch, (pending, i) =>
