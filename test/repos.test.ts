@@ -568,7 +568,7 @@ describe("GroupCommit's gathering", () => {
       const activations = yield* ActivationsRepo
       let submitted = 0
       let submittedWhenFirstAnswered: number | undefined
-      const pieces: Array<Fiber.RuntimeFiber<Activation>> = []
+      const pieces: Array<Fiber.RuntimeFiber<void>> = []
       // One more piece on every turn of the event loop, as a forming batch looks for them: a batch
       // that gathered for as long as something new came would close only at its size limit (256).
       for (let n = 1; n <= 200; n++) {
