@@ -65,9 +65,10 @@ const purgeBatch = 500
 const purgePause = Duration.millis(5)
 
 /**
- * Stored entries kept in memory for repeats (a few hundred bytes each); older ones are read from
- * the database. Retries come within seconds; a larger copy mostly adds to the garbage-collected
- * heap's headroom (10,000: about 20 MB more peak RSS under fresh activations).
+ * Stored entries kept in memory for repeats (a few hundred bytes each); a repeat of an older one
+ * is read from the database, as correct and a little slower. At a few activations a second that
+ * is minutes of retries; at the benchmark's thousands, under a second. A larger copy adds to the
+ * garbage-collected heap's headroom (10,000: about 20 MB more peak RSS under fresh activations).
  */
 const recentLimit = 1_000
 

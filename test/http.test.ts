@@ -191,7 +191,8 @@ describe.each(backends)("on $name", (backend) => {
         ["activatedAt", "campaignId", "creatorId", "id", "plannedPostAt", "socialUsername", "status"]
       )
       expect(result.json.ok).toBe(true)
-      expect(activation.id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
+      // A UUID of version 7 (README: the record's id).
+      expect(activation.id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
       expect(activation.campaignId).toBe(campaignId)
       expect(activation.creatorId).toBe(creatorId)
       expect(activation.status).toBe("ACTIVE")

@@ -18,7 +18,7 @@ const maxBatch = 256
  * writes among other requests kept a batch open until nearly every connection waited on it: in
  * the benchmark's 90/10 mix, p99 was 54–57 ms, and 22–23 ms with this bound.
  */
-const gatherForMillis = 5
+const gatherForNanos = 5_000_000n
 
 /** While another process holds the write lock: try again every 25 ms, up to the busy timeout. */
 const busyRetry = Schedule.spaced("25 millis").pipe(Schedule.upTo(busyTimeout))
@@ -146,11 +146,12 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
 
       // Requests whose work is on its way (mid-parse, mid-authentication) join the batch: after the
       // first item, yield to the event loop and take what arrived, until a turn brings nothing new
-      // or the batch has gathered for `gatherFor`.
-      const gather = (batch: Array<Pending>, until: number): Effect.Effect<ReadonlyArray<Pending>> =>
+      // or the batch has gathered for `gatherForNanos` (a monotonic clock; under a TestClock that
+      // never moves, as in most tests, only the first condition ends a batch).
+      const gather = (batch: Array<Pending>, until: bigint): Effect.Effect<ReadonlyArray<Pending>> =>
         batch.length >= maxBatch
           ? Effect.succeed(batch)
-          : Effect.flatMap(Clock.currentTimeMillis, (now) =>
+          : Effect.flatMap(Clock.currentTimeNanos, (now) =>
             now >= until
               ? Effect.succeed(batch)
               : Effect.flatMap(Effect.zipRight(Effect.sleep(Duration.zero), Queue.takeUpTo(queue, maxBatch - batch.length)), (more) =>
@@ -158,7 +159,7 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
 
       yield* Queue.takeBetween(queue, 1, maxBatch).pipe(
         Effect.flatMap((first) =>
-          Effect.flatMap(Clock.currentTimeMillis, (now) => gather(Chunk.toArray(first), now + gatherForMillis))
+          Effect.flatMap(Clock.currentTimeNanos, (now) => gather(Chunk.toArray(first), now + gatherForNanos))
         ),
         Effect.flatMap((batch) =>
           Effect.flatMap(commit(batch), (outcome) =>

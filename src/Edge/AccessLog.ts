@@ -14,10 +14,10 @@ export const requestIdOf = (request: Request): string => {
 }
 
 /**
- * One access-log line's fields, logged as the message and lifted into annotations by the
- * logger (`withAccessLogFields`). `Effect.annotateLogs` would copy the fiber's locals per
- * request, whether or not the line is written at the configured level. With tracing on the
- * line is annotated the usual way, for the span's own log events.
+ * One access-log line's fields. The JSON logging writes them as annotations of the line itself
+ * (`AccessLogOutput`); the terminal's pretty logger gets them as the message and lifts them into
+ * annotations (`withAccessLogFields`). `Effect.annotateLogs` would copy the fiber's locals per
+ * request. With tracing on the line is annotated the usual way, for the span's own log events.
  */
 export class AccessLogEntry {
   constructor(readonly fields: Readonly<Record<string, string | number | null>>) {}
