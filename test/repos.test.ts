@@ -479,9 +479,10 @@ layer(IdempotencyRacedOnFreshFile)("Idempotency against another instance's write
     }))
 })
 
-const GroupCommitOnFreshFile = Layer.merge(GroupCommit.Live, ActivationsRepo.Live).pipe(
-  Layer.provideMerge(SqlLiveAt(tempDatabase()))
-)
+/** Group commit and the activations repository on a database file of their own. */
+const groupCommitOnFreshFile = () =>
+  Layer.merge(GroupCommit.Live, ActivationsRepo.Live).pipe(Layer.provideMerge(SqlLiveAt(tempDatabase())))
+const GroupCommitOnFreshFile = groupCommitOnFreshFile()
 
 layer(GroupCommitOnFreshFile)("GroupCommit", (it) => {
   /** Five transactions started together, so they share a batch; the third fails after its write. */
@@ -584,5 +585,6 @@ describe("GroupCommit's gathering", () => {
       }
       yield* Fiber.joinAll(pieces)
       expect(submittedWhenFirstAnswered).toBeLessThan(100)
-    }).pipe(Effect.provide(Layer.merge(GroupCommit.Live, ActivationsRepo.Live).pipe(Layer.provideMerge(SqlLiveAt(tempDatabase()))))))
+      // Built here, under the live clock: a layer of `layer(...)` would read the TestClock, which never moves.
+    }).pipe(Effect.provide(groupCommitOnFreshFile())))
 })
