@@ -12,7 +12,10 @@ const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 const sha256 = (text: string): Uint8Array => Bun.SHA256.hash(text) as Uint8Array
 
-/** Compared against when the key id is unknown, so that case costs the same time as a wrong secret. */
+/**
+ * Compared against when the key id is unknown, so the comparison costs the same either way. (On
+ * PostgreSQL an unknown id also costs a read of the counter: key ids are public, secrets are not.)
+ */
 const decoyDigest = sha256("decoy")
 
 export const unauthorized = new Unauthorized({ message: "The API key is missing or invalid." })
@@ -54,10 +57,13 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
       const ids = yield* Ids
 
       // Every key by id, loaded again whenever the generation moves: a request reads one number,
-      // not the key's row, and a key created or revoked by any process counts from the next request.
+      // not the key's row. A key created or revoked by any process counts from the next request on
+      // SQLite, within one poll on PostgreSQL (README). The counter only grows: keys loaded at a
+      // newer generation than a request reads (after a fresh read, below) serve it as well.
       type Cached = ApiKeyRow & { readonly digest: Uint8Array }
       let cache: { readonly generation: number; readonly keys: ReadonlyMap<string, Cached> } | undefined
-      const cachedAt = (generation: number) => cache?.generation === generation ? cache.keys : undefined
+      const cachedAt = (generation: number) =>
+        cache !== undefined && cache.generation >= generation ? cache.keys : undefined
       const keysAt = (generation: number) => {
         const cached = cachedAt(generation)
         return cached !== undefined

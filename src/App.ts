@@ -21,7 +21,7 @@ import { TracingLive } from "./Tracing.ts"
 
 const ReposLive = Layer.mergeAll(ApiKeysRepo.Live, ActivationsRepo.Live, IdempotencyRepo.Live)
 
-/** Every service the API calls, on the SQLite database. */
+/** Every service the API calls, on the database DATABASE_URL names. */
 export const ServicesLive = Layer.mergeAll(Authentication.Live, Activations.Live, Idempotency.Live).pipe(
   Layer.provideMerge(Layer.mergeAll(ApiKeys.Live, RateLimit.Live)),
   Layer.provideMerge(Layer.merge(ReposLive, GroupCommit.Live)),

@@ -169,7 +169,7 @@ const revoke = Command.make("revoke", { typed: keyIdArg }, ({ typed }) =>
       yield* Console.error(`No active API key with id ${keyId}.`)
       return yield* Effect.sync(() => void (process.exitCode = 1))
     }
-    yield* Console.log(`Revoked API key ${keyId}: it is refused from the next request on.`)
+    yield* Console.log(`Revoked API key ${keyId}: it is refused from the next request on (within 1 s on PostgreSQL).`)
   })).pipe(Command.withDescription("Revoke an API key at once."))
 
 const keys = Command.make("keys").pipe(

@@ -136,16 +136,21 @@ const walIndexHeader = (filename: string): { readonly unchangedSince: (seen: Uin
   }
   const words = new Uint32Array(24)
   const bytes = new Uint8Array(words.buffer)
-  const readInto = () => {
-    if (readSync(fd, bytes, 0, 96, 0) !== 96) words.fill(0)
-    return words
+  /** Reads the header into `words`; false when the file is shorter (not a header to trust). */
+  const readInto = (): boolean => {
+    if (readSync(fd, bytes, 0, 96, 0) === 96) return true
+    words.fill(0)
+    return false
   }
   return {
-    read: () => readInto().slice(),
+    read: () => {
+      readInto()
+      return words.slice()
+    },
     unchangedSince: (seen) => {
-      const now = readInto()
-      for (let i = 0; i < 12; i++) if (now[i] !== seen[i] || now[i] !== now[i + 12]) return false
-      for (let i = 12; i < 24; i++) if (now[i] !== seen[i]) return false
+      if (!readInto()) return false
+      for (let i = 0; i < 12; i++) if (words[i] !== seen[i] || words[i] !== words[i + 12]) return false
+      for (let i = 12; i < 24; i++) if (words[i] !== seen[i]) return false
       return true
     }
   }
@@ -181,10 +186,10 @@ const fileGeneration = (filename: string) =>
       // refuse to vouch for any key (503) rather than answer from what may be stale. (This also
       // covers a `-shm` file replaced under our descriptor, which would then never move.)
       if (file.changed()) return Effect.die(databaseError("SQLITE_CANTOPEN", "the database files changed under the server"))
-      if (header !== undefined && headerAtLastRead !== undefined && header.unchangedSince(headerAtLastRead)) {
-        return Effect.succeed(generation)
-      }
       try {
+        if (header !== undefined && headerAtLastRead !== undefined && header.unchangedSince(headerAtLastRead)) {
+          return Effect.succeed(generation)
+        }
         // Copied before the pragma: a commit between the two makes the next request ask again.
         const before = header?.read()
         const version = dataVersion.get()!.data_version

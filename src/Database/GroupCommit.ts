@@ -2,7 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { SqlError } from "@effect/sql/SqlError"
 import { Cause, Chunk, Clock, Context, Deferred, Duration, Effect, Exit, FiberRef, Layer, Option, Queue, Schedule } from "effect"
 import { span } from "../Edge/Span.ts"
-import { busyTimeout, DatabaseFile, Dialect } from "./Sql.ts"
+import { busyTimeout, DatabaseFile } from "./Sql.ts"
 import { isRetryable } from "./SqlErrors.ts"
 
 interface Pending {
@@ -20,7 +20,10 @@ const maxBatch = 256
  */
 const gatherForNanos = 5_000_000n
 
-/** While another process holds the write lock: try again every 25 ms, up to the busy timeout. */
+/**
+ * While another process holds SQLite's write lock, or PostgreSQL chose the batch as a deadlock's
+ * victim: try again every 25 ms, up to the busy timeout.
+ */
 const busyRetry = Schedule.spaced("25 millis").pipe(Schedule.upTo(busyTimeout))
 
 /** The batch was rolled back as a whole; `defect` is why (the database failing, or a bug). */
@@ -92,9 +95,10 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
       // On PostgreSQL a batch waits for rows another instance holds (the same Idempotency-Key):
       // never longer than this, so that an instance frozen mid-transaction costs its peers a 503
       // (55P03), not every write; and a transaction of ours left idle is ended by the server.
-      const bounded: Effect.Effect<unknown, SqlError> = (yield* Dialect) === "postgres"
-        ? sql`SELECT set_config('lock_timeout', '5s', true), set_config('idle_in_transaction_session_timeout', '10s', true)`
-        : Effect.void
+      const bounded: Effect.Effect<unknown, SqlError> = sql.onDialectOrElse({
+        pg: () => sql`SELECT set_config('lock_timeout', '5s', true), set_config('idle_in_transaction_session_timeout', '10s', true)`,
+        orElse: () => Effect.void
+      })
       const queue = yield* Queue.unbounded<Pending>()
 
       /** A failure that rolls back the batch as a whole: the database failing, or a defect. */

@@ -31,6 +31,3 @@ export class DatabaseFile extends Context.Tag("Database/DatabaseFile")<DatabaseF
  */
 export class ReadSql extends Context.Tag("Database/ReadSql")<ReadSql, SqlClient.SqlClient>() {}
 
-/** Which engine DATABASE_URL selected: the few places that differ ask. */
-export class Dialect extends Context.Tag("Database/Dialect")<Dialect, "sqlite" | "postgres">() {}
-

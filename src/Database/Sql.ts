@@ -1,16 +1,16 @@
 import { Duration, Effect, Layer } from "effect"
 import { DatabaseConfig } from "../Config.ts"
 import * as Postgres from "./Postgres.ts"
-import { busyTimeout, Dialect } from "./Services.ts"
+import { busyTimeout } from "./Services.ts"
 import * as Sqlite from "./Sqlite.ts"
 
-export { busyTimeout, DatabaseFile, Dialect, ReadSql } from "./Services.ts"
+export { busyTimeout, DatabaseFile, ReadSql } from "./Services.ts"
 
 const makeSqlLive = (busyTimeoutMs: number) =>
   Layer.unwrapEffect(Effect.map(DatabaseConfig, (target) =>
     target._tag === "sqlite"
-      ? Layer.merge(Sqlite.layer(target.filename, busyTimeoutMs), Layer.succeed(Dialect, "sqlite"))
-      : Layer.merge(Postgres.layer(target), Layer.succeed(Dialect, "postgres"))))
+      ? Sqlite.layer(target.filename, busyTimeoutMs)
+      : Postgres.layer(target)))
 
 /** The database DATABASE_URL names, opened and migrated; a locked SQLite database blocks up to the busy timeout. */
 export const SqlLive = makeSqlLive(Duration.toMillis(busyTimeout))

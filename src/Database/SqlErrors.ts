@@ -29,9 +29,10 @@ export const isRetryable = (u: unknown): boolean => /^(SQLITE_(BUSY|LOCKED)|(40P
  * a connection lost mid-statement, or no connection to be had from the pool.
  */
 export const isDatabaseUnavailable = (u: unknown): boolean => {
+  if (isRetryable(u)) return true
   const code = driverCode(u) ?? ""
-  if (/^SQLITE_(BUSY|LOCKED|CANTOPEN|IOERR|FULL|READONLY|PROTOCOL|NOTADB|CORRUPT)/.test(code)) return true
-  if (/^(08|53|57P|58|57014|55P03|25P03|25006|40P01|40001|E(CONN|PIPE|TIMEDOUT|HOSTUNREACH|NETUNREACH|AI_AGAIN|NOTFOUND)|ERR_SOCKET)/.test(code)) return true
+  if (/^SQLITE_(CANTOPEN|IOERR|FULL|READONLY|PROTOCOL|NOTADB|CORRUPT)/.test(code)) return true
+  if (/^(08|53|57P|58|55P03|25P03|25006|E(CONN|PIPE|TIMEDOUT|HOSTUNREACH|NETUNREACH|AI_AGAIN|NOTFOUND)|ERR_SOCKET)/.test(code)) return true
   if (u instanceof SqlError && /acquire connection|Connection error|Failed to connect|timed out/i.test(u.message)) return true
   return /Connection terminated|timeout exceeded when trying to connect|connection error|not queryable|Connection closed/i.test(causeMessage(u))
 }

@@ -1,7 +1,7 @@
 import { SqlClient } from "@effect/sql"
 import { Duration, Effect } from "effect"
 import type { CampaignApi } from "../Api.ts"
-import { DatabaseFile, Dialect } from "../Database/Sql.ts"
+import { DatabaseFile } from "../Database/Sql.ts"
 import { RateLimit } from "../RateLimit.ts"
 import { ServiceUnavailable } from "../Domain/Errors.ts"
 import { compile } from "../Edge/Endpoint.ts"
@@ -16,7 +16,7 @@ const encodeReady = compile(HealthApi.ready).encodeSuccess
 export const HealthHandlers = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const file = yield* DatabaseFile
-  const database = yield* Dialect
+  const database = sql.onDialectOrElse({ pg: () => "postgres" as const, orElse: () => "sqlite" as const })
   const rateLimit = yield* RateLimit
   // A real table, not `SELECT 1`: that would answer without touching the database file.
   const ping = file.ensurePresent.pipe(

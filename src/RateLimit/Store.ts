@@ -54,9 +54,10 @@ const bucketKey = (key: string) => `${prefix}{${key}}`
 const refillKey = (key: string) => `${prefix}{${key}}:refill`
 
 /**
- * The token bucket of `@effect/experimental`'s Redis store (same script, same arguments, same
- * answer), with one change: both keys expire once the bucket would be full again (in whole
- * milliseconds: `PX` refuses a fraction), so idle keys leave Redis instead of staying forever.
+ * The token bucket of `@effect/experimental`'s Redis store (same arithmetic, same answer), with two
+ * changes: the refill key is passed in KEYS (in the bucket's hash slot), and both keys expire once
+ * the bucket would be full again (in whole milliseconds: `PX` refuses a fraction), so idle keys
+ * leave Redis instead of staying forever.
  */
 const tokenBucketScript = `
 local key = KEYS[1]
