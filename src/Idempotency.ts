@@ -43,7 +43,7 @@ const replayedHeaders = { "idempotent-replayed": "true" }
 const toReply = (stored: { readonly status: number; readonly body: string }, replayed: boolean): Reply =>
   replayed ? { status: stored.status, body: stored.body, headers: replayedHeaders } : { status: stored.status, body: stored.body }
 
-export const conflict = new IdempotencyConflict({
+const conflict = new IdempotencyConflict({
   message: "This Idempotency-Key was already used with a different request; use a new key for a new request."
 })
 const inProgress = new IdempotencyInProgress({
@@ -68,7 +68,7 @@ const purgePause = Duration.millis(5)
  * Stored entries kept in memory for repeats (a few hundred bytes each); a repeat of an older one
  * is read from the database, as correct and a little slower. At a few activations a second that
  * is minutes of retries; at the benchmark's thousands, under a second. A larger copy adds to the
- * garbage-collected heap's headroom (10,000: about 20 MB more peak RSS under fresh activations).
+ * garbage-collected heap's headroom (10,000: 21–38 MB more peak RSS under fresh activations).
  */
 const recentLimit = 1_000
 

@@ -1,7 +1,7 @@
 import { Cause, Effect, FiberId, FiberRef, Inspectable, Layer, List, Logger, LogLevel } from "effect"
 import { writeSync } from "node:fs"
 import { LogLevelConfig } from "./Config.ts"
-import { AccessLogEntry, AccessLogOutput, withAccessLogFields } from "./Edge/AccessLog.ts"
+import { AccessLogOutput, withAccessLogFields } from "./Edge/AccessLog.ts"
 
 /**
  * Lines for stderr, written together once per turn of the event loop: a write per line (what
@@ -68,9 +68,8 @@ const isoTimestamp = (() => {
 
 /**
  * One JSON object per line, always of one shape: `message` is a string (the text parts of the
- * log call), `logLevel`, `timestamp`, `annotations` (the fiber's annotations, the fields of any
- * object logged with the text, and an access-log entry's fields), `spans`, `fiberId`, and
- * `cause` when there is one.
+ * log call), `logLevel`, `timestamp`, `annotations` (the fiber's annotations and the fields of
+ * any object logged with the text), `spans`, `fiberId`, and `cause` when there is one.
  */
 const jsonLine = (
   { annotations, cause, date, fiberId, logLevel, message, spans }: Omit<Logger.Logger.Options<unknown>, "context">
@@ -79,10 +78,7 @@ const jsonLine = (
   for (const [key, value] of annotations) fields[key] = value
   const texts: Array<string> = []
   for (const part of Array.isArray(message) ? message : [message]) {
-    if (part instanceof AccessLogEntry) {
-      texts.push("request")
-      Object.assign(fields, part.fields)
-    } else if (typeof part === "string") texts.push(part)
+    if (typeof part === "string") texts.push(part)
     else if (typeof part === "object" && part !== null && !Array.isArray(part)) Object.assign(fields, part)
     else texts.push(String(part))
   }
@@ -115,7 +111,7 @@ const accessLines = AccessLogOutput.of((entry) =>
       date: new Date(),
       fiberId: fiber.id(),
       logLevel: LogLevel.Info,
-      message: entry,
+      message: ["request", entry.fields],
       spans: fiber.getFiberRef(FiberRef.currentLogSpan)
     }))
     return Effect.void
@@ -128,14 +124,10 @@ const accessLines = AccessLogOutput.of((entry) =>
  */
 export const LoggingLive = Layer.unwrapEffect(
   Effect.map(LogLevelConfig, (level) =>
-    process.stderr.isTTY
-      ? Layer.merge(
-        Logger.replace(Logger.defaultLogger, withAccessLogFields(Logger.prettyLogger({ stderr: true }))),
-        Logger.minimumLogLevel(level)
-      )
-      : Layer.mergeAll(
-        Logger.replace(Logger.defaultLogger, jsonLines),
-        Layer.succeed(AccessLogOutput, accessLines),
-        Logger.minimumLogLevel(level)
-      ))
+    Layer.merge(
+      Logger.minimumLogLevel(level),
+      process.stderr.isTTY
+        ? Logger.replace(Logger.defaultLogger, withAccessLogFields(Logger.prettyLogger({ stderr: true })))
+        : Layer.merge(Logger.replace(Logger.defaultLogger, jsonLines), Layer.succeed(AccessLogOutput, accessLines))
+    ))
 )

@@ -1,4 +1,4 @@
-import { Context, Effect, HashMap, Logger } from "effect"
+import { Context, Effect, HashMap, Logger, Option } from "effect"
 import type { Exchange } from "./Exchange.ts"
 
 /** A caller's own request id is kept when it is sane: short, printable, no spaces. */
@@ -53,9 +53,7 @@ export const makeAccessLog = (traced: boolean) =>
   Effect.map(Effect.serviceOption(AccessLogOutput), (output) => {
     const write = traced
       ? (entry: AccessLogEntry) => Effect.logInfo("request").pipe(Effect.annotateLogs(entry.fields))
-      : output._tag === "Some"
-      ? output.value
-      : (entry: AccessLogEntry) => Effect.logInfo(entry)
+      : Option.getOrElse(output, () => (entry: AccessLogEntry) => Effect.logInfo(entry))
     return (exchange: Exchange, status: number, startedAt: number): Effect.Effect<void> =>
       write(
         new AccessLogEntry({

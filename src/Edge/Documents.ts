@@ -60,7 +60,7 @@ const withServer = (api: HttpApi.HttpApi.Any, publicUrl: string) =>
 
 /** The OpenAPI document generated from the HttpApi definition, naming `publicUrl` as the server. */
 export const openApiDocument = (api: HttpApi.HttpApi.Any, publicUrl: string): Effect.Effect<PreparedDocument> =>
-  Effect.suspend(() => prepare("application/json", JSON.stringify(OpenApi.fromApi(withServer(api, publicUrl)))))
+  prepare("application/json", JSON.stringify(OpenApi.fromApi(withServer(api, publicUrl))))
 
 /** The docs page for the same document: Scalar's script, inlined, is most of its 3 MB. */
 export const docsPage = (api: HttpApi.HttpApi.Any, publicUrl: string): Effect.Effect<PreparedDocument> =>

@@ -45,11 +45,7 @@ const requestsPerConnectionWindowMs = 10_000
  * What Bun's router and its fallback call. The client's address is asked of Bun once per
  * request, by the guard, and handed on.
  */
-type Handle = (
-  request: Request & { params: Record<string, string> },
-  server?: Bun.Server<unknown>,
-  clientAddress?: string
-) => Response | Promise<Response>
+type Handle = (request: Request & { params: Record<string, string> }, clientAddress: string) => Response | Promise<Response>
 
 /** How often repeated 401s from one address are summed up in the log. */
 const refusalSummaryInterval = Duration.minutes(1)
@@ -68,7 +64,7 @@ export interface Edge {
     Record<string, Handle>
   >
   /** Answers any request, routing it itself: Bun's fallback, and the entry for tests and the bench. */
-  readonly fetch: (request: Request, server?: Bun.Server<unknown>, clientAddress?: string) => Response | Promise<Response>
+  readonly fetch: (request: Request, clientAddress?: string) => Response | Promise<Response>
   /** Logs the 401s counted but not logged since the last call, one line per client address. */
   readonly summarizeRefusals: Effect.Effect<void>
   /**
@@ -188,7 +184,7 @@ export const makeEdge = Effect.gen(function*() {
       : toWebResponse(exchange, reply)
   }
 
-  const fetch = (request: Request, _server?: Bun.Server<unknown>, client = inProcess): Response | Promise<Response> => {
+  const fetch = (request: Request, client = inProcess): Response | Promise<Response> => {
     const path = rawPath(request.url)
     const found = fallback(request.method, path)
     if (found._tag === "Dispatch") return run(found.route.handler, found.route.path, request, path, found.params, client)
@@ -198,12 +194,12 @@ export const makeEdge = Effect.gen(function*() {
   const table: Edge["routes"] = {}
   for (const route of routes) {
     table[route.path] ??= {}
-    table[route.path]![route.method] = (request, server, client = inProcess) => {
+    table[route.path]![route.method] = (request, client) => {
       const path = rawPath(request.url)
       // Bun's router percent-decodes parameters and takes `;` in them: such a path is not this
       // route's spelling, and the fallback says so (404).
       return path.includes("%") || path.includes(";")
-        ? fetch(request, server, client)
+        ? fetch(request, client)
         : run(route.handler, route.path, request, path, request.params, client)
     }
   }
@@ -311,7 +307,7 @@ export const WebServerLive = Layer.scopedDiscard(
       inFlight++
       let response: Response | Promise<Response>
       try {
-        response = serve(request, server, peer?.address ?? inProcess)
+        response = serve(request, peer?.address ?? inProcess)
       } catch (error) {
         return failed(error)
       }
