@@ -9,7 +9,8 @@
  * PostgreSQL and Redis run on the same 2 cores as the servers and wrk, so nothing is pinned: the
  * figures say how the whole machine does, not one core. Two instances get one wrk each (25
  * connections apiece, 50 in all, as the single runs); their requests/s are added and the higher
- * of their two p99 latencies is shown. Each server gets a database of its own, dropped at the end.
+ * of their two p99 latencies is shown. Each target gets a database of its own (the two instances
+ * share theirs), dropped at the end.
  */
 import { SQL, spawn, type Subprocess } from "bun"
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
@@ -190,6 +191,8 @@ const main = async () => {
         ratioTwo: t.requestsPerSecond / b.requestsPerSecond
       }
       rows.push(row)
+      // As bench/run.ts: a failed request makes the run's exit code 1.
+      if ([b, o, t].some((m) => m.failures > 0)) process.exitCode = 1
       const f = (m: Measured) => `${m.requestsPerSecond.toFixed(0)} req/s, p99 ${m.p99Ms.toFixed(1)} ms${m.failures > 0 ? `, ${m.failures} FAILED` : ""}`
       console.log(`${scenario.padEnd(7)} baseline ${f(b)} | one instance ${f(o)} (${row.ratioOne.toFixed(3)}) | two instances ${f(t)} (${row.ratioTwo.toFixed(3)})`)
     }
