@@ -52,7 +52,7 @@ export const layer = (target: PostgresTarget) => {
   )
   return Layer.mergeAll(
     MigratorLive,
-    Layer.effect(ReadSql, SqlClient.SqlClient),
+    Layer.succeed(ReadSql, ReadSql.asIs),
     Layer.succeed(DatabaseFile, DatabaseFile.none)
   ).pipe(Layer.provideMerge(client))
 }

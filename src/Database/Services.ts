@@ -1,4 +1,4 @@
-import type { SqlClient } from "@effect/sql"
+import type { Statement } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Context, Duration, Effect } from "effect"
 
@@ -23,11 +23,20 @@ export class DatabaseFile extends Context.Tag("Database/DatabaseFile")<DatabaseF
 }
 
 /**
- * Reads that must see only committed rows (the idempotency lookup). On SQLite, a read-only
- * connection of their own: on the shared connection a plain read could run inside a group-commit
- * batch opened meanwhile and see its uncommitted writes, and a read transaction there costs two
- * more statements and queues behind the writes. On PostgreSQL, the pool: a statement outside a
- * transaction sees only what is committed.
+ * Reads that must see only committed rows (the idempotency lookup): `select` runs a statement
+ * built with the main client's `sql` on a connection outside every transaction.
+ *
+ * On SQLite, a read-only connection of their own, used directly: on the shared connection a plain
+ * read could run inside a group-commit batch opened meanwhile and see its uncommitted writes, and
+ * a read transaction there costs two more statements and queues behind the writes. bun:sqlite
+ * answers synchronously and nothing ever opens a transaction on this connection, so the
+ * statement needs none of the client's connection handling (its scope, lock and span were a
+ * quarter of a fresh activation's Effect operations). On PostgreSQL, the pool: a statement
+ * outside a transaction sees only what is committed.
  */
-export class ReadSql extends Context.Tag("Database/ReadSql")<ReadSql, SqlClient.SqlClient>() {}
-
+export class ReadSql extends Context.Tag("Database/ReadSql")<ReadSql, {
+  readonly select: <A extends object>(statement: Statement.Statement<A>) => Effect.Effect<ReadonlyArray<A>, SqlError>
+}>() {
+  /** The statement as it is: run by its own client (PostgreSQL's pool, or SQLite's one in-memory connection). */
+  static readonly asIs = ReadSql.of({ select: (statement) => statement })
+}

@@ -1,7 +1,8 @@
 import { BunContext } from "@effect/platform-bun"
-import { SqlClient } from "@effect/sql"
+import { Database, type SQLQueryBindings } from "bun:sqlite"
+import { SqlClient, type Statement } from "@effect/sql"
+import { SqlError } from "@effect/sql/SqlError"
 import { SqliteClient, SqliteMigrator } from "@effect/sql-sqlite-bun"
-import * as Reactivity from "@effect/experimental/Reactivity"
 import { Effect, Layer } from "effect"
 import { chmodSync, closeSync, mkdirSync, openSync, readSync, statSync, watch } from "node:fs"
 import { basename, dirname } from "node:path"
@@ -9,6 +10,7 @@ import { StartupError } from "../Config.ts"
 import { DatabaseFile, ReadSql } from "./Services.ts"
 import { migrations } from "./migrations/index.ts"
 import { databaseError } from "./SqlErrors.ts"
+import { whenTracing } from "../Edge/Span.ts"
 
 const sqliteHeader = Buffer.from("SQLite format 3\0")
 
@@ -132,12 +134,37 @@ const readSql = (filename: string) => Layer.scoped(
   ReadSql,
   Effect.gen(function*() {
     // An in-memory database has no second connection: its one connection serves.
-    if (filename === ":memory:") return yield* SqlClient.SqlClient
-    const client = yield* SqliteClient.make({ filename, readonly: true, readwrite: false, create: false, disableWAL: true }).pipe(
-      Effect.provide(Reactivity.layer)
+    if (filename === ":memory:") return ReadSql.asIs
+    const db = yield* Effect.acquireRelease(
+      Effect.try({
+        try: () => {
+          const db = new Database(filename, { readonly: true, create: false })
+          db.run("PRAGMA busy_timeout = 0")
+          return db
+        },
+        catch: (cause) => new SqlError({ cause, message: "Failed to open the read-only connection" })
+      }),
+      (db) => Effect.sync(() => db.close())
     )
-    yield* client.unsafe("PRAGMA busy_timeout = 0")
-    return client
+    const run = (text: string, params: ReadonlyArray<unknown>) =>
+      Effect.try({
+        // bun:sqlite keeps the prepared statement of each text: compiled once.
+        try: () => db.query(text).all(...(params as Array<SQLQueryBindings>)),
+        catch: (cause) => new SqlError({ cause, message: "Failed to execute statement" })
+      })
+    return ReadSql.of({
+      select: <A extends object>(statement: Statement.Statement<A>) => {
+        const [text, params] = statement.compile()
+        const direct = run(text, params) as Effect.Effect<ReadonlyArray<A>, SqlError>
+        // The span @effect/sql gives each statement, only while tracing is on.
+        return whenTracing(() =>
+          Effect.withSpan(direct, "sql.execute", {
+            kind: "client",
+            captureStackTrace: false,
+            attributes: { "db.system.name": "sqlite", "db.operation.name": "execute", "db.query.text": text }
+          }), direct)
+      }
+    })
   })
 )
 

@@ -1,7 +1,7 @@
 import { Effect, FiberRef } from "effect"
 
 /** `traced()` while tracing is on (`OTEL_EXPORTER_OTLP_ENDPOINT` set), `plain` otherwise. */
-const whenTracing = <A, E, R>(
+export const whenTracing = <A, E, R>(
   traced: () => Effect.Effect<A, E, R>,
   plain: Effect.Effect<A, E, R>
 ): Effect.Effect<A, E, R> =>

@@ -78,10 +78,10 @@ export class IdempotencyRepo extends Context.Tag("Idempotency/IdempotencyRepo")<
       }
       return {
         find: (brandId, key, now) =>
-          read<Stored>`
+          read.select(sql<Stored>`
             SELECT fingerprint, resource_id, status_code, response_body, created_at, expires_at
             FROM idempotency_keys
-            WHERE brand_id = ${brandId} AND idempotency_key = ${key} AND expires_at > ${now}`.pipe(
+            WHERE brand_id = ${brandId} AND idempotency_key = ${key} AND expires_at > ${now}`).pipe(
             Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), (row) => fromStored(brandId, key, row))),
             Effect.orDie,
             span("IdempotencyRepo.find")
