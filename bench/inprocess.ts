@@ -41,8 +41,11 @@ const { apiKey } = await Effect.runPromise(
     })).pipe(Effect.provide(KeysLive), Effect.provide(BunContext.layer))
 )
 
+// Wired as the server wires them: tracing and logging are set up first, so that the fibers the
+// services fork (the group commit's) see tracing off too. Merged side by side, they saw it on
+// and made a span for every service call in every batch (fresh activations: 281 Effect operations each, against 185).
 const runtime = ManagedRuntime.make(
-  Layer.mergeAll(ServicesLive, TracingLive, LoggingLive).pipe(Layer.provideMerge(BunContext.layer))
+  ServicesLive.pipe(Layer.provideMerge(Layer.merge(TracingLive, LoggingLive)), Layer.provideMerge(BunContext.layer))
 )
 const { fetch } = await runtime.runPromise(makeEdge)
 
