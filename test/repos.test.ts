@@ -1,6 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it, layer } from "@effect/vitest"
-import { Cause, ConfigProvider, Data, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Ref, TestClock } from "effect"
+import { Cause, ConfigProvider, Data, Deferred, Duration, Effect, Exit, Fiber, HashMap, Layer, Logger, Option, Ref, TestClock } from "effect"
 import { chmodSync, statSync, writeFileSync } from "node:fs"
 import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
 import { ApiKeysRepo, type ApiKeyRow } from "../src/ApiKeys/ApiKeysRepo.ts"
@@ -526,6 +526,34 @@ layer(GroupCommitOnFreshFile)("GroupCommit", (it) => {
       const { outcomes, records, stored } = yield* fiveTogether(Effect.succeed)
       expect(outcomes).toEqual(records.map(Exit.succeed))
       expect(stored).toEqual(records.map(Option.some))
+    }))
+})
+
+/** Lines logged on any fiber of the layers built after it, with their requestId annotation. */
+const logged: Array<{ readonly message: string; readonly requestId: unknown }> = []
+const CapturedLogs = Logger.replace(
+  Logger.defaultLogger,
+  Logger.make(({ annotations, message }) =>
+    logged.push({ message: String(message), requestId: HashMap.get(annotations, "requestId").pipe(Option.getOrUndefined) })
+  )
+)
+
+layer(GroupCommit.Live.pipe(Layer.provide(SqlLiveAt(tempDatabase())), Layer.provide(CapturedLogs)))("GroupCommit's log lines", (it) => {
+  it.effect("a piece of work logs with its own request's annotations, never with another piece's", () =>
+    Effect.gen(function*() {
+      const groupCommit = yield* GroupCommit
+      const piece = (n: number) => groupCommit.transaction(Effect.logInfo(`piece ${n}`))
+      // Started together, so they share a batch; the last one comes from a request without an id.
+      yield* Effect.all([
+        ...[0, 1, 2].map((n) => Effect.annotateLogs(piece(n), "requestId", `request-${n}`)),
+        piece(3)
+      ], { concurrency: "unbounded" })
+      expect(logged.filter((line) => line.message.startsWith("piece")).sort((a, b) => a.message.localeCompare(b.message))).toEqual([
+        { message: "piece 0", requestId: "request-0" },
+        { message: "piece 1", requestId: "request-1" },
+        { message: "piece 2", requestId: "request-2" },
+        { message: "piece 3", requestId: undefined }
+      ])
     }))
 })
 
