@@ -1,3 +1,5 @@
+// First: `serve` may replace the process to size the heap (Memory.ts) before the rest loads.
+import "./Memory.ts"
 import { CliConfig, ValidationError } from "@effect/cli"
 import { BunContext, BunRuntime } from "@effect/platform-bun"
 import { Console, Effect, Layer } from "effect"

@@ -3,6 +3,7 @@ import { activate, activateRoute, type Answer, call, exchange, rawRequest, respo
 import { expectEnvelope } from "./support/contract.ts"
 import { lockDatabase } from "./support/database.ts"
 import { spawn } from "bun"
+import { readFileSync } from "node:fs"
 import { eventually } from "./support/load.ts"
 import { createKey, type Environment, mainTs, root, type RunningServer, session, startServer, tempDatabase } from "./support/server.ts"
 import { accessLog, logLines, otlpCollector, type OtlpCollector, type OtlpSpan, spanAttribute } from "./support/telemetry.ts"
@@ -14,7 +15,8 @@ let server: RunningServer
 
 beforeAll(async () => {
   database = tempDatabase()
-  server = await startServer(database, { RATE_LIMIT_MAX: "1" })
+  // Without a heap size of the operator's (whatever this machine sets): serve chooses its own.
+  server = await startServer(database, { RATE_LIMIT_MAX: "1", BUN_JSC_forceRAMSize: undefined })
 })
 
 afterAll(async () => {
@@ -98,6 +100,26 @@ describe("health", () => {
       ["WARN", "readiness check failed"],
       ["INFO", "request"]
     ])
+  })
+})
+
+describe("the heap's sizing (README, Operating it)", () => {
+  const environOf = (pid: number) => readFileSync(`/proc/${pid}/environ`, "latin1").split("\0")
+
+  it("serve tells JavaScriptCore the machine has 1 GiB, in its own process (the pid it was started as)", () => {
+    expect(environOf(server.process.pid)).toContain("BUN_JSC_forceRAMSize=1073741824")
+  })
+
+  it("keeps the value an operator set, 0 (JavaScriptCore's own sizing) included", async () => {
+    const own = await startServer(tempDatabase(), { BUN_JSC_forceRAMSize: "0" })
+    try {
+      expect(environOf(own.process.pid).filter((entry) => entry.startsWith("BUN_JSC_forceRAMSize="))).toEqual([
+        "BUN_JSC_forceRAMSize=0"
+      ])
+      expect((await call(own.url, { path: "/healthz" })).status).toBe(200)
+    } finally {
+      await own.stop()
+    }
   })
 })
 
