@@ -1,28 +1,60 @@
+import { readFileSync } from "node:fs"
+
 /**
  * The garbage-collected heap's sizing, set before anything else loads.
  *
  * JavaScriptCore sizes its heap from the machine's memory: on a machine of 24 GiB it let the heap
  * grow to about three times what was live before collecting, and the server peaked at ~200 MB of
  * RSS under fresh activations. Told the machine has 1 GiB (`BUN_JSC_forceRAMSize`), it collects
- * sooner: 133 MB, with no change in throughput that the benchmark could tell from noise
- * (bench/BENCHMARKS.md). It is a sizing hint, not a limit. JavaScriptCore reads it only from the
- * environment, when the runtime starts, so `serve` sets it by replacing itself (`execve`: the same
- * process id, arguments and environment, plus this one variable) before its modules run. A value
- * the operator set, `0` (JavaScriptCore's own sizing) included, is kept as it is.
+ * sooner: about 135 MB (bench/BENCHMARKS.md). It is a sizing hint, not a limit. JavaScriptCore
+ * reads it only from the environment, when the runtime starts, so `serve` sets it by replacing
+ * itself (`execve`: the same process id and arguments, the environment it was started with plus
+ * this one variable) before its modules run. A value the operator set, `0` (JavaScriptCore's own
+ * sizing) included, is kept as it is.
  */
 const variable = "BUN_JSC_forceRAMSize"
 export const defaultRamSize = String(1024 ** 3)
 
-const isServe = (args: ReadonlyArray<string>) => args.find((arg) => !arg.startsWith("-")) === "serve"
+/** @effect/cli's built-in options that take a value: the word after them is not the command. */
+const valueOptions = new Set(["--log-level", "--completions"])
 
-if (process.env[variable] === undefined && isServe(process.argv.slice(2))) {
+const commandOf = (args: ReadonlyArray<string>): string | undefined => {
+  for (let i = 0; i < args.length; i++) {
+    if (valueOptions.has(args[i]!)) i++
+    else if (!args[i]!.startsWith("-")) return args[i]
+  }
+  return undefined
+}
+
+/**
+ * The environment as the process was started with it: Bun adds what it loads from `.env` files
+ * to `process.env`, and those values must not become real environment variables of the server.
+ */
+const startingEnvironment = (): Record<string, string> | undefined => {
+  try {
+    return Object.fromEntries(
+      readFileSync("/proc/self/environ", "utf8").split("\0").filter((entry) => entry.includes("=")).map((entry) => {
+        const at = entry.indexOf("=")
+        return [entry.slice(0, at), entry.slice(at + 1)]
+      })
+    )
+  } catch {
+    // Not Linux: the server runs with the default sizing rather than with `.env` values exported.
+    return undefined
+  }
+}
+
+if (process.env[variable] === undefined && commandOf(process.argv.slice(2)) === "serve") {
+  const environment = startingEnvironment()
   // A single executable runs its entry point from Bun's embedded file system (`/$bunfs/` on Linux);
   // `bun src/main.ts` needs its runtime flags and the script again.
   const compiled = Bun.main.startsWith("/$bunfs/")
   const args = compiled ? process.argv.slice(2) : [...process.execArgv, process.argv[1]!, ...process.argv.slice(2)]
-  try {
-    process.execve?.(process.execPath, [process.execPath, ...args], { ...process.env, [variable]: defaultRamSize })
-  } catch {
-    // Not replaced (the executable cannot be started again): the server runs with the default sizing.
+  if (environment !== undefined) {
+    try {
+      process.execve?.(process.execPath, [process.execPath, ...args], { ...environment, [variable]: defaultRamSize })
+    } catch {
+      // Not replaced (the executable cannot be started again): the server runs with the default sizing.
+    }
   }
 }

@@ -3,9 +3,10 @@ import { activate, activateRoute, type Answer, call, exchange, rawRequest, respo
 import { expectEnvelope } from "./support/contract.ts"
 import { lockDatabase } from "./support/database.ts"
 import { spawn } from "bun"
-import { readFileSync } from "node:fs"
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs"
+import { join } from "node:path"
 import { eventually } from "./support/load.ts"
-import { createKey, type Environment, mainTs, root, type RunningServer, session, startServer, tempDatabase } from "./support/server.ts"
+import { createKey, type Environment, mainTs, root, type RunningServer, session, startServer, tempDatabase, testTmp } from "./support/server.ts"
 import { accessLog, logLines, otlpCollector, type OtlpCollector, type OtlpSpan, spanAttribute } from "./support/telemetry.ts"
 
 const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
@@ -108,6 +109,19 @@ describe("the heap's sizing (README, Operating it)", () => {
 
   it("serve tells JavaScriptCore the machine has 1 GiB, in its own process (the pid it was started as)", () => {
     expect(environOf(server.process.pid)).toContain("BUN_JSC_forceRAMSize=1073741824")
+  })
+
+  it("does not turn what Bun loads from a .env file into the server's environment", async () => {
+    const directory = mkdtempSync(join(testTmp(), "campaign-api-dotenv-"))
+    writeFileSync(join(directory, ".env"), "CAMPAIGN_API_DOTENV_SECRET=from-the-file\n")
+    const own = await startServer(tempDatabase(), { BUN_JSC_forceRAMSize: undefined }, directory)
+    try {
+      const environment = environOf(own.process.pid)
+      expect(environment).toContain("BUN_JSC_forceRAMSize=1073741824")
+      expect(environment.filter((entry) => entry.startsWith("CAMPAIGN_API_DOTENV_SECRET"))).toEqual([])
+    } finally {
+      await own.stop()
+    }
   })
 
   it("keeps the value an operator set, 0 (JavaScriptCore's own sizing) included", async () => {

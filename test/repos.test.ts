@@ -539,20 +539,26 @@ const CapturedLogs = Logger.replace(
 )
 
 layer(GroupCommit.Live.pipe(Layer.provide(SqlLiveAt(tempDatabase())), Layer.provide(CapturedLogs)))("GroupCommit's log lines", (it) => {
-  it.effect("a piece of work logs with its own request's annotations, never with another piece's", () =>
+  it.effect("a piece of work logs with its own request's annotations, never with another piece's, in both of a batch's runs", () =>
     Effect.gen(function*() {
       const groupCommit = yield* GroupCommit
-      const piece = (n: number) => groupCommit.transaction(Effect.logInfo(`piece ${n}`))
-      // Started together, so they share a batch; the last one comes from a request without an id.
+      const piece = (n: number) =>
+        groupCommit.transaction(Effect.zipRight(Effect.logInfo(`piece ${n}`), n === 4 ? Effect.fail("refused") : Effect.void))
+      // Started together, so they share a batch. The fourth comes from a request without an id; the
+      // fifth fails, so the batch runs again with a savepoint per piece.
       yield* Effect.all([
         ...[0, 1, 2].map((n) => Effect.annotateLogs(piece(n), "requestId", `request-${n}`)),
-        piece(3)
+        piece(3),
+        Effect.annotateLogs(Effect.exit(piece(4)), "requestId", "request-4")
       ], { concurrency: "unbounded" })
-      expect(logged.filter((line) => line.message.startsWith("piece")).sort((a, b) => a.message.localeCompare(b.message))).toEqual([
-        { message: "piece 0", requestId: "request-0" },
-        { message: "piece 1", requestId: "request-1" },
-        { message: "piece 2", requestId: "request-2" },
-        { message: "piece 3", requestId: undefined }
+      const lines = logged.filter((line) => line.message.startsWith("piece"))
+      const requestIdsOf = (n: number) => lines.filter((line) => line.message === `piece ${n}`).map((line) => line.requestId)
+      expect([0, 1, 2, 3, 4].map(requestIdsOf)).toEqual([
+        ["request-0", "request-0"],
+        ["request-1", "request-1"],
+        ["request-2", "request-2"],
+        [undefined, undefined],
+        ["request-4", "request-4"]
       ])
     }))
 })

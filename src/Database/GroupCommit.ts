@@ -112,9 +112,11 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
       }
 
       // The pieces run one after another on this fiber: each sets its request's annotations (one
-      // operation, where a scoped `Effect.locally` took fifteen), and the batch clears them after.
+      // operation, where a scoped `Effect.locally` took fifteen), cleared once the last has run,
+      // before the batch's own statements.
       const run = (pending: Pending) => Effect.zipRight(FiberRef.set(FiberRef.currentLogAnnotations, pending.annotations), pending.work)
-      const clearAnnotations = FiberRef.set(FiberRef.currentLogAnnotations, HashMap.empty())
+      const runEach = <A, E>(batch: ReadonlyArray<Pending>, each: (pending: Pending) => Effect.Effect<A, E>) =>
+        Effect.ensuring(Effect.forEach(batch, each), FiberRef.set(FiberRef.currentLogAnnotations, HashMap.empty()))
 
       // The common case: every piece of work succeeds, and none needs a savepoint of its own.
       const direct = (pending: Pending) =>
@@ -134,7 +136,7 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
       const together = (batch: ReadonlyArray<Pending>) =>
         Effect.suspend(() => {
           const collected: Collected = new Map()
-          return Effect.zipRight(bounded, Effect.forEach(batch, direct)).pipe(
+          return Effect.zipRight(bounded, runEach(batch, direct)).pipe(
             Effect.locally(collecting, collected),
             Effect.zipLeft(Effect.suspend(() => writeCollected(collected)))
           )
@@ -146,7 +148,7 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
           Effect.catchIf(
             // Failures raised under a span come back wrapped in a proxy: compare by class, not identity.
             (e): e is Isolate => e instanceof Isolate,
-            () => sql.withTransaction(Effect.zipRight(bounded, Effect.forEach(batch, inSavepoint)))
+            () => sql.withTransaction(Effect.zipRight(bounded, runEach(batch, inSavepoint)))
           ),
           Effect.catchIf(isSqlError, (e) => Effect.fail(new BatchAborted(e))),
           // SQLite's lock is waited for here, asynchronously: bun:sqlite would block the whole event
@@ -173,7 +175,7 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
           Effect.flatMap(Clock.currentTimeNanos, (now) => gather(Chunk.toArray(first), now + gatherForNanos))
         ),
         Effect.flatMap((batch) =>
-          Effect.flatMap(Effect.zipLeft(commit(batch), clearAnnotations), (outcome) =>
+          Effect.flatMap(commit(batch), (outcome) =>
             Effect.forEach(batch, (pending, i) =>
               Deferred.done(
                 pending.done,

@@ -31,7 +31,7 @@ export class DatabaseFile extends Context.Tag("Database/DatabaseFile")<DatabaseF
  * a read transaction there costs two more statements and queues behind the writes. bun:sqlite
  * answers synchronously and nothing ever opens a transaction on this connection, so the
  * statement needs none of the client's connection handling (its scope, lock and span were a
- * quarter of a fresh activation's Effect operations). On PostgreSQL, the pool: a statement
+ * third of a fresh activation's Effect operations). On PostgreSQL, the pool: a statement
  * outside a transaction sees only what is committed.
  */
 export class ReadSql extends Context.Tag("Database/ReadSql")<ReadSql, {

@@ -139,7 +139,12 @@ const readSql = (filename: string) => Layer.scoped(
       Effect.try({
         try: () => {
           const db = new Database(filename, { readonly: true, create: false })
-          db.run("PRAGMA busy_timeout = 0")
+          try {
+            db.run("PRAGMA busy_timeout = 0")
+          } catch (error) {
+            db.close()
+            throw error
+          }
           return db
         },
         catch: (cause) => new SqlError({ cause, message: "Failed to open the read-only connection" })
