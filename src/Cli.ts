@@ -186,9 +186,9 @@ const ansi = /\x1b\[[0-9;]*m/g
 const genericLine = /^ *(A user-defined piece of text\.|An integer\.|A true or false value\.)$/
 
 /** The command words typed before the first option (`keys create`), as the help text is for them. */
-const commandWords = () => {
+const commandWords = (argv: ReadonlyArray<string>) => {
   const words: Array<string> = []
-  for (const word of process.argv.slice(2)) {
+  for (const word of argv.slice(2)) {
     if (word.startsWith("-")) break
     words.push(word)
   }
@@ -200,8 +200,7 @@ const commandWords = () => {
  * the commands above it (`$ campaign-api keys create …`, not `$ create …`), and a command list
  * puts each description under its command instead of padding every line to the longest usage.
  */
-const fixHelp = (text: string) => {
-  const words = commandWords()
+const fixHelp = (text: string, words: ReadonlyArray<string>) => {
   const last = words.at(-1)
   const withProgram = last === undefined
     ? text
@@ -218,19 +217,20 @@ const fixHelp = (text: string) => {
  * `NO_COLOR` is set (https://no-color.org), and help without the type lines that @effect/cli
  * prints under every option.
  */
-const readable = (text: string) => {
+const readable = (text: string, words: ReadonlyArray<string>) => {
   const plain = process.stdout.isTTY && !process.env["NO_COLOR"] ? text : text.replace(ansi, "")
   const lines = plain.split("\n").filter((line) => !genericLine.test(line.replace(ansi, ""))).join("\n")
     .replace(/\n{3,}/g, "\n\n")
-  return lines.includes("USAGE") ? fixHelp(lines) : lines
+  return lines.includes("USAGE") ? fixHelp(lines, words) : lines
 }
 
-/** The default console, with `readable` applied to what the command line prints. */
-export const CliConsole = Effect.map(Console.consoleWith(Effect.succeed), (console): Console.Console => ({
-  ...console,
-  log: (...args) => console.log(...args.map((arg) => typeof arg === "string" ? readable(arg) : arg)),
-  error: (...args) => console.error(...args.map((arg) => typeof arg === "string" ? readable(arg) : arg))
-}))
+/** The default console, with `readable` applied to what the command line `argv` prints. */
+export const CliConsole = (argv: ReadonlyArray<string>) =>
+  Effect.map(Console.consoleWith(Effect.succeed), (console): Console.Console => {
+    const words = commandWords(argv)
+    const shown = (arg: unknown) => typeof arg === "string" ? readable(arg, words) : arg
+    return { ...console, log: (...args) => console.log(...args.map(shown)), error: (...args) => console.error(...args.map(shown)) }
+  })
 
 const run = Command.make("campaign-api").pipe(
   Command.withDescription(

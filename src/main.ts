@@ -11,7 +11,7 @@ cli(process.argv).pipe(
   // The five built-in options (--help, --version, --wizard, --completions, --log-level) are not
   // repeated on every help page: the root description names --help and --version.
   Effect.provide(Layer.mergeAll(BunContext.layer, LoggingLive, CliConfig.layer({ showBuiltIns: false }))),
-  Effect.withConsole(Effect.runSync(CliConsole)),
+  Effect.withConsole(Effect.runSync(CliConsole(process.argv))),
   // @effect/cli has already printed what was wrong with the command line: exit 2, as usage errors do.
   Effect.catchIf(ValidationError.isValidationError, () => Effect.sync(() => process.exit(2))),
   Effect.catchIf(ConfigError.isConfigError, (error) =>

@@ -142,7 +142,7 @@ describe.skipIf(skip)("a rate limit shared through Redis", () => {
 describe.skipIf(skip)("faults of PostgreSQL and Redis", () => {
   it("answers 503 while PostgreSQL cannot be reached under load, loses no acknowledged activation, and recovers without a restart", async () => {
     const direct = await postgres.database()
-    const link = faultyLink(direct)
+    const link = await faultyLink(direct)
     const server = await startServer(link.url, { ...postgres.env, RATE_LIMIT_MAX: "1000000" })
     try {
       const key = await createKey(direct)
@@ -217,7 +217,7 @@ describe.skipIf(skip)("faults of PostgreSQL and Redis", () => {
   })
 
   it("serves without limits while Redis cannot be reached, says so once and in /readyz, and limits again once it is back", async () => {
-    const link = faultyLink(postgres.env["REDIS_URL"]!)
+    const link = await faultyLink(postgres.env["REDIS_URL"]!)
     const database = await postgres.database()
     const server = await startServer(database, { REDIS_URL: link.url, RATE_LIMIT_MAX: "2", RATE_LIMIT_WINDOW_SECONDS: "3600" })
     const readiness = async () => (await call(server.url, { path: "/readyz" })).json

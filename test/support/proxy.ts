@@ -1,4 +1,4 @@
-import type { Socket, TCPSocketListener } from "bun"
+import { createServer, connect, type Socket } from "node:net"
 
 /**
  * A TCP proxy in front of PostgreSQL or Redis, so a test can take the service's database or
@@ -14,76 +14,48 @@ export interface FaultyLink {
   readonly close: () => void
 }
 
-interface Pair {
-  client: Socket<Pair>
-  upstream?: Socket<Pair>
-  pending: Array<Uint8Array>
-}
-
-export const faultyLink = (target: string): FaultyLink => {
+export const faultyLink = async (target: string): Promise<FaultyLink> => {
   const upstreamUrl = new URL(target)
-  const upstreamPort = Number(upstreamUrl.port)
-  const pairs = new Set<Pair>()
+  const sockets = new Set<Socket>()
+  const track = (socket: Socket) => {
+    sockets.add(socket)
+    socket.on("close", () => sockets.delete(socket))
+  }
   let down = false
-  const listener: TCPSocketListener<Pair> = Bun.listen<Pair>({
-    hostname: "127.0.0.1",
-    port: 0,
-    socket: {
-      open(client) {
-        if (down) return void client.end()
-        const pair: Pair = { client, pending: [] }
-        client.data = pair
-        pairs.add(pair)
-        void Bun.connect<Pair>({
-          hostname: upstreamUrl.hostname,
-          port: upstreamPort,
-          socket: {
-            open(upstream) {
-              upstream.data = pair
-              pair.upstream = upstream
-              for (const chunk of pair.pending) upstream.write(chunk)
-              pair.pending = []
-            },
-            data(_, chunk) {
-              pair.client.write(chunk)
-            },
-            close() {
-              pair.client.end()
-              pairs.delete(pair)
-            },
-            error() {
-              pair.client.end()
-            }
-          }
-        }).catch(() => client.end())
-      },
-      data(client, chunk) {
-        const pair = client.data
-        if (pair.upstream === undefined) pair.pending.push(new Uint8Array(chunk))
-        else pair.upstream.write(chunk)
-      },
-      close(client) {
-        client.data?.upstream?.end()
-        if (client.data !== undefined) pairs.delete(client.data)
-      }
+  // `pipe` writes what the other side takes and waits for it to drain: nothing is lost or
+  // reordered under load, as it could be when a partial write was ignored.
+  const listener = createServer((client) => {
+    if (down) return void client.destroy()
+    const upstream = connect(Number(upstreamUrl.port), upstreamUrl.hostname)
+    track(client)
+    track(upstream)
+    const both = () => {
+      client.destroy()
+      upstream.destroy()
     }
+    client.on("error", both).on("close", both)
+    upstream.on("error", both).on("close", both)
+    client.pipe(upstream).pipe(client)
   })
+  await new Promise<void>((resolve, reject) => listener.once("error", reject).listen(0, "127.0.0.1", resolve))
+  const address = listener.address()
+  if (address === null || typeof address === "string") throw new Error("the proxy has no TCP port")
   const proxied = new URL(target)
   proxied.hostname = "127.0.0.1"
-  proxied.port = String(listener.port)
+  proxied.port = String(address.port)
   return {
     url: proxied.toString().replace(/\/$/, ""),
     cut: () => {
       down = true
-      for (const pair of pairs) {
-        pair.client.terminate()
-        pair.upstream?.terminate()
-      }
-      pairs.clear()
+      for (const socket of sockets) socket.destroy()
+      sockets.clear()
     },
     restore: () => {
       down = false
     },
-    close: () => listener.stop(true)
+    close: () => {
+      for (const socket of sockets) socket.destroy()
+      listener.close()
+    }
   }
 }
