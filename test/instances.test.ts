@@ -5,6 +5,7 @@ import { keyPropagationBound, postgres, sharedSkipped, withPostgres } from "./su
 import { eventually, shuffle } from "./support/load.ts"
 import { faultyLink } from "./support/proxy.ts"
 import { createKey, type Environment, runCli, type RunningServer, startServer } from "./support/server.ts"
+import { logLines } from "./support/telemetry.ts"
 
 /**
  * Several instances of the service on one PostgreSQL and one Redis, as the README's "Running
@@ -174,8 +175,10 @@ describe.skipIf(skip)("faults of PostgreSQL and Redis", () => {
 
       for (const answer of seenDown) expectEnvelope(answer, 503, "SERVICE_UNAVAILABLE")
       // One line for the outage, with its cause, not one per refused request.
-      await eventually("the log to be written", () => server.logs().includes(`"database unavailable"`))
-      expect(server.logs().split("\n").filter((line) => line.includes(`"database unavailable"`))).toHaveLength(1)
+      const outageLines = () => logLines(server.logs()).filter((line) => line.message === "database unavailable")
+      await eventually("the log to be written", () => outageLines().length > 0)
+      expect(outageLines()).toHaveLength(1)
+      expect(outageLines()[0]!.cause).toEqual(expect.any(String))
       expect([...statuses.keys()].sort()).toEqual([200, 503])
       expect((await call(server.url, { path: "/readyz" })).status).toBe(200)
       const stored = await postgres.count(
@@ -183,6 +186,12 @@ describe.skipIf(skip)("faults of PostgreSQL and Redis", () => {
         `SELECT 1 FROM activations WHERE id IN (${acknowledged.map((id) => `'${id}'`).join(", ")})`
       )
       expect(stored).toBe(acknowledged.length)
+      // Stopping, it counts the refusals since that line: every 503 is in the log, none on a line of its own.
+      expect(await server.stop()).toBe(0)
+      await eventually("the outage's last count to be written", () => outageLines().length === 2)
+      expect(outageLines()[1]!.cause).toBeUndefined()
+      const logged = outageLines().reduce((sum, line) => sum + (line.cause === undefined ? 0 : 1) + line.annotations.moreSinceLastLine, 0)
+      expect(logged).toBe(statuses.get(503))
     } finally {
       await server.stop()
       link.close()

@@ -1,4 +1,4 @@
-import { Cause, Clock, Effect, Option } from "effect"
+import { Cause, Clock, Duration, Effect, Option } from "effect"
 import { ArrayFormatter, isParseError } from "effect/ParseResult"
 import type * as ParseResult from "effect/ParseResult"
 import { isDatabaseUnavailable } from "../Database/SqlErrors.ts"
@@ -38,43 +38,57 @@ const unavailable = new ServiceUnavailable({ message: "The service is temporaril
 const internal = new InternalError({ message: "An unexpected error occurred." })
 
 /** At most one "database unavailable" line per this long: an outage fails every request alike. */
-const unavailableLogInterval = 10_000
-let unavailableLoggedAt = -Infinity
-let unavailableSinceLogged = 0
-
-/**
- * The first 503 of an outage is logged with its cause; those that follow within the interval are
- * only counted, and the next line says how many there were (`moreSinceLastLine`).
- */
-const logUnavailable = (cause: Cause.Cause<unknown>) =>
-  Effect.flatMap(Clock.currentTimeMillis, (now) => {
-    if (now - unavailableLoggedAt < unavailableLogInterval) {
-      unavailableSinceLogged++
-      return Effect.void
-    }
-    const more = unavailableSinceLogged
-    unavailableLoggedAt = now
-    unavailableSinceLogged = 0
-    return Effect.logWarning("database unavailable", cause).pipe(Effect.annotateLogs({ moreSinceLastLine: more }))
-  })
+const outageLogInterval = 10_000
 
 /**
  * The one renderer: every way a request can end badly leaves as the envelope. A tagged failure
  * is its own envelope, a schema's decode failure is VALIDATION_ERROR naming the field, the
  * database being unusable is 503, and anything else is a generic 500 with the cause in the log.
+ *
+ * The first 503 of an outage is logged with its cause; those that follow within the interval are
+ * only counted, and the next line says how many there were (`moreSinceLastLine`). `summarize`
+ * writes that line for the last seconds of an outage, which no later failure would report: the
+ * server runs it every interval, and when it stops (`stopping`: whatever is counted).
  */
-export const renderFailure = (cause: Cause.Cause<unknown>): Effect.Effect<Reply> => {
-  const failure = Cause.failureOption(cause)
-  if (Option.isSome(failure)) {
-    const error = failure.value
-    if (isApiError(error)) return Effect.succeed(errorReply(error))
-    if (isParseError(error)) {
-      const issues = ArrayFormatter.formatErrorSync(error)
-      return Effect.succeed(errorReply(new ValidationError({ message: describeIssue(issues[0]) })))
+export const makeRenderer = () => {
+  let loggedAt = -Infinity
+  let sinceLogged = 0
+
+  const outage = (cause: Cause.Cause<unknown>) =>
+    Effect.flatMap(Clock.currentTimeMillis, (now) => {
+      if (now - loggedAt < outageLogInterval) {
+        sinceLogged++
+        return Effect.void
+      }
+      const more = sinceLogged
+      loggedAt = now
+      sinceLogged = 0
+      return Effect.logWarning("database unavailable", cause).pipe(Effect.annotateLogs({ moreSinceLastLine: more }))
+    })
+
+  const summarize = (stopping: boolean) => Effect.flatMap(Clock.currentTimeMillis, (now) => {
+    if (sinceLogged === 0 || (!stopping && now - loggedAt < outageLogInterval)) return Effect.void
+    const more = sinceLogged
+    loggedAt = now
+    sinceLogged = 0
+    return Effect.logWarning("database unavailable").pipe(Effect.annotateLogs({ moreSinceLastLine: more }))
+  })
+
+  const renderFailure = (cause: Cause.Cause<unknown>): Effect.Effect<Reply> => {
+    const failure = Cause.failureOption(cause)
+    if (Option.isSome(failure)) {
+      const error = failure.value
+      if (isApiError(error)) return Effect.succeed(errorReply(error))
+      if (isParseError(error)) {
+        const issues = ArrayFormatter.formatErrorSync(error)
+        return Effect.succeed(errorReply(new ValidationError({ message: describeIssue(issues[0]) })))
+      }
     }
+    if (isDatabaseUnavailable(Cause.squash(cause))) return Effect.as(outage(cause), errorReply(unavailable))
+    return Effect.as(Effect.logError("unexpected failure", cause), errorReply(internal))
   }
-  if (isDatabaseUnavailable(Cause.squash(cause))) return Effect.as(logUnavailable(cause), errorReply(unavailable))
-  return Effect.as(Effect.logError("unexpected failure", cause), errorReply(internal))
+
+  return { renderFailure, summarize, interval: Duration.millis(outageLogInterval) }
 }
 
 /** The web response: the reply, the headers the steps noted, and the request id. */

@@ -8,7 +8,7 @@ import { IdentityHandlers } from "../Identity/Http.ts"
 import { makeAccessLog, makeRefusalTally, requestIdOf } from "./AccessLog.ts"
 import { docsPage, documentRoutes, openApiDocument, type PreparedDocument } from "./Documents.ts"
 import type { Exchange, Handler, Handlers, Reply } from "./Exchange.ts"
-import { errorReply, renderFailure, toWebResponse } from "./Render.ts"
+import { errorReply, makeRenderer, toWebResponse } from "./Render.ts"
 import { makeFallback, type Route, routesOf } from "./Router.ts"
 
 /** How long in-flight requests may take to finish after SIGTERM before their connections are closed. */
@@ -67,6 +67,12 @@ export interface Edge {
   readonly fetch: (request: Request, clientAddress?: string) => Response | Promise<Response>
   /** Logs the 401s counted but not logged since the last call, one line per client address. */
   readonly summarizeRefusals: Effect.Effect<void>
+  /**
+   * Logs how many requests a database outage failed since its last line, once the interval has
+   * passed (or at once when `stopping`), and how often to call it.
+   */
+  readonly summarizeOutage: (stopping: boolean) => Effect.Effect<void>
+  readonly outageInterval: Duration.Duration
   /**
    * Names the port the server listens on: the documents name `PUBLIC_URL` or, by default, this
    * server at that port. Each document is made by the first request that asks for it and served
@@ -139,6 +145,7 @@ export const makeEdge = Effect.gen(function*() {
       })
     )
 
+  const renderer = makeRenderer()
   const refusals = makeRefusalTally()
   const summarizeRefusals = Effect.suspend(() =>
     Effect.forEach(refusals.drain(), ([clientAddress, count]) =>
@@ -164,7 +171,7 @@ export const makeEdge = Effect.gen(function*() {
       identity: undefined,
       bodyRead: false
     }
-    const rendered = Effect.catchAllCause(handler(exchange), renderFailure)
+    const rendered = Effect.catchAllCause(handler(exchange), renderer.renderFailure)
     const answered = accessLogged
       ? Effect.tap(rendered, (reply) =>
         reply.status === 401 && !refusals.first(clientAddress)
@@ -206,7 +213,14 @@ export const makeEdge = Effect.gen(function*() {
   const listening = (port: number) => {
     listeningPort = port
   }
-  return { routes: table, fetch, listening, summarizeRefusals } satisfies Edge
+  return {
+    routes: table,
+    fetch,
+    listening,
+    summarizeRefusals,
+    summarizeOutage: renderer.summarize,
+    outageInterval: renderer.interval
+  } satisfies Edge
 })
 
 /** Why the server could not listen, as one sentence naming the variable to change. */
@@ -244,9 +258,9 @@ export const WebServerLive = Layer.scopedDiscard(
   Effect.gen(function*() {
     const { host, port } = yield* ServerConfig
     const edge = yield* makeEdge
-    // Added before the server, so it runs after the drain (finalizers run last-added first):
-    // the 401s counted until the very end are logged too.
-    yield* Effect.addFinalizer(() => edge.summarizeRefusals)
+    // Added before the server, so they run after the drain (finalizers run last-added first):
+    // the 401s and the outage's failures counted until the very end are logged too.
+    yield* Effect.addFinalizer(() => Effect.zipRight(edge.summarizeRefusals, edge.summarizeOutage(true)))
 
     let draining = false
     let inFlight = 0
@@ -366,6 +380,7 @@ export const WebServerLive = Layer.scopedDiscard(
         })
     )
     yield* edge.summarizeRefusals.pipe(Effect.repeat(Schedule.spaced(refusalSummaryInterval)), Effect.forkScoped)
+    yield* edge.summarizeOutage(false).pipe(Effect.repeat(Schedule.spaced(edge.outageInterval)), Effect.forkScoped)
     // Whatever LOG_LEVEL says (short of none): with PORT=0 it is the only way to learn the port.
     const level = yield* FiberRef.get(FiberRef.currentMinimumLogLevel)
     yield* Effect.logInfo(`Listening on http://${server.hostname}:${server.port}`).pipe(
