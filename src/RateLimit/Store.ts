@@ -54,10 +54,11 @@ const bucketKey = (key: string) => `${prefix}{${key}}`
 const refillKey = (key: string) => `${prefix}{${key}}:refill`
 
 /**
- * The token bucket of `@effect/experimental`'s Redis store (same arithmetic, same answer), with two
- * changes: the refill key is passed in KEYS (in the bucket's hash slot), and both keys expire once
- * the bucket would be full again (in whole milliseconds: `PX` refuses a fraction), so idle keys
- * leave Redis instead of staying forever.
+ * The token bucket of `@effect/experimental`'s Redis store (same arithmetic), with three changes:
+ * the refill key is passed in KEYS (in the bucket's hash slot); both keys expire once the bucket
+ * would be full again (in whole milliseconds: `PX` refuses a fraction), so idle keys leave Redis
+ * instead of staying forever; and the answer is the same count with the bucket's last refill
+ * beside it (as text: Redis would cut a number's fraction), for the wait until its next token.
  */
 const tokenBucketScript = `
 local key = KEYS[1]
@@ -90,7 +91,7 @@ end
 local ttl = math.ceil(refill_ms * limit)
 redis.call("SET", key, kept, "PX", ttl)
 redis.call("SET", last_refill_key, last_refill, "PX", ttl)
-return next
+return { next, tostring(last_refill) }
 `
 
 interface RedisWithTokenBucket extends Redis {
@@ -102,8 +103,11 @@ interface RedisWithTokenBucket extends Redis {
     limit: number,
     now: number,
     overflow: 0 | 1
-  ): Promise<number>
+  ): Promise<[next: number, lastRefill: string]>
 }
+
+/** Buckets emptied lately, by key: beyond this many, the longest unchanged are dropped. */
+const maxEmptied = 10_000
 
 const storeError = (message: string) => (cause: unknown) => new RateLimiter.RateLimitStoreError({ message, cause })
 
@@ -159,14 +163,17 @@ const makeRedis = (url: Redacted.Redacted<string>) =>
       redis.once("ready", ready)
       return Effect.sync(() => redis.off("ready", ready))
     }).pipe(Effect.timeout(Duration.seconds(1)), Effect.ignore)
+    // The last refill of each bucket that a call just emptied (its answer carries it), so that the
+    // wait until its next token (RateLimit asks for it only then) costs no second round trip.
+    const emptiedAt = new Map<string, number>()
     const store = RateLimiter.RateLimiterStore.of({
       fixedWindow: () =>
         Effect.fail(new RateLimiter.RateLimitStoreError({ message: "this service keeps token buckets only" })),
       tokenBucket: (options) =>
         Effect.clockWith((clock) =>
           Effect.tryPromise({
-            try: () =>
-              redis.tokenBucket(
+            try: async () => {
+              const [next, lastRefill] = await redis.tokenBucket(
                 bucketKey(options.key),
                 refillKey(options.key),
                 options.tokens,
@@ -174,7 +181,14 @@ const makeRedis = (url: Redacted.Redacted<string>) =>
                 options.limit,
                 clock.unsafeCurrentTimeMillis(),
                 options.allowOverflow ? 1 : 0
-              ),
+              )
+              if (next <= 0) {
+                emptiedAt.delete(options.key)
+                emptiedAt.set(options.key, Number(lastRefill))
+                if (emptiedAt.size > maxEmptied) emptiedAt.delete(emptiedAt.keys().next().value!)
+              }
+              return next
+            },
             catch: storeError("the token bucket command failed")
           }).pipe(
             Effect.tapBoth({
@@ -189,12 +203,16 @@ const makeRedis = (url: Redacted.Redacted<string>) =>
         kind: "redis",
         connected: () => redis.status === "ready" && !down,
         untilNextToken: (key, refillMillis, now) =>
-          Effect.tryPromise({
-            try: () => redis.get(refillKey(key)),
-            catch: storeError("reading the bucket's last refill failed")
-          }).pipe(
-            Effect.map((lastRefill) => lastRefill === null ? 0 : Number(lastRefill) + refillMillis - now)
-          )
+          Effect.suspend(() => {
+            // Kept after it is read: concurrent requests of one key each read it after their call.
+            const lastRefill = emptiedAt.get(key)
+            if (lastRefill !== undefined) return Effect.succeed(lastRefill + refillMillis - now)
+            // Dropped from the map (or never there): asked of Redis.
+            return Effect.tryPromise({
+              try: () => redis.get(refillKey(key)),
+              catch: storeError("reading the bucket's last refill failed")
+            }).pipe(Effect.map((read) => read === null ? 0 : Number(read) + refillMillis - now))
+          })
       })
     )
   })
