@@ -1,0 +1,22 @@
+/** The command line as a program: its layers, its console and its exit codes (README, Exit codes). */
+import { CliConfig, ValidationError } from "@effect/cli"
+import { BunContext, BunRuntime } from "@effect/platform-bun"
+import { Console, Effect, Layer } from "effect"
+import * as ConfigError from "effect/ConfigError"
+import { cli, CliConsole } from "./Cli.ts"
+import { LoggingLive } from "./Logging.ts"
+
+cli(process.argv).pipe(
+  // The five built-in options (--help, --version, --wizard, --completions, --log-level) are not
+  // repeated on every help page: the root description names --help and --version.
+  Effect.provide(Layer.mergeAll(BunContext.layer, LoggingLive, CliConfig.layer({ showBuiltIns: false }))),
+  Effect.withConsole(Effect.runSync(CliConsole(process.argv))),
+  // @effect/cli has already printed what was wrong with the command line: exit 2, as usage errors do.
+  Effect.catchIf(ValidationError.isValidationError, () => Effect.sync(() => process.exit(2))),
+  Effect.catchIf(ConfigError.isConfigError, (error) =>
+    Effect.zipRight(Console.error(`Invalid configuration: ${error}`), Effect.sync(() => process.exit(78)))),
+  // A configured path, address or port that cannot be used: one sentence naming it, exit 78 too.
+  Effect.catchTag("StartupError", (error) =>
+    Effect.zipRight(Console.error(error.message), Effect.sync(() => process.exit(78)))),
+  BunRuntime.runMain({ disablePrettyLogger: true })
+)
