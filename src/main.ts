@@ -5,4 +5,7 @@
  */
 import "./Memory.ts"
 
-void import("./Program.ts")
+import("./Program.ts").catch((error: unknown) => {
+  console.error(error)
+  process.exit(1)
+})

@@ -1,7 +1,7 @@
 import { RateLimiter } from "@effect/experimental"
 import { RateLimitStore } from "../src/RateLimit/Store.ts"
 import { describe, expect, it, layer } from "@effect/vitest"
-import { Duration, Effect, Either, Exit, Layer, Option, Schema, TestClock } from "effect"
+import { Cause, Duration, Effect, Either, Exit, HashMap, Layer, Logger, Option, Schema, TestClock } from "effect"
 import { createHash } from "node:crypto"
 import { Activations } from "../src/Activations.ts"
 import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
@@ -14,6 +14,8 @@ import { Unauthorized } from "../src/Domain/Errors.ts"
 import { IdempotencyKeyHeader, isMissingIdempotencyKey } from "../src/Domain/IdempotencyKey.ts"
 import { canonicalJson, fingerprintOf, type IdempotentRequest } from "../src/Idempotency.ts"
 import { Ids } from "../src/Ids.ts"
+import { databaseError } from "../src/Database/SqlErrors.ts"
+import { makeRenderer } from "../src/Edge/Render.ts"
 import { RateLimit } from "../src/RateLimit.ts"
 import { makeTestLayer } from "./support/testLayer.ts"
 
@@ -363,4 +365,42 @@ describe("the Idempotency-Key header", () => {
       expect(invalid(header)).toBe(true)
     }
   })
+})
+
+describe("the renderer's outage log", () => {
+  const lines: Array<{ readonly cause: boolean; readonly more: unknown }> = []
+  const captured = Logger.replace(
+    Logger.defaultLogger,
+    Logger.make(({ annotations, cause }) =>
+      lines.push({ cause: !Cause.isEmpty(cause), more: Option.getOrUndefined(HashMap.get(annotations, "moreSinceLastLine")) })
+    )
+  )
+  const down = Cause.die(databaseError("SQLITE_BUSY", "the database is locked"))
+
+  it.effect("one line with the cause per 10 s, the rest counted: the last count once it has been quiet for 10 s or at shutdown, and a new outage's cause at once", () =>
+    Effect.gen(function*() {
+      const { renderFailure, summarize } = makeRenderer()
+      const failTimes = (n: number) => Effect.repeatN(renderFailure(down), n - 1)
+      expect((yield* renderFailure(down)).status).toBe(503)
+      yield* failTimes(4)
+      expect(lines).toEqual([{ cause: true, more: 0 }])
+      // Still failing 5 s in: nothing more yet.
+      yield* TestClock.adjust(Duration.seconds(5))
+      yield* failTimes(2)
+      yield* summarize(false)
+      expect(lines).toHaveLength(1)
+      // 10 s without a failure: the six counted since the first line.
+      yield* TestClock.adjust(Duration.seconds(10))
+      yield* summarize(false)
+      expect(lines).toEqual([{ cause: true, more: 0 }, { cause: false, more: 6 }])
+      // A later outage's first failure has its cause, at once.
+      yield* TestClock.adjust(Duration.seconds(1))
+      yield* failTimes(3)
+      expect(lines).toEqual([{ cause: true, more: 0 }, { cause: false, more: 6 }, { cause: true, more: 0 }])
+      // Stopping, whatever is counted is written.
+      yield* summarize(true)
+      expect(lines.at(-1)).toEqual({ cause: false, more: 2 })
+      yield* summarize(true)
+      expect(lines).toHaveLength(4)
+    }).pipe(Effect.provide(captured)))
 })

@@ -47,15 +47,18 @@ const outageLogInterval = 10_000
  *
  * The first 503 of an outage is logged with its cause; those that follow within the interval are
  * only counted, and the next line says how many there were (`moreSinceLastLine`). `summarize`
- * writes that line for the last seconds of an outage, which no later failure would report: the
- * server runs it every interval, and when it stops (`stopping`: whatever is counted).
+ * writes that count for the last seconds of an outage, which no later failure would report: once
+ * no request has failed for the interval (the server asks every interval), and whatever is
+ * counted when it stops (`stopping`). A later outage's first failure is logged with its cause.
  */
 export const makeRenderer = () => {
   let loggedAt = -Infinity
+  let failedAt = -Infinity
   let sinceLogged = 0
 
   const outage = (cause: Cause.Cause<unknown>) =>
     Effect.flatMap(Clock.currentTimeMillis, (now) => {
+      failedAt = now
       if (now - loggedAt < outageLogInterval) {
         sinceLogged++
         return Effect.void
@@ -66,13 +69,13 @@ export const makeRenderer = () => {
       return Effect.logWarning("database unavailable", cause).pipe(Effect.annotateLogs({ moreSinceLastLine: more }))
     })
 
-  const summarize = (stopping: boolean) => Effect.flatMap(Clock.currentTimeMillis, (now) => {
-    if (sinceLogged === 0 || (!stopping && now - loggedAt < outageLogInterval)) return Effect.void
-    const more = sinceLogged
-    loggedAt = now
-    sinceLogged = 0
-    return Effect.logWarning("database unavailable").pipe(Effect.annotateLogs({ moreSinceLastLine: more }))
-  })
+  const summarize = (stopping: boolean) =>
+    Effect.flatMap(Clock.currentTimeMillis, (now) => {
+      if (sinceLogged === 0 || (!stopping && now - failedAt < outageLogInterval)) return Effect.void
+      const more = sinceLogged
+      sinceLogged = 0
+      return Effect.logWarning("database unavailable").pipe(Effect.annotateLogs({ moreSinceLastLine: more }))
+    })
 
   const renderFailure = (cause: Cause.Cause<unknown>): Effect.Effect<Reply> => {
     const failure = Cause.failureOption(cause)

@@ -58,7 +58,7 @@ const refillKey = (key: string) => `${prefix}{${key}}:refill`
  * the refill key is passed in KEYS (in the bucket's hash slot); both keys expire once the bucket
  * would be full again (in whole milliseconds: `PX` refuses a fraction), so idle keys leave Redis
  * instead of staying forever; and the answer is the same count with the bucket's last refill
- * beside it (as text: Redis would cut a number's fraction), for the wait until its next token.
+ * beside it (as text, all its digits: Redis would cut a number's fraction), for the wait until its next token.
  */
 const tokenBucketScript = `
 local key = KEYS[1]
@@ -91,7 +91,7 @@ end
 local ttl = math.ceil(refill_ms * limit)
 redis.call("SET", key, kept, "PX", ttl)
 redis.call("SET", last_refill_key, last_refill, "PX", ttl)
-return { next, tostring(last_refill) }
+return { next, string.format("%.17g", last_refill) }
 `
 
 interface RedisWithTokenBucket extends Redis {

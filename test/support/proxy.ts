@@ -2,13 +2,13 @@ import { createServer, connect, type Socket } from "node:net"
 
 /**
  * A TCP proxy in front of PostgreSQL or Redis, so a test can take the service's database or
- * store away (every connection cut, new ones refused) and bring it back, as a restart or a
+ * store away (every connection cut, new ones closed at once) and bring it back, as a restart or a
  * network fault would, without touching the server that other tests use.
  */
 export interface FaultyLink {
   /** What to give the service instead of the real address. */
   readonly url: string
-  /** Cuts every connection and refuses new ones until `restore`. */
+  /** Cuts every connection, and closes new ones as soon as they are accepted, until `restore`. */
   readonly cut: () => void
   readonly restore: () => void
   readonly close: () => void
@@ -16,6 +16,8 @@ export interface FaultyLink {
 
 export const faultyLink = async (target: string): Promise<FaultyLink> => {
   const upstreamUrl = new URL(target)
+  const defaultPorts: Record<string, number> = { "postgres:": 5432, "postgresql:": 5432, "redis:": 6379, "rediss:": 6379 }
+  const upstreamPort = upstreamUrl.port === "" ? defaultPorts[upstreamUrl.protocol] ?? 0 : Number(upstreamUrl.port)
   const sockets = new Set<Socket>()
   const track = (socket: Socket) => {
     sockets.add(socket)
@@ -26,7 +28,7 @@ export const faultyLink = async (target: string): Promise<FaultyLink> => {
   // reordered under load, as it could be when a partial write was ignored.
   const listener = createServer((client) => {
     if (down) return void client.destroy()
-    const upstream = connect(Number(upstreamUrl.port), upstreamUrl.hostname)
+    const upstream = connect(upstreamPort, upstreamUrl.hostname)
     track(client)
     track(upstream)
     const both = () => {
@@ -37,7 +39,12 @@ export const faultyLink = async (target: string): Promise<FaultyLink> => {
     upstream.on("error", both).on("close", both)
     client.pipe(upstream).pipe(client)
   })
-  await new Promise<void>((resolve, reject) => listener.once("error", reject).listen(0, "127.0.0.1", resolve))
+  await new Promise<void>((resolve, reject) => {
+    listener.once("error", reject).listen(0, "127.0.0.1", () => {
+      listener.off("error", reject)
+      resolve()
+    })
+  })
   const address = listener.address()
   if (address === null || typeof address === "string") throw new Error("the proxy has no TCP port")
   const proxied = new URL(target)
