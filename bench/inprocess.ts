@@ -51,6 +51,10 @@ const { fetch } = await runtime.runPromise(makeEdge)
 
 const activatePath =
   "/v1/creators/11111111-1111-4111-8111-111111111111/campaigns/22222222-2222-4222-8222-222222222222/activate"
+const activateBody = JSON.stringify({ socialUsername: "@bench", plannedPostAt: "2026-12-01" })
+// Declared as a client over HTTP declares it: a Request made in process has no Content-Length,
+// and the body reader would take the chunked path that wrk's requests never take.
+const activateLength = String(Buffer.byteLength(activateBody))
 let sequence = 0
 const request = () =>
   scenario === "whoami"
@@ -60,9 +64,10 @@ const request = () =>
       headers: {
         authorization: `Bearer ${apiKey}`,
         "content-type": "application/json",
+        "content-length": activateLength,
         "idempotency-key": scenario === "replay" ? "replayed" : `fresh-${++sequence}`
       },
-      body: JSON.stringify({ socialUsername: "@bench", plannedPostAt: "2026-12-01" })
+      body: activateBody
     })
 
 const round = async (requests: number) => {
