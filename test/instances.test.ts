@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { activate, type Answer, call, uniqueKey, whoami } from "./support/client.ts"
 import { expectEnvelope } from "./support/contract.ts"
 import { keyPropagationBound, postgres, sharedSkipped, withPostgres } from "./support/backends.ts"
-import { eventually, shuffle } from "./support/load.ts"
+import { eventually, runLoops, shuffle } from "./support/load.ts"
 import { faultyLink } from "./support/proxy.ts"
 import { createKey, type Environment, runCli, type RunningServer, startServer } from "./support/server.ts"
 import { logLines } from "./support/telemetry.ts"
@@ -83,20 +83,22 @@ describe.skipIf(skip)("two instances on one PostgreSQL + Redis", () => {
       const acknowledged: Array<string> = []
       let killed = false
       let afterKill = 0
-      const loop = async (server: RunningServer) => {
-        for (let i = 0; i < 400 && !(killed && afterKill > 40); i++) {
-          const answer = await activate(server.url, { apiKey: key.apiKey, key: uniqueKey() }).catch(() => undefined)
-          if (answer !== undefined && ok(answer)) {
-            acknowledged.push(answer.json.activation.id)
-            if (killed && server === survivor) afterKill++
-          }
+      // Three loops on each instance; the doomed one's fail once it is killed, and go on.
+      const load = runLoops(6, async (loop) => {
+        const server = loop % 2 === 0 ? doomed : survivor
+        const answer = await activate(server.url, { apiKey: key.apiKey, key: uniqueKey() }).catch(() => undefined)
+        // Refused at once by the killed instance: a pause, not a busy loop beside the survivor.
+        if (answer === undefined) return void (await Bun.sleep(10))
+        if (ok(answer)) {
+          acknowledged.push(answer.json.activation.id)
+          if (killed && server === survivor) afterKill++
         }
-      }
-      const loops = [doomed, survivor, doomed, survivor, doomed, survivor].map(loop)
+      })
       await eventually("some activations", () => acknowledged.length >= 30)
       doomed.process.kill("SIGKILL")
       killed = true
-      await Promise.all(loops)
+      await eventually("the survivor to serve on", () => afterKill > 40).finally(load.stop)
+      await load.done
 
       expect(afterKill).toBeGreaterThan(40)
       const stored = await postgres.count(
@@ -152,26 +154,29 @@ describe.skipIf(skip)("faults of PostgreSQL and Redis", () => {
       let phase: "before" | "down" | "after" = "before"
       const seenDown: Array<Answer> = []
       let okAfter = 0
-      const loop = async () => {
-        while (okAfter < 50) {
-          const during = phase
-          const answer = await activate(server.url, { apiKey: key.apiKey, key: uniqueKey() })
-          statuses.set(answer.status, (statuses.get(answer.status) ?? 0) + 1)
-          if (ok(answer)) {
-            acknowledged.push(answer.json.activation.id)
-            if (during === "after") okAfter++
-          } else if (during === "down" && phase === "down") seenDown.push(answer)
-        }
+      // A request that throws (no answer at all) ends its loop, and the wait below then fails.
+      const load = runLoops(6, async () => {
+        const during = phase
+        const answer = await activate(server.url, { apiKey: key.apiKey, key: uniqueKey() })
+        statuses.set(answer.status, (statuses.get(answer.status) ?? 0) + 1)
+        if (ok(answer)) {
+          acknowledged.push(answer.json.activation.id)
+          if (during === "after") okAfter++
+        } else if (during === "down" && phase === "down") seenDown.push(answer)
+      })
+      try {
+        await eventually("activations under way", () => acknowledged.length >= 20)
+        phase = "down"
+        link.cut()
+        await eventually("refusals while the database is away", () => seenDown.length >= 20)
+        expectEnvelope(await call(server.url, { path: "/readyz" }), 503, "SERVICE_UNAVAILABLE")
+        link.restore()
+        phase = "after"
+        await eventually("activations again once it is back", () => okAfter >= 50)
+      } finally {
+        load.stop()
+        await load.done
       }
-      const loops = Array.from({ length: 6 }, loop)
-      await eventually("activations under way", () => acknowledged.length >= 20)
-      phase = "down"
-      link.cut()
-      await eventually("refusals while the database is away", () => seenDown.length >= 20)
-      expectEnvelope(await call(server.url, { path: "/readyz" }), 503, "SERVICE_UNAVAILABLE")
-      link.restore()
-      phase = "after"
-      await Promise.all(loops)
 
       for (const answer of seenDown) expectEnvelope(answer, 503, "SERVICE_UNAVAILABLE")
       // One line for the outage, with its cause, not one per refused request.
