@@ -16,13 +16,13 @@ import type { Subprocess } from "bun"
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { cpus, release, tmpdir } from "node:os"
 import { join } from "node:path"
+import { activateBody, activatePath, apiKeyOf, freePort, keysCreateArgs, wrkArgs, wrkResultOf, wrkThreads } from "./common.ts"
 
 // ---------------------------------------------------------------------------------------------
 // Settings
 
 const root = join(import.meta.dir, "..")
 const bun = process.execPath
-const luaScript = join(import.meta.dir, "scenario.lua")
 const resultsDir = join(import.meta.dir, "results")
 
 const fail = (message: string): never => {
@@ -46,8 +46,6 @@ const durationSeconds = envSeconds("BENCH_DURATION", 10)
  */
 const warmupSeconds = envSeconds("BENCH_WARMUP", 15)
 const connections = 50
-/** wrk has one core to itself: one thread drives all connections. */
-const wrkThreads = 1
 const serverCpu = "1"
 const loadCpu = "0"
 const startupRuns = 5
@@ -57,11 +55,6 @@ const settleMs = 1000
 const otherCpuWarningPercent = 10
 /** Effect's names for log levels: README's `warning` is refused by Config.logLevel (only `warn` parses). */
 const serviceLogLevel = "warn"
-
-const brandId = "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f"
-const activatePath =
-  "/v1/creators/5d2a7c3e-1b4f-4e6a-8c9d-0e1f2a3b4c5d/campaigns/9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d/activate"
-const activateBody = JSON.stringify({ socialUsername: "@bench", plannedPostAt: "2026-12-01" }) // as in scenario.lua
 
 type ScenarioName = "whoami" | "fresh" | "replay" | "mix"
 
@@ -253,13 +246,6 @@ const countActivations = (databaseFile: string): number => {
 // ---------------------------------------------------------------------------------------------
 // Servers
 
-const freePort = (): number => {
-  const listener = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } })
-  const port = listener.port
-  listener.stop(true)
-  return port
-}
-
 const whoamiOk = async (url: string, apiKey: string): Promise<boolean> => {
   try {
     const response = await fetch(`${url}/v1/whoami`, {
@@ -326,54 +312,26 @@ const startServer = async (
 }
 
 /** `keys create --json` through the given command line; the plaintext key. */
-const createKey = async (cli: ReadonlyArray<string>, databaseFile: string): Promise<string> => {
-  const { stdout } = await runCommand(
-    [...cli, "keys", "create", "--brand", brandId, "--scopes", "campaigns:write", "--name", "bench", "--json"],
-    { env: { DATABASE_URL: databaseFile }, timeoutMs: 60_000 }
-  )
-  return (JSON.parse(stdout.trim().split("\n").at(-1)!) as { apiKey: string }).apiKey
-}
+const createKey = async (cli: ReadonlyArray<string>, databaseFile: string): Promise<string> =>
+  apiKeyOf((await runCommand([...cli, ...keysCreateArgs], { env: { DATABASE_URL: databaseFile }, timeoutMs: 60_000 })).stdout)
 
 // ---------------------------------------------------------------------------------------------
 // wrk
 
-interface WrkResult {
-  readonly requests: number
-  readonly durationMicros: number
-  readonly bytes: number
-  readonly non2xx: number
-  readonly statuses: Record<string, number>
-  readonly errors: {
-    readonly connect: number
-    readonly read: number
-    readonly write: number
-    readonly status: number
-    readonly timeout: number
-  }
-  readonly latencyMicros: {
-    readonly mean: number
-    readonly p50: number
-    readonly p90: number
-    readonly p99: number
-    readonly max: number
-  }
-}
-
 const runWrk = async (server: Server, scenario: ScenarioName, seconds: number, keyPrefix: string) => {
-  const spawned = spawn([
-    "taskset", "-c", loadCpu,
-    "wrk", `-t${wrkThreads}`, `-c${connections}`, `-d${seconds}s`, "--timeout", "5s", "-s", luaScript,
-    server.url, scenario, server.apiKey, activatePath, keyPrefix
-  ], { timeoutMs: (seconds + 30) * 1000 })
+  const spawned = spawn(
+    ["taskset", "-c", loadCpu, ...wrkArgs(server.url, scenario, server.apiKey, keyPrefix, connections, seconds)],
+    { timeoutMs: (seconds + 30) * 1000 }
+  )
   const exitCode = await spawned.process.exited
   await Promise.all([spawned.stdout.done, spawned.stderr.done])
-  const line = spawned.stdout.toString().split("\n").find((l) => l.startsWith("BENCH_RESULT "))
-  if (exitCode !== 0 || line === undefined) {
+  const result = wrkResultOf(spawned.stdout.toString())
+  if (exitCode !== 0 || result === undefined) {
     throw new Error(`wrk exited with ${exitCode} and no result:\n${spawned.stdout}${spawned.stderr}`)
   }
   const usage = spawned.process.resourceUsage()
   const wrkCpuSeconds = usage === undefined ? 0 : Number(usage.cpuTime.user + usage.cpuTime.system) / 1e6
-  return { result: JSON.parse(line.slice("BENCH_RESULT ".length)) as WrkResult, wrkCpuSeconds }
+  return { result, wrkCpuSeconds }
 }
 
 // ---------------------------------------------------------------------------------------------

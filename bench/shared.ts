@@ -16,6 +16,7 @@ import { SQL, spawn, type Subprocess } from "bun"
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { activateBody, activatePath, apiKeyOf, freePort, keysCreateArgs, wrkArgs, wrkResultOf } from "./common.ts"
 
 const postgresServer = process.env["POSTGRES_URL"] ?? "postgres://postgres@127.0.0.1:5432"
 const redisUrl = process.env["REDIS_URL"] ?? "redis://127.0.0.1:6379"
@@ -29,11 +30,7 @@ for (const scenario of scenarios) {
 }
 
 const root = join(import.meta.dir, "..")
-const luaScript = join(import.meta.dir, "scenario.lua")
 const resultsDir = join(import.meta.dir, "results")
-const brandId = "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f"
-const activatePath = "/v1/creators/5d2a7c3e-1b4f-4e6a-8c9d-0e1f2a3b4c5d/campaigns/9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d/activate"
-const activateBody = JSON.stringify({ socialUsername: "@bench", plannedPostAt: "2026-12-01" }) // as in scenario.lua
 
 const run = Date.now().toString(36)
 const children: Array<Subprocess> = []
@@ -50,13 +47,6 @@ const newDatabase = async (name: string): Promise<string> => {
   return `${postgresServer}/${database}`
 }
 
-const freePort = (): number => {
-  const listener = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } })
-  const { port } = listener
-  listener.stop(true)
-  return port
-}
-
 const runToEnd = async (cmd: Array<string>, env: Record<string, string> = {}) => {
   const child = spawn(cmd, { cwd: root, env: { ...process.env, ...env }, stdout: "pipe", stderr: "pipe" })
   const [stdout, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited])
@@ -64,12 +54,8 @@ const runToEnd = async (cmd: Array<string>, env: Record<string, string> = {}) =>
   return stdout
 }
 
-const createKey = async (binary: string, database: string): Promise<string> => {
-  const out = await runToEnd([binary, "keys", "create", "--brand", brandId, "--scopes", "campaigns:write", "--json"], {
-    DATABASE_URL: database
-  })
-  return (JSON.parse(out.trim().split("\n").at(-1)!) as { apiKey: string }).apiKey
-}
+const createKey = async (binary: string, database: string): Promise<string> =>
+  apiKeyOf(await runToEnd([binary, ...keysCreateArgs], { DATABASE_URL: database }))
 
 const startServer = async (cmd: Array<string>, env: Record<string, string>, apiKey: string): Promise<string> => {
   const port = freePort()
@@ -91,22 +77,11 @@ const startServer = async (cmd: Array<string>, env: Record<string, string>, apiK
   throw new Error(`${cmd.join(" ")} did not answer on ${url}`)
 }
 
-interface WrkResult {
-  readonly requests: number
-  readonly durationMicros: number
-  readonly non2xx: number
-  readonly errors: { readonly connect: number; readonly read: number; readonly write: number; readonly timeout: number }
-  readonly latencyMicros: { readonly p50: number; readonly p99: number }
-}
-
 const wrk = async (url: string, scenario: Scenario, apiKey: string, keyPrefix: string, connections: number, seconds: number) => {
-  const out = await runToEnd([
-    "wrk", "-t1", `-c${connections}`, `-d${seconds}s`, "--timeout", "5s", "-s", luaScript,
-    url, scenario, apiKey, activatePath, keyPrefix
-  ])
-  const line = out.split("\n").find((l) => l.startsWith("BENCH_RESULT "))
-  if (line === undefined) throw new Error(`wrk printed no result:\n${out}`)
-  return JSON.parse(line.slice("BENCH_RESULT ".length)) as WrkResult
+  const out = await runToEnd(wrkArgs(url, scenario, apiKey, keyPrefix, connections, seconds))
+  const result = wrkResultOf(out)
+  if (result === undefined) throw new Error(`wrk printed no result:\n${out}`)
+  return result
 }
 
 interface Target {

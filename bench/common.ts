@@ -1,0 +1,64 @@
+/**
+ * What the benchmarks share (`run.ts` on SQLite, `shared.ts` on PostgreSQL + Redis): the request
+ * they make, how a key is created for it, a free port, and wrk's result as `scenario.lua` prints it.
+ */
+import { join } from "node:path"
+
+export const luaScript = join(import.meta.dir, "scenario.lua")
+export const brandId = "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f"
+export const activatePath =
+  "/v1/creators/5d2a7c3e-1b4f-4e6a-8c9d-0e1f2a3b4c5d/campaigns/9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d/activate"
+/** As in scenario.lua. */
+export const activateBody = JSON.stringify({ socialUsername: "@bench", plannedPostAt: "2026-12-01" })
+
+/** A port nothing listens on right now. */
+export const freePort = (): number => {
+  const listener = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } })
+  const port = listener.port
+  listener.stop(true)
+  return port
+}
+
+/** The arguments after the program for `keys create` of the benchmark's key. */
+export const keysCreateArgs = ["keys", "create", "--brand", brandId, "--scopes", "campaigns:write", "--name", "bench", "--json"]
+
+/** The plaintext key from what `keys create --json` printed. */
+export const apiKeyOf = (stdout: string): string => (JSON.parse(stdout.trim().split("\n").at(-1)!) as { apiKey: string }).apiKey
+
+/** wrk drives all its connections from one thread (on a core of its own where the bench pins it). */
+export const wrkThreads = 1
+
+/** wrk's command line for one run of a scenario against `url`. */
+export const wrkArgs = (url: string, scenario: string, apiKey: string, keyPrefix: string, connections: number, seconds: number) => [
+  "wrk", `-t${wrkThreads}`, `-c${connections}`, `-d${seconds}s`, "--timeout", "5s", "-s", luaScript,
+  url, scenario, apiKey, activatePath, keyPrefix
+]
+
+/** What `scenario.lua` prints on its "BENCH_RESULT {json}" line. */
+export interface WrkResult {
+  readonly requests: number
+  readonly durationMicros: number
+  readonly bytes: number
+  readonly non2xx: number
+  readonly statuses: Record<string, number>
+  readonly errors: {
+    readonly connect: number
+    readonly read: number
+    readonly write: number
+    readonly status: number
+    readonly timeout: number
+  }
+  readonly latencyMicros: {
+    readonly mean: number
+    readonly p50: number
+    readonly p90: number
+    readonly p99: number
+    readonly max: number
+  }
+}
+
+/** The result line of wrk's output, or undefined when there is none. */
+export const wrkResultOf = (stdout: string): WrkResult | undefined => {
+  const line = stdout.split("\n").find((l) => l.startsWith("BENCH_RESULT "))
+  return line === undefined ? undefined : JSON.parse(line.slice("BENCH_RESULT ".length)) as WrkResult
+}
