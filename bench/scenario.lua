@@ -1,9 +1,10 @@
--- wrk script for every benchmark scenario (bench/run.ts passes the arguments):
+-- wrk script for every benchmark scenario (bench/run.ts and bench/shared.ts pass the arguments,
+-- through bench/common.ts):
 --   wrk ... -s bench/scenario.lua <url> -- <scenario> <apiKey> <activatePath> <keyPrefix>
 -- scenario: whoami | fresh (activate, a new Idempotency-Key per request)
 --           | replay (activate, always the same key and body) | mix (9 whoami, then 1 fresh activate)
 -- response() counts responses by status (wrk's own "status" error counts only >= 400);
--- done() prints one line "BENCH_RESULT {json}" that bench/run.ts reads.
+-- done() prints one line "BENCH_RESULT {json}" that bench/common.ts reads.
 
 local threads = {}
 
