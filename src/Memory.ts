@@ -13,7 +13,7 @@ import { readFileSync } from "node:fs"
  * sizing) included, is kept as it is.
  */
 const variable = "BUN_JSC_forceRAMSize"
-export const defaultRamSize = String(1024 ** 3)
+const defaultRamSize = String(1024 ** 3)
 
 /** @effect/cli's built-in options that take a value: the word after them is not the command. */
 const valueOptions = new Set(["--log-level", "--completions"])

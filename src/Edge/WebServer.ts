@@ -50,6 +50,12 @@ type Handle = (request: Request & { params: Record<string, string> }, clientAddr
 /** How often repeated 401s from one address are summed up in the log. */
 const refusalSummaryInterval = Duration.minutes(1)
 
+/** A count the log sums up every `interval`, and once more when the server stops. */
+interface Summary {
+  readonly interval: Duration.Duration
+  readonly write: (stopping: boolean) => Effect.Effect<void>
+}
+
 /** The path as sent, without the query string: Bun's `URL` would normalise it. */
 const rawPath = (url: string): string => {
   const start = url.indexOf("/", url.indexOf("//") + 2)
@@ -65,14 +71,12 @@ export interface Edge {
   >
   /** Answers any request, routing it itself: Bun's fallback, and the entry for tests and the bench. */
   readonly fetch: (request: Request, clientAddress?: string) => Response | Promise<Response>
-  /** Logs the 401s counted but not logged since the last call, one line per client address. */
-  readonly summarizeRefusals: Effect.Effect<void>
   /**
-   * Logs how many requests a database outage failed since its last line, once the interval has
-   * passed (or at once when `stopping`), and how often to call it.
+   * What is counted rather than logged line by line (401s per client address, the requests a
+   * database outage failed), each with how often the server writes its summary; `stopping`: the
+   * last one, whatever is counted.
    */
-  readonly summarizeOutage: (stopping: boolean) => Effect.Effect<void>
-  readonly outageInterval: Duration.Duration
+  readonly summaries: ReadonlyArray<Summary>
   /**
    * Names the port the server listens on: the documents name `PUBLIC_URL` or, by default, this
    * server at that port. Each document is made by the first request that asks for it and served
@@ -147,10 +151,17 @@ export const makeEdge = Effect.gen(function*() {
 
   const renderer = makeRenderer()
   const refusals = makeRefusalTally()
-  const summarizeRefusals = Effect.suspend(() =>
-    Effect.forEach(refusals.drain(), ([clientAddress, count]) =>
-      Effect.logInfo("repeated unauthorized requests", { clientAddress, count, status: 401 }), { discard: true })
-  )
+  const summaries: ReadonlyArray<Summary> = [
+    {
+      interval: refusalSummaryInterval,
+      write: () =>
+        Effect.suspend(() =>
+          Effect.forEach(refusals.drain(), ([clientAddress, count]) =>
+            Effect.logInfo("repeated unauthorized requests", { clientAddress, count, status: 401 }), { discard: true })
+        )
+    },
+    { interval: renderer.interval, write: renderer.summarize }
+  ]
 
   const run = (
     handler: Handler,
@@ -217,9 +228,7 @@ export const makeEdge = Effect.gen(function*() {
     routes: table,
     fetch,
     listening,
-    summarizeRefusals,
-    summarizeOutage: renderer.summarize,
-    outageInterval: renderer.interval
+    summaries
   } satisfies Edge
 })
 
@@ -260,7 +269,7 @@ export const WebServerLive = Layer.scopedDiscard(
     const edge = yield* makeEdge
     // Added before the server, so they run after the drain (finalizers run last-added first):
     // the 401s and the outage's failures counted until the very end are logged too.
-    yield* Effect.addFinalizer(() => Effect.zipRight(edge.summarizeRefusals, edge.summarizeOutage(true)))
+    yield* Effect.addFinalizer(() => Effect.forEach(edge.summaries, (summary) => summary.write(true), { discard: true }))
 
     let draining = false
     let inFlight = 0
@@ -379,8 +388,9 @@ export const WebServerLive = Layer.scopedDiscard(
           yield* Effect.logInfo("stopped", { unfinished: inFlight })
         })
     )
-    yield* edge.summarizeRefusals.pipe(Effect.repeat(Schedule.spaced(refusalSummaryInterval)), Effect.forkScoped)
-    yield* edge.summarizeOutage(false).pipe(Effect.repeat(Schedule.spaced(edge.outageInterval)), Effect.forkScoped)
+    for (const summary of edge.summaries) {
+      yield* summary.write(false).pipe(Effect.repeat(Schedule.spaced(summary.interval)), Effect.forkScoped)
+    }
     // Whatever LOG_LEVEL says (short of none): with PORT=0 it is the only way to learn the port.
     const level = yield* FiberRef.get(FiberRef.currentMinimumLogLevel)
     yield* Effect.logInfo(`Listening on http://${server.hostname}:${server.port}`).pipe(
