@@ -1,7 +1,8 @@
 /**
  * The benchmark (issue 4): the real service against a framework-free baseline on the same machine.
  *
- *   bun bench/run.ts                      # BENCH_DURATION=10 (seconds per measured run), BENCH_WARMUP=15
+ *   bun bench/run.ts                      # BENCH_DURATION=10 (seconds per measured run), BENCH_WARMUP=15,
+ *                                         # BENCH_LOG_PAIRS=4, BENCH_LOG_SECONDS=5 (the access log's runs)
  *
  * Each server runs on its own temporary database (prepared by the service's `keys create`), pinned
  * to CPU 1; wrk is pinned to CPU 0. For every scenario and server: a warm-up run, then a measured
@@ -76,8 +77,19 @@ const scenarios = (() => {
   return wanted.length === 0 ? allScenarios : allScenarios.filter((scenario) => wanted.includes(scenario.name))
 })()
 
+/**
+ * The access log's cost is the throughput at LOG_LEVEL=info over the same at warn. Measured once
+ * each, one after the other, it swung from 5 to 28 % on whoami between runs: this VM's own speed
+ * drifts by as much within a minute. So it is measured apart, in short runs of the two servers
+ * taking turns (warn, info, info, warn, ...: drift in either direction cancels in a pair's order),
+ * and the figure is the median of the pairs' ratios.
+ */
+const accessLogPairs = envSeconds("BENCH_LOG_PAIRS", 4)
+const accessLogSeconds = envSeconds("BENCH_LOG_SECONDS", 5)
+
 /** Everything stops by itself after this, whatever happens. */
-const budgetMs = (300 + scenarios.length * 3 * (warmupSeconds + durationSeconds + 40)) * 1000
+const budgetMs = (300 + scenarios.length * (3 * (warmupSeconds + durationSeconds + 40) +
+  accessLogPairs * 2 * (accessLogSeconds + 20))) * 1000
 
 // ---------------------------------------------------------------------------------------------
 // Child processes: all tracked, all killed at the end
@@ -356,21 +368,24 @@ interface Measurement {
   readonly activationRowsWritten: number
 }
 
+/** Stores the activation that a replay run then asks for again and again. */
+const storeReplayed = async (server: Server, replayKey: string) => {
+  const first = await fetch(`${server.url}${activatePath}`, {
+    method: "POST",
+    headers: {
+      authorization: `Bearer ${server.apiKey}`,
+      "content-type": "application/json",
+      "idempotency-key": replayKey
+    },
+    body: activateBody
+  })
+  if (first.status !== 200) throw new Error(`${server.name}: the first replay request got ${first.status}: ${await first.text()}`)
+}
+
 const measure = async (server: Server, scenario: ScenarioName, runId: string): Promise<Measurement> => {
   // Replays use one key throughout (stored by one first request); the others a new key prefix per wrk run.
   const replayKey = `replay-${runId}`
-  if (scenario === "replay") {
-    const first = await fetch(`${server.url}${activatePath}`, {
-      method: "POST",
-      headers: {
-        authorization: `Bearer ${server.apiKey}`,
-        "content-type": "application/json",
-        "idempotency-key": replayKey
-      },
-      body: activateBody
-    })
-    if (first.status !== 200) throw new Error(`${server.name}: the first replay request got ${first.status}: ${await first.text()}`)
-  }
+  if (scenario === "replay") await storeReplayed(server, replayKey)
   const rss = sampleRss(server.pid)
   await runWrk(server, scenario, warmupSeconds, scenario === "replay" ? replayKey : `warm-${runId}`)
   // wrk stops with requests still queued in the server: let them finish before counting rows.
@@ -435,6 +450,51 @@ const problemsOf = (scenario: ScenarioName, m: Measurement): Array<string> => {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The access log's cost
+
+const median = (values: ReadonlyArray<number>): number => {
+  const sorted = [...values].sort((a, b) => a - b)
+  const middle = Math.floor(sorted.length / 2)
+  return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2
+}
+
+interface AccessLogCost {
+  /** Each pair's throughput at LOG_LEVEL=info over the same at warn, in the order run. */
+  readonly pairRatios: ReadonlyArray<number>
+  /** The median of `pairRatios`: the figure reported. */
+  readonly ratio: number
+  readonly problems: ReadonlyArray<string>
+}
+
+/**
+ * `accessLogPairs` pairs of short runs, the warn server and the info server taking turns, each
+ * pair in the other order from the one before. Both servers are warm from their measured runs.
+ */
+const measureAccessLog = async (warn: Server, info: Server, scenario: ScenarioName, runId: string): Promise<AccessLogCost> => {
+  const replayKeys = new Map([[warn, `log-replay-${runId}-warn`], [info, `log-replay-${runId}-info`]])
+  if (scenario === "replay") for (const [server, key] of replayKeys) await storeReplayed(server, key)
+  const problems: Array<string> = []
+  const requestsPerSecond = async (server: Server, run: string) => {
+    const keyPrefix = scenario === "replay" ? replayKeys.get(server)! : `log-${runId}-${run}`
+    const { result } = await runWrk(server, scenario, accessLogSeconds, keyPrefix)
+    await Bun.sleep(settleMs)
+    const socketErrors = result.errors.connect + result.errors.read + result.errors.write + result.errors.timeout
+    if (result.non2xx > 0 || socketErrors > 0) {
+      problems.push(`${server.name} had ${result.non2xx} non-2xx responses and ${socketErrors} socket errors in the access log's run ${run}`)
+    }
+    return result.requests / (result.durationMicros / 1e6)
+  }
+  const pairRatios: Array<number> = []
+  for (let pair = 0; pair < accessLogPairs; pair++) {
+    const order = pair % 2 === 0 ? [warn, info] : [info, warn]
+    const rates = new Map<Server, number>()
+    for (const server of order) rates.set(server, await requestsPerSecond(server, `${pair}-${server.name}`))
+    pairRatios.push(rates.get(info)! / rates.get(warn)!)
+  }
+  return { pairRatios, ratio: median(pairRatios), problems }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The compiled binary
 
 interface BinaryResult {
@@ -442,12 +502,6 @@ interface BinaryResult {
   readonly buildSeconds: number
   readonly startToFirst200Ms: ReadonlyArray<number>
   readonly medianStartToFirst200Ms: number
-}
-
-const median = (values: ReadonlyArray<number>): number => {
-  const sorted = [...values].sort((a, b) => a - b)
-  const middle = Math.floor(sorted.length / 2)
-  return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2
 }
 
 const measureBinary = async (dir: string): Promise<BinaryResult> => {
@@ -587,8 +641,8 @@ const main = async () => {
       readonly serviceInfo: Measurement
       readonly baseline: Measurement
       readonly ratioRequestsPerSecond: number
-      /** The service at LOG_LEVEL=info over the same at warn: what the access log costs. */
-      readonly accessLogRatio: number
+      /** The service at LOG_LEVEL=info over the same at warn (pairs of short runs taking turns): what the access log costs. */
+      readonly accessLog: AccessLogCost
       readonly problems: ReadonlyArray<string>
     }> = []
     const runId = Date.now().toString(36)
@@ -597,9 +651,10 @@ const main = async () => {
       const service = await measure(servers[0]!, scenario.name, `${runId}-${scenario.name}-service`)
       const serviceInfo = await measure(servers[1]!, scenario.name, `${runId}-${scenario.name}-service-info`)
       const baseline = await measure(servers[2]!, scenario.name, `${runId}-${scenario.name}-baseline`)
+      console.log(`the access log: ${accessLogPairs} pairs of ${accessLogSeconds} s runs, warn and info taking turns ...`)
+      const accessLog = await measureAccessLog(servers[0]!, servers[1]!, scenario.name, `${runId}-${scenario.name}`)
       const ratio = service.requestsPerSecond / baseline.requestsPerSecond
-      const accessLogRatio = serviceInfo.requestsPerSecond / service.requestsPerSecond
-      const problems = [service, serviceInfo, baseline].flatMap((m) => problemsOf(scenario.name, m))
+      const problems = [...[service, serviceInfo, baseline].flatMap((m) => problemsOf(scenario.name, m)), ...accessLog.problems]
       results.push({
         scenario: scenario.name,
         title: scenario.title,
@@ -607,14 +662,15 @@ const main = async () => {
         serviceInfo,
         baseline,
         ratioRequestsPerSecond: ratio,
-        accessLogRatio,
+        accessLog,
         problems
       })
       console.log(`\n${scenario.title}, ${connections} connections, ${durationSeconds} s`)
       console.log(scenarioTable([service, serviceInfo, baseline]))
       console.log(`service/baseline req/s: ${number(ratio, 3)} (LOG_LEVEL=${serviceLogLevel}); ` +
-        `${number(serviceInfo.requestsPerSecond / baseline.requestsPerSecond, 3)} at LOG_LEVEL=info, ` +
-        `where the access log costs ${number((1 - accessLogRatio) * 100, 1)}% of the throughput`)
+        `${number(serviceInfo.requestsPerSecond / baseline.requestsPerSecond, 3)} at LOG_LEVEL=info`)
+      console.log(`the access log costs ${number((1 - accessLog.ratio) * 100, 1)}% of the throughput ` +
+        `(median of ${accessLogPairs} pairs, info/warn: ${accessLog.pairRatios.map((r) => number(r, 3)).join(", ")})`)
       for (const problem of problems) console.log(`!!! ERRORS: ${problem}; these figures are not valid`)
       for (const m of [service, serviceInfo, baseline]) {
         if (m.otherCpuPercent > otherCpuWarningPercent) {
@@ -642,7 +698,7 @@ const main = async () => {
     writeFileSync(file, JSON.stringify({
       date: new Date().toISOString(),
       machine: { ...machine(), loadBeforeStartPercent: loadBeforeStart },
-      settings: { durationSeconds, warmupSeconds, connections, wrkThreads, serverCpu, loadCpu, serviceLogLevel },
+      settings: { durationSeconds, warmupSeconds, connections, wrkThreads, serverCpu, loadCpu, serviceLogLevel, accessLogPairs, accessLogSeconds },
       binary,
       startupMs: Object.fromEntries(servers.map((s) => [s.name, s.startupMs])),
       lifetimePeakRssMb,
