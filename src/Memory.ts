@@ -8,8 +8,8 @@ import { readFileSync } from "node:fs"
  * RSS under fresh activations. Told the machine has 1 GiB (`BUN_JSC_forceRAMSize`), it collects
  * sooner: about 135 MB (bench/BENCHMARKS.md). It is a sizing hint, not a limit. JavaScriptCore
  * reads it only from the environment, when the runtime starts, so `serve` sets it by replacing
- * itself (`execve`: the same process id and arguments, the environment it was started with plus
- * this one variable) before its modules run. A value the operator set, `0` (JavaScriptCore's own
+ * itself (`execve`: the same process id, the same command line as `ps` shows it, the environment
+ * it was started with plus this one variable) before its modules run. A value the operator set, `0` (JavaScriptCore's own
  * sizing) included, is kept as it is.
  */
 const variable = "BUN_JSC_forceRAMSize"
@@ -52,7 +52,7 @@ if (process.env[variable] === undefined && commandOf(process.argv.slice(2)) === 
   const args = compiled ? process.argv.slice(2) : [...process.execArgv, process.argv[1]!, ...process.argv.slice(2)]
   if (environment !== undefined) {
     try {
-      process.execve?.(process.execPath, [process.execPath, ...args], { ...environment, [variable]: defaultRamSize })
+      process.execve?.(process.execPath, [process.argv0, ...args], { ...environment, [variable]: defaultRamSize })
     } catch {
       // Not replaced (the executable cannot be started again): the server runs with the default sizing.
     }

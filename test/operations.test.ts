@@ -4,7 +4,7 @@ import { expectEnvelope } from "./support/contract.ts"
 import { lockDatabase } from "./support/database.ts"
 import { spawn } from "bun"
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs"
-import { join } from "node:path"
+import { basename, join } from "node:path"
 import { eventually } from "./support/load.ts"
 import { createKey, type Environment, mainTs, root, type RunningServer, session, startServer, tempDatabase, testTmp } from "./support/server.ts"
 import { accessLog, logLines, otlpCollector, type OtlpCollector, type OtlpSpan, spanAttribute } from "./support/telemetry.ts"
@@ -109,6 +109,13 @@ describe("the heap's sizing (README, Operating it)", () => {
 
   it("serve tells JavaScriptCore the machine has 1 GiB, in its own process (the pid it was started as)", () => {
     expect(environOf(server.process.pid)).toContain("BUN_JSC_forceRAMSize=1073741824")
+  })
+
+  it("keeps the command line it was started with, as ps shows it", () => {
+    const commandLine = readFileSync(`/proc/${server.process.pid}/cmdline`, "utf8").split("\0").filter((word) => word !== "")
+    // Started as `bun <main.ts> serve` (test/support/server.ts); not the runtime's full path.
+    expect(commandLine[0]).toBe("bun")
+    expect(commandLine.slice(1).map((word) => basename(word))).toEqual(["main.ts", "serve"])
   })
 
   it("does not turn what Bun loads from a .env file into the server's environment", async () => {
