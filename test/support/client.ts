@@ -33,16 +33,29 @@ export interface Call {
   readonly body?: string | Uint8Array | ReadableStream<Uint8Array>
 }
 
+/**
+ * How long `call` waits for a whole answer: past the server's own bound on reading a body (10 s,
+ * README), short of a test's timeout, so that a request left hanging fails as itself.
+ */
+const answerTimeoutMs = 20_000
+
 /** One request through fetch: the status, headers and body text exactly as answered. */
 export const call = async (base: string, { apiKey, body, headers = {}, method = "GET", path }: Call): Promise<Answer> => {
-  const response = await fetch(`${base}${path}`, {
-    method,
-    headers: { ...(apiKey === undefined ? {} : { authorization: `Bearer ${apiKey}` }), ...headers },
-    ...(body === undefined ? {} : { body }),
-    ...(body instanceof ReadableStream ? { duplex: "half" } : {})
-  } as RequestInit)
-  const text = await response.text()
-  return { status: response.status, headers: response.headers, text, json: parseJson(text) }
+  const signal = AbortSignal.timeout(answerTimeoutMs)
+  try {
+    const response = await fetch(`${base}${path}`, {
+      method,
+      headers: { ...(apiKey === undefined ? {} : { authorization: `Bearer ${apiKey}` }), ...headers },
+      ...(body === undefined ? {} : { body }),
+      ...(body instanceof ReadableStream ? { duplex: "half" } : {}),
+      signal
+    } as RequestInit)
+    const text = await response.text()
+    return { status: response.status, headers: response.headers, text, json: parseJson(text) }
+  } catch (error) {
+    if (!signal.aborted) throw error
+    throw new Error(`${method} ${path}: no whole answer within ${answerTimeoutMs / 1000} s`, { cause: error })
+  }
 }
 
 export interface Activate {
