@@ -1,6 +1,8 @@
 /**
- * What the benchmarks share (`run.ts` on SQLite, `shared.ts` on PostgreSQL + Redis): the request
- * they make, how a key is created for it, a free port, and wrk's result as `scenario.lua` prints it.
+ * What the benchmarks share (`run.ts` on SQLite, `shared.ts` on PostgreSQL + Redis, and the
+ * request path and free port of `hostile.ts`): the request they make, how a key is created for it,
+ * the first request of a replay run, whether a server is up, a free port, and wrk's result as
+ * `scenario.lua` prints it.
  */
 import { join } from "node:path"
 
@@ -10,6 +12,33 @@ export const activatePath =
   "/v1/creators/5d2a7c3e-1b4f-4e6a-8c9d-0e1f2a3b4c5d/campaigns/9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d/activate"
 /** As in scenario.lua. */
 export const activateBody = JSON.stringify({ socialUsername: "@bench", plannedPostAt: "2026-12-01" })
+
+/**
+ * Activates once with `idempotencyKey`, so that a replay run then asks for a stored activation
+ * again and again; throws unless it got a 200.
+ */
+export const storeReplayed = async (url: string, apiKey: string, idempotencyKey: string, name: string) => {
+  const first = await fetch(`${url}${activatePath}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json", "idempotency-key": idempotencyKey },
+    body: activateBody
+  })
+  if (first.status !== 200) throw new Error(`${name}: the first replay request got ${first.status}: ${await first.text()}`)
+}
+
+/** Whether whoami answers 200 with `apiKey` within a second: the server is up and knows the key. */
+export const whoamiOk = async (url: string, apiKey: string): Promise<boolean> => {
+  try {
+    const response = await fetch(`${url}/v1/whoami`, {
+      headers: { authorization: `Bearer ${apiKey}` },
+      signal: AbortSignal.timeout(1000)
+    })
+    await response.arrayBuffer()
+    return response.status === 200
+  } catch {
+    return false
+  }
+}
 
 /** A port nothing listens on right now. */
 export const freePort = (): number => {

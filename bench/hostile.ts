@@ -12,6 +12,7 @@ import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs"
 import { connect, type Socket } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { activatePath, freePort } from "./common.ts"
 
 const root = new URL("..", import.meta.url).pathname
 const work = mkdtempSync(join(tmpdir(), "campaign-api-hostile-"))
@@ -20,8 +21,6 @@ const logFile = join(work, "server.log")
 const serverCommand = (process.env["HOSTILE_SERVER"] ?? `${process.execPath} src/main.ts serve`).split(" ")
 const wanted = (process.env["HOSTILE_ATTACKS"] ?? "").split(",").map((a) => a.trim()).filter((a) => a !== "")
 const budgetMs = 10 * 60_000
-const activatePath =
-  "/v1/creators/5d2a7c3e-1b4f-4e6a-8c9d-0e1f2a3b4c5d/campaigns/9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d/activate"
 
 const children: Array<ReturnType<typeof Bun.spawn>> = []
 const cleanUp = () => {
@@ -48,13 +47,6 @@ const createKey = () =>
     apiKey: string
     keyId: string
   }
-
-const freePort = () => {
-  const listener = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } })
-  const port = listener.port
-  listener.stop(true)
-  return port
-}
 
 interface Server {
   readonly url: string

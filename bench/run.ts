@@ -17,7 +17,7 @@ import type { Subprocess } from "bun"
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { cpus, release, tmpdir } from "node:os"
 import { join } from "node:path"
-import { activateBody, activatePath, apiKeyOf, freePort, keysCreateArgs, wrkArgs, wrkResultOf, wrkThreads } from "./common.ts"
+import { apiKeyOf, freePort, keysCreateArgs, storeReplayed, whoamiOk, wrkArgs, wrkResultOf, wrkThreads } from "./common.ts"
 
 // ---------------------------------------------------------------------------------------------
 // Settings
@@ -258,19 +258,6 @@ const countActivations = (databaseFile: string): number => {
 // ---------------------------------------------------------------------------------------------
 // Servers
 
-const whoamiOk = async (url: string, apiKey: string): Promise<boolean> => {
-  try {
-    const response = await fetch(`${url}/v1/whoami`, {
-      headers: { authorization: `Bearer ${apiKey}` },
-      signal: AbortSignal.timeout(1000)
-    })
-    await response.arrayBuffer()
-    return response.status === 200
-  } catch {
-    return false
-  }
-}
-
 /** Polls whoami every `intervalMs` until a 200; the milliseconds since `startedAt`. */
 const waitForWhoami = async (
   spawned: Spawned,
@@ -368,24 +355,10 @@ interface Measurement {
   readonly activationRowsWritten: number
 }
 
-/** Stores the activation that a replay run then asks for again and again. */
-const storeReplayed = async (server: Server, replayKey: string) => {
-  const first = await fetch(`${server.url}${activatePath}`, {
-    method: "POST",
-    headers: {
-      authorization: `Bearer ${server.apiKey}`,
-      "content-type": "application/json",
-      "idempotency-key": replayKey
-    },
-    body: activateBody
-  })
-  if (first.status !== 200) throw new Error(`${server.name}: the first replay request got ${first.status}: ${await first.text()}`)
-}
-
 const measure = async (server: Server, scenario: ScenarioName, runId: string): Promise<Measurement> => {
   // Replays use one key throughout (stored by one first request); the others a new key prefix per wrk run.
   const replayKey = `replay-${runId}`
-  if (scenario === "replay") await storeReplayed(server, replayKey)
+  if (scenario === "replay") await storeReplayed(server.url, server.apiKey, replayKey, server.name)
   const rss = sampleRss(server.pid)
   await runWrk(server, scenario, warmupSeconds, scenario === "replay" ? replayKey : `warm-${runId}`)
   // wrk stops with requests still queued in the server: let them finish before counting rows.
@@ -472,7 +445,7 @@ interface AccessLogCost {
  */
 const measureAccessLog = async (warn: Server, info: Server, scenario: ScenarioName, runId: string): Promise<AccessLogCost> => {
   const replayKeys = new Map([[warn, `log-replay-${runId}-warn`], [info, `log-replay-${runId}-info`]])
-  if (scenario === "replay") for (const [server, key] of replayKeys) await storeReplayed(server, key)
+  if (scenario === "replay") for (const [server, key] of replayKeys) await storeReplayed(server.url, server.apiKey, key, server.name)
   const problems: Array<string> = []
   const requestsPerSecond = async (server: Server, run: string) => {
     const keyPrefix = scenario === "replay" ? replayKeys.get(server)! : `log-${runId}-${run}`

@@ -16,7 +16,7 @@ import { SQL, spawn, type Subprocess } from "bun"
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { activateBody, activatePath, apiKeyOf, freePort, keysCreateArgs, wrkArgs, wrkResultOf } from "./common.ts"
+import { apiKeyOf, freePort, keysCreateArgs, storeReplayed, whoamiOk, wrkArgs, wrkResultOf } from "./common.ts"
 
 const postgresServer = process.env["POSTGRES_URL"] ?? "postgres://postgres@127.0.0.1:5432"
 const redisUrl = process.env["REDIS_URL"] ?? "redis://127.0.0.1:6379"
@@ -68,10 +68,7 @@ const startServer = async (cmd: Array<string>, env: Record<string, string>, apiK
   children.push(child)
   const url = `http://127.0.0.1:${port}`
   for (let i = 0; i < 300; i++) {
-    const ok = await fetch(`${url}/v1/whoami`, { headers: { authorization: `Bearer ${apiKey}` } })
-      .then((r) => r.status === 200)
-      .catch(() => false)
-    if (ok) return url
+    if (await whoamiOk(url, apiKey)) return url
     await Bun.sleep(50)
   }
   throw new Error(`${cmd.join(" ")} did not answer on ${url}`)
@@ -98,14 +95,7 @@ interface Measured {
 
 const measure = async (target: Target, scenario: Scenario): Promise<Measured> => {
   const prefix = `${scenario}-${target.name.replace(/\W/g, "-")}-${Date.now().toString(36)}`
-  if (scenario === "replay") {
-    const first = await fetch(`${target.urls[0]}${activatePath}`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${target.apiKey}`, "content-type": "application/json", "idempotency-key": prefix },
-      body: activateBody
-    })
-    if (first.status !== 200) throw new Error(`${target.name}: the first replay request got ${first.status}`)
-  }
+  if (scenario === "replay") await storeReplayed(target.urls[0]!, target.apiKey, prefix, target.name)
   const connections = 50 / target.urls.length
   const all = (seconds: number, keyPrefix: (i: number) => string) =>
     Promise.all(target.urls.map((url, i) => wrk(url, scenario, target.apiKey, keyPrefix(i), connections, seconds)))
