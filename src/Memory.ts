@@ -8,8 +8,8 @@ import { readFileSync } from "node:fs"
  * RSS under fresh activations. Told the machine has 1 GiB (`BUN_JSC_forceRAMSize`), it collects
  * sooner: about 135 MB (bench/BENCHMARKS.md). It is a sizing hint, not a limit. JavaScriptCore
  * reads it only from the environment, when the runtime starts, so `serve` sets it by replacing
- * itself (`execve`: the same process id, the same command line as `ps` shows it, the environment
- * it was started with plus this one variable) before its modules run. A value the operator set, `0` (JavaScriptCore's own
+ * itself (`execve`: the same process id and command line, the environment it was started with
+ * plus this one variable) before its modules run. A value the operator set, `0` (JavaScriptCore's own
  * sizing) included, is kept as it is.
  */
 const variable = "BUN_JSC_forceRAMSize"
@@ -26,33 +26,38 @@ const commandOf = (args: ReadonlyArray<string>): string | undefined => {
   return undefined
 }
 
+/** A NUL-separated file of /proc/self (`environ`, `cmdline`) as its entries; undefined where there is none. */
+const procEntries = (file: "environ" | "cmdline"): Array<string> | undefined => {
+  try {
+    return readFileSync(`/proc/self/${file}`, "utf8").split("\0").slice(0, -1)
+  } catch {
+    return undefined
+  }
+}
+
 /**
  * The environment as the process was started with it: Bun adds what it loads from `.env` files
  * to `process.env`, and those values must not become real environment variables of the server.
  */
 const startingEnvironment = (): Record<string, string> | undefined => {
-  try {
-    return Object.fromEntries(
-      readFileSync("/proc/self/environ", "utf8").split("\0").filter((entry) => entry.includes("=")).map((entry) => {
-        const at = entry.indexOf("=")
-        return [entry.slice(0, at), entry.slice(at + 1)]
-      })
-    )
-  } catch {
-    // Not Linux: the server runs with the default sizing rather than with `.env` values exported.
-    return undefined
-  }
+  const entries = procEntries("environ")
+  return entries === undefined ? undefined : Object.fromEntries(
+    entries.filter((entry) => entry.includes("=")).map((entry) => {
+      const at = entry.indexOf("=")
+      return [entry.slice(0, at), entry.slice(at + 1)]
+    })
+  )
 }
 
 if (process.env[variable] === undefined && commandOf(process.argv.slice(2)) === "serve") {
+  // Started again exactly as it was (`bun src/main.ts serve`, `./campaign-api serve`, runtime flags
+  // included), so `ps` shows what the operator ran. Not on Linux: the default sizing, rather than
+  // `.env` values exported.
   const environment = startingEnvironment()
-  // A single executable runs its entry point from Bun's embedded file system (`/$bunfs/` on Linux);
-  // `bun src/main.ts` needs its runtime flags and the script again.
-  const compiled = Bun.main.startsWith("/$bunfs/")
-  const args = compiled ? process.argv.slice(2) : [...process.execArgv, process.argv[1]!, ...process.argv.slice(2)]
-  if (environment !== undefined) {
+  const commandLine = procEntries("cmdline")
+  if (environment !== undefined && commandLine !== undefined && commandLine.length > 0) {
     try {
-      process.execve?.(process.execPath, [process.argv0, ...args], { ...environment, [variable]: defaultRamSize })
+      process.execve?.(process.execPath, commandLine, { ...environment, [variable]: defaultRamSize })
     } catch {
       // Not replaced (the executable cannot be started again): the server runs with the default sizing.
     }

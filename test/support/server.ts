@@ -26,8 +26,8 @@ const environment = (overrides: Environment): Record<string, string> =>
     Object.entries({ ...process.env, ...overrides }).filter((entry): entry is [string, string] => entry[1] !== undefined)
   )
 
-const spawnMain = (args: ReadonlyArray<string>, env: Environment, cwd = root) =>
-  spawn(["bun", mainTs, ...args], { cwd, env: environment(env), stdin: "ignore", stdout: "pipe", stderr: "pipe" })
+const spawnMain = (args: ReadonlyArray<string>, env: Environment, cwd = root, script = mainTs) =>
+  spawn(["bun", script, ...args], { cwd, env: environment(env), stdin: "ignore", stdout: "pipe", stderr: "pipe" })
 
 export interface RunningServer {
   readonly url: string
@@ -36,9 +36,12 @@ export interface RunningServer {
   readonly stop: (signal?: NodeJS.Signals) => Promise<number | null>
 }
 
-/** Starts `bun src/main.ts serve` on a free port (in `cwd`, the checkout by default) and waits until it listens. */
-export const startServer = async (database: string, env: Environment = {}, cwd = root): Promise<RunningServer> => {
-  const proc = spawnMain(["serve"], { PORT: "0", HOST: "127.0.0.1", DATABASE_URL: database, LOG_LEVEL: "info", ...env }, cwd)
+/**
+ * Starts `bun <script> serve` on a free port (in `cwd`, the checkout by default; the script is
+ * src/main.ts by its absolute path unless given) and waits until it listens.
+ */
+export const startServer = async (database: string, env: Environment = {}, cwd = root, script = mainTs): Promise<RunningServer> => {
+  const proc = spawnMain(["serve"], { PORT: "0", HOST: "127.0.0.1", DATABASE_URL: database, LOG_LEVEL: "info", ...env }, cwd, script)
   let output = ""
   const decoder = new TextDecoder()
   const url = await new Promise<string>((resolve, reject) => {
