@@ -9,8 +9,8 @@ import { readFileSync } from "node:fs"
  * sooner: about 135 MB (bench/BENCHMARKS.md). It is a sizing hint, not a limit. JavaScriptCore
  * reads it only from the environment, when the runtime starts, so `serve` sets it by replacing
  * itself (`execve`: the same process id and command line, the environment it was started with
- * plus this one variable) before its modules run. A value the operator set, `0` (JavaScriptCore's own
- * sizing) included, is kept as it is.
+ * plus this one variable) before its modules run. A value the operator set, in the environment or
+ * a `.env` file, `0` (JavaScriptCore's own sizing) included, is the one used.
  */
 const variable = "BUN_JSC_forceRAMSize"
 const defaultRamSize = String(1024 ** 3)
@@ -49,15 +49,30 @@ const startingEnvironment = (): Record<string, string> | undefined => {
   )
 }
 
-if (process.env[variable] === undefined && commandOf(process.argv.slice(2)) === "serve") {
-  // Started again exactly as it was (`bun src/main.ts serve`, `./campaign-api serve`, runtime flags
-  // included), so `ps` shows what the operator ran. Not on Linux: the default sizing, rather than
-  // `.env` values exported.
+/**
+ * The command line to start again with: the one this process was started with (runtime flags and
+ * the script's spelling kept, so `ps` shows what the operator ran), except that a relative
+ * `--cwd` is made absolute: Bun has already moved into it, and would look for it again from there.
+ */
+const againWith = (commandLine: ReadonlyArray<string>): Array<string> => {
+  const here = process.cwd()
+  return commandLine.map((word, i) =>
+    word.startsWith("--cwd=") ? `--cwd=${here}` : commandLine[i - 1] === "--cwd" ? here : word
+  )
+}
+
+if (commandOf(process.argv.slice(2)) === "serve") {
   const environment = startingEnvironment()
   const commandLine = procEntries("cmdline")
-  if (environment !== undefined && commandLine !== undefined && commandLine.length > 0) {
+  // Not on Linux: the default sizing, rather than `.env` values exported. A value the process was
+  // started with is already JavaScriptCore's; one from a `.env` file is not (Bun loads the file
+  // after the runtime started), so it is passed on like the default, the only `.env` value that is.
+  if (environment !== undefined && environment[variable] === undefined && commandLine !== undefined && commandLine.length > 0) {
     try {
-      process.execve?.(process.execPath, commandLine, { ...environment, [variable]: defaultRamSize })
+      process.execve?.(process.execPath, againWith(commandLine), {
+        ...environment,
+        [variable]: process.env[variable] ?? defaultRamSize
+      })
     } catch {
       // Not replaced (the executable cannot be started again): the server runs with the default sizing.
     }

@@ -111,13 +111,25 @@ describe("the heap's sizing (README, Operating it)", () => {
     expect(environOf(server.process.pid)).toContain("BUN_JSC_forceRAMSize=1073741824")
   })
 
-  it("runs again with exactly the command line it was started with, as ps shows it", async () => {
-    // A relative script: rebuilt from Bun's own view of its arguments, the command line had read
-    // `/usr/lib/.../bun.exe /abs/path/src/main.ts serve`.
-    const own = await startServer(tempDatabase(), { BUN_JSC_forceRAMSize: undefined }, root, "./src/main.ts")
+  const commandLineOf = (pid: number) => readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").slice(0, -1)
+
+  it("runs again with the command line it was started with, as ps shows it", async () => {
+    // A relative script: rebuilt from Bun's view of its arguments, it had read `bun /abs/path/src/main.ts serve`.
+    const own = await startServer(tempDatabase(), { BUN_JSC_forceRAMSize: undefined }, root, ["./src/main.ts"])
     try {
       expect(environOf(own.process.pid)).toContain("BUN_JSC_forceRAMSize=1073741824")
-      expect(readFileSync(`/proc/${own.process.pid}/cmdline`, "utf8").split("\0")).toEqual(["bun", "./src/main.ts", "serve", ""])
+      expect(commandLineOf(own.process.pid)).toEqual(["bun", "./src/main.ts", "serve"])
+    } finally {
+      await own.stop()
+    }
+  })
+
+  it("starts with a relative --cwd: Bun has moved into it, so it is passed on as an absolute path", async () => {
+    const own = await startServer(tempDatabase(), { BUN_JSC_forceRAMSize: undefined }, root, ["--cwd", "src", "main.ts"])
+    try {
+      expect(environOf(own.process.pid)).toContain("BUN_JSC_forceRAMSize=1073741824")
+      expect(commandLineOf(own.process.pid)).toEqual(["bun", "--cwd", join(root, "src"), "main.ts", "serve"])
+      expect((await call(own.url, { path: "/healthz" })).status).toBe(200)
     } finally {
       await own.stop()
     }
@@ -130,6 +142,19 @@ describe("the heap's sizing (README, Operating it)", () => {
     try {
       const environment = environOf(own.process.pid)
       expect(environment).toContain("BUN_JSC_forceRAMSize=1073741824")
+      expect(environment.filter((entry) => entry.startsWith("CAMPAIGN_API_DOTENV_SECRET"))).toEqual([])
+    } finally {
+      await own.stop()
+    }
+  })
+
+  it("passes on a value from a .env file, which JavaScriptCore would not read there", async () => {
+    const directory = mkdtempSync(join(testTmp(), "campaign-api-dotenv-"))
+    writeFileSync(join(directory, ".env"), "BUN_JSC_forceRAMSize=536870912\nCAMPAIGN_API_DOTENV_SECRET=from-the-file\n")
+    const own = await startServer(tempDatabase(), { BUN_JSC_forceRAMSize: undefined }, directory)
+    try {
+      const environment = environOf(own.process.pid)
+      expect(environment.filter((entry) => entry.startsWith("BUN_JSC_forceRAMSize="))).toEqual(["BUN_JSC_forceRAMSize=536870912"])
       expect(environment.filter((entry) => entry.startsWith("CAMPAIGN_API_DOTENV_SECRET"))).toEqual([])
     } finally {
       await own.stop()

@@ -26,8 +26,8 @@ const environment = (overrides: Environment): Record<string, string> =>
     Object.entries({ ...process.env, ...overrides }).filter((entry): entry is [string, string] => entry[1] !== undefined)
   )
 
-const spawnMain = (args: ReadonlyArray<string>, env: Environment, cwd = root, script = mainTs) =>
-  spawn(["bun", script, ...args], { cwd, env: environment(env), stdin: "ignore", stdout: "pipe", stderr: "pipe" })
+const spawnMain = (args: ReadonlyArray<string>, env: Environment, cwd = root, runtime: ReadonlyArray<string> = [mainTs]) =>
+  spawn(["bun", ...runtime, ...args], { cwd, env: environment(env), stdin: "ignore", stdout: "pipe", stderr: "pipe" })
 
 export interface RunningServer {
   readonly url: string
@@ -37,11 +37,17 @@ export interface RunningServer {
 }
 
 /**
- * Starts `bun <script> serve` on a free port (in `cwd`, the checkout by default; the script is
- * src/main.ts by its absolute path unless given) and waits until it listens.
+ * Starts `bun <runtime...> serve` on a free port (in `cwd`, the checkout by default; `runtime` is
+ * src/main.ts by its absolute path unless given, with any runtime flags before it) and waits until
+ * it listens.
  */
-export const startServer = async (database: string, env: Environment = {}, cwd = root, script = mainTs): Promise<RunningServer> => {
-  const proc = spawnMain(["serve"], { PORT: "0", HOST: "127.0.0.1", DATABASE_URL: database, LOG_LEVEL: "info", ...env }, cwd, script)
+export const startServer = async (
+  database: string,
+  env: Environment = {},
+  cwd = root,
+  runtime: ReadonlyArray<string> = [mainTs]
+): Promise<RunningServer> => {
+  const proc = spawnMain(["serve"], { PORT: "0", HOST: "127.0.0.1", DATABASE_URL: database, LOG_LEVEL: "info", ...env }, cwd, runtime)
   let output = ""
   const decoder = new TextDecoder()
   const url = await new Promise<string>((resolve, reject) => {
