@@ -113,65 +113,62 @@ describe("the heap's sizing (README, Operating it)", () => {
 
   const commandLineOf = (pid: number) => readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").slice(0, -1)
 
-  it("runs again with the command line it was started with, as ps shows it", async () => {
-    // A relative script: rebuilt from Bun's view of its arguments, it had read `bun /abs/path/src/main.ts serve`.
-    const own = await startServer(tempDatabase(), { BUN_JSC_forceRAMSize: undefined }, root, ["./src/main.ts"])
+  /**
+   * Starts a server of its own with no heap setting of the caller's (in a directory whose `.env`
+   * file holds `dotenv`, when given), runs `check` on it, and stops it.
+   */
+  const withOwnServer = async (
+    options: { readonly env?: Environment; readonly dotenv?: string; readonly runtime?: ReadonlyArray<string> },
+    check: (own: RunningServer) => Promise<void> | void
+  ) => {
+    let cwd = root
+    if (options.dotenv !== undefined) {
+      cwd = mkdtempSync(join(testTmp(), "campaign-api-dotenv-"))
+      writeFileSync(join(cwd, ".env"), options.dotenv)
+    }
+    const own = await startServer(tempDatabase(), { BUN_JSC_forceRAMSize: undefined, ...options.env }, cwd, options.runtime)
     try {
-      expect(environOf(own.process.pid)).toContain("BUN_JSC_forceRAMSize=1073741824")
-      expect(commandLineOf(own.process.pid)).toEqual(["bun", "./src/main.ts", "serve"])
+      await check(own)
     } finally {
       await own.stop()
     }
-  })
+  }
 
-  it("starts with a relative --cwd: Bun has moved into it, so it is passed on as an absolute path", async () => {
-    const own = await startServer(tempDatabase(), { BUN_JSC_forceRAMSize: undefined }, root, ["--cwd", "src", "main.ts"])
-    try {
+  it("runs again with the command line it was started with, as ps shows it", () =>
+    // A relative script: rebuilt from Bun's view of its arguments, it had read `bun /abs/path/src/main.ts serve`.
+    withOwnServer({ runtime: ["./src/main.ts"] }, (own) => {
+      expect(environOf(own.process.pid)).toContain("BUN_JSC_forceRAMSize=1073741824")
+      expect(commandLineOf(own.process.pid)).toEqual(["bun", "./src/main.ts", "serve"])
+    }))
+
+  it("starts with a relative --cwd: Bun has moved into it, so it is passed on as an absolute path", () =>
+    withOwnServer({ runtime: ["--cwd", "src", "main.ts"] }, async (own) => {
       expect(environOf(own.process.pid)).toContain("BUN_JSC_forceRAMSize=1073741824")
       expect(commandLineOf(own.process.pid)).toEqual(["bun", "--cwd", join(root, "src"), "main.ts", "serve"])
       expect((await call(own.url, { path: "/healthz" })).status).toBe(200)
-    } finally {
-      await own.stop()
-    }
-  })
+    }))
 
-  it("does not turn what Bun loads from a .env file into the server's environment", async () => {
-    const directory = mkdtempSync(join(testTmp(), "campaign-api-dotenv-"))
-    writeFileSync(join(directory, ".env"), "CAMPAIGN_API_DOTENV_SECRET=from-the-file\n")
-    const own = await startServer(tempDatabase(), { BUN_JSC_forceRAMSize: undefined }, directory)
-    try {
+  it("does not turn what Bun loads from a .env file into the server's environment", () =>
+    withOwnServer({ dotenv: "CAMPAIGN_API_DOTENV_SECRET=from-the-file\n" }, (own) => {
       const environment = environOf(own.process.pid)
       expect(environment).toContain("BUN_JSC_forceRAMSize=1073741824")
       expect(environment.filter((entry) => entry.startsWith("CAMPAIGN_API_DOTENV_SECRET"))).toEqual([])
-    } finally {
-      await own.stop()
-    }
-  })
+    }))
 
-  it("passes on a value from a .env file, which JavaScriptCore would not read there", async () => {
-    const directory = mkdtempSync(join(testTmp(), "campaign-api-dotenv-"))
-    writeFileSync(join(directory, ".env"), "BUN_JSC_forceRAMSize=536870912\nCAMPAIGN_API_DOTENV_SECRET=from-the-file\n")
-    const own = await startServer(tempDatabase(), { BUN_JSC_forceRAMSize: undefined }, directory)
-    try {
+  it("passes on a value from a .env file, which JavaScriptCore would not read there", () =>
+    withOwnServer({ dotenv: "BUN_JSC_forceRAMSize=536870912\nCAMPAIGN_API_DOTENV_SECRET=from-the-file\n" }, (own) => {
       const environment = environOf(own.process.pid)
       expect(environment.filter((entry) => entry.startsWith("BUN_JSC_forceRAMSize="))).toEqual(["BUN_JSC_forceRAMSize=536870912"])
       expect(environment.filter((entry) => entry.startsWith("CAMPAIGN_API_DOTENV_SECRET"))).toEqual([])
-    } finally {
-      await own.stop()
-    }
-  })
+    }))
 
-  it("keeps the value an operator set, 0 (JavaScriptCore's own sizing) included", async () => {
-    const own = await startServer(tempDatabase(), { BUN_JSC_forceRAMSize: "0" })
-    try {
+  it("keeps the value an operator set, 0 (JavaScriptCore's own sizing) included", () =>
+    withOwnServer({ env: { BUN_JSC_forceRAMSize: "0" } }, async (own) => {
       expect(environOf(own.process.pid).filter((entry) => entry.startsWith("BUN_JSC_forceRAMSize="))).toEqual([
         "BUN_JSC_forceRAMSize=0"
       ])
       expect((await call(own.url, { path: "/healthz" })).status).toBe(200)
-    } finally {
-      await own.stop()
-    }
-  })
+    }))
 })
 
 describe("X-Request-Id", () => {
