@@ -1,13 +1,13 @@
 /**
  * What the benchmarks share (`run.ts` on SQLite, `shared.ts` on PostgreSQL + Redis, and the
- * request path and free port of `hostile.ts`): the request they make, how a key is created for it,
+ * request of `inprocess.ts` and `hostile.ts`): the request they make, how a key is created for it,
  * the first request of a replay run, whether a server is up, a free port, and wrk's result as
  * `scenario.lua` prints it.
  */
 import { join } from "node:path"
 
-export const luaScript = join(import.meta.dir, "scenario.lua")
-export const brandId = "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f"
+const luaScript = join(import.meta.dir, "scenario.lua")
+const brandId = "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f"
 export const activatePath =
   "/v1/creators/5d2a7c3e-1b4f-4e6a-8c9d-0e1f2a3b4c5d/campaigns/9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d/activate"
 /** As in scenario.lua. */

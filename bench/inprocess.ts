@@ -11,6 +11,7 @@ import { Effect, Layer, ManagedRuntime, Option } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { activateBody, activatePath } from "./common.ts"
 
 const scenario = process.argv[2] ?? "whoami"
 if (!["whoami", "fresh", "replay"].includes(scenario)) throw new Error(`unknown scenario ${scenario}`)
@@ -49,9 +50,6 @@ const runtime = ManagedRuntime.make(
 )
 const { fetch } = await runtime.runPromise(makeEdge)
 
-const activatePath =
-  "/v1/creators/11111111-1111-4111-8111-111111111111/campaigns/22222222-2222-4222-8222-222222222222/activate"
-const activateBody = JSON.stringify({ socialUsername: "@bench", plannedPostAt: "2026-12-01" })
 // Declared as a client over HTTP declares it: a Request made in process has no Content-Length,
 // and the body reader would take the chunked path that wrk's requests never take.
 const activateLength = String(Buffer.byteLength(activateBody))

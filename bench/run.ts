@@ -79,14 +79,8 @@ const scenarios = (() => {
 })()
 
 /**
- * The access log's cost is the throughput at LOG_LEVEL=info over the same at warn. Taken from the
- * two measured runs, minutes apart, it swung from 5 to 28 % on whoami between full runs (45 % in
- * a short trial): this VM's own speed drifts by as much within a minute. So it is measured apart,
- * in short runs of the two servers strictly taking turns (warn, info, warn, ..., warn), and each
- * info run is compared with the mean of the warn runs either side of it, which cancels a steady
- * drift. (Pairs in alternating order, warn-info then info-warn, were tried first: the second run
- * of a pair came out about 9 % faster whichever server it was, as large as the cost itself.)
- * The figure is the median of those ratios.
+ * The access log's cost (LOG_LEVEL=info over warn) is measured apart, in short runs of the two
+ * servers strictly taking turns: bench/README.md says how and why.
  */
 const accessLogRuns = envWhole("BENCH_LOG_RUNS", 4, "runs")
 const accessLogSeconds = envSeconds("BENCH_LOG_SECONDS", 5)
@@ -407,15 +401,25 @@ const measure = async (server: Server, scenario: ScenarioName, runId: string): P
   }
 }
 
+/** A wrk run's non-2xx answers and socket errors, in words; empty when there were none. */
+const answerProblems = (
+  who: string,
+  run: Pick<Measurement, "non2xx" | "requests" | "statuses" | "socketErrors">
+): Array<string> => {
+  const problems: Array<string> = []
+  if (run.non2xx > 0) {
+    const statuses = Object.entries(run.statuses).map(([status, count]) => `${status}: ${count}`).join(", ")
+    problems.push(`${who} answered ${run.non2xx} of ${run.requests} requests with a non-2xx status (${statuses})`)
+  }
+  const { connect, read, timeout, write } = run.socketErrors
+  const socket = connect + read + write + timeout
+  if (socket > 0) problems.push(`${who} had ${socket} socket errors or timeouts (${JSON.stringify({ connect, read, write, timeout })})`)
+  return problems
+}
+
 /** What makes a measurement untrustworthy, in words; empty when it is clean. */
 const problemsOf = (scenario: ScenarioName, m: Measurement): Array<string> => {
-  const problems: Array<string> = []
-  if (m.non2xx > 0) {
-    const statuses = Object.entries(m.statuses).map(([status, count]) => `${status}: ${count}`).join(", ")
-    problems.push(`${m.server} answered ${m.non2xx} of ${m.requests} requests with a non-2xx status (${statuses})`)
-  }
-  const socket = m.socketErrors.connect + m.socketErrors.read + m.socketErrors.write + m.socketErrors.timeout
-  if (socket > 0) problems.push(`${m.server} had ${socket} socket errors or timeouts (${JSON.stringify(m.socketErrors)})`)
+  const problems = answerProblems(m.server, m)
   const twoXx = m.requests - m.non2xx
   if (scenario === "fresh" && (m.activationRowsWritten < twoXx || m.activationRowsWritten > twoXx + connections)) {
     problems.push(`${m.server} wrote ${m.activationRowsWritten} activations for ${twoXx} successful fresh activations`)
@@ -455,12 +459,7 @@ const measureAccessLog = async (warn: Server, info: Server, scenario: ScenarioNa
     const keyPrefix = scenario === "replay" ? replayKeys.get(server)! : `log-${runId}-${run}-${server.name}`
     const { result } = await runWrk(server, scenario, accessLogSeconds, keyPrefix)
     await Bun.sleep(settleMs)
-    const socketErrors = result.errors.connect + result.errors.read + result.errors.write + result.errors.timeout
-    if (result.non2xx > 0 || socketErrors > 0) {
-      const statuses = Object.entries(result.statuses).map(([status, count]) => `${status}: ${count}`).join(", ")
-      problems.push(`${server.name} had ${result.non2xx} non-2xx responses (${statuses}) and ${socketErrors} socket errors ` +
-        `in the access log's run ${run}`)
-    }
+    problems.push(...answerProblems(`${server.name} (the access log's run ${run})`, { ...result, socketErrors: result.errors }))
     return result.requests / (result.durationMicros / 1e6)
   }
   // Rows written and other processes' CPU are checked on the measured runs; these only compare rates.
