@@ -1,6 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it, layer } from "@effect/vitest"
-import { Cause, ConfigProvider, Data, Deferred, Duration, Effect, Exit, Fiber, HashMap, Layer, Logger, Option, Ref, TestClock } from "effect"
+import { Cause, ConfigProvider, Data, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Ref, TestClock } from "effect"
 import { chmodSync, statSync, writeFileSync } from "node:fs"
 import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
 import { ApiKeysRepo, type ApiKeyRow } from "../src/ApiKeys/ApiKeysRepo.ts"
@@ -16,6 +16,7 @@ import { postgres, sharedSkipped, withPostgres } from "./support/backends.ts"
 import { inspect } from "./support/database.ts"
 import { eventually } from "./support/load.ts"
 import { tempDatabase } from "./support/server.ts"
+import { annotationOf, captureLogs } from "./support/telemetry.ts"
 import { makeTestLayer } from "./support/testLayer.ts"
 
 const configAt = (filename: string) =>
@@ -529,16 +530,13 @@ layer(GroupCommitOnFreshFile)("GroupCommit", (it) => {
     }))
 })
 
-/** Lines logged on any fiber of the layers built after it, with their requestId annotation. */
-const logged: Array<{ readonly message: string; readonly requestId: unknown }> = []
-const CapturedLogs = Logger.replace(
-  Logger.defaultLogger,
-  Logger.make(({ annotations, message }) =>
-    logged.push({ message: String(message), requestId: HashMap.get(annotations, "requestId").pipe(Option.getOrUndefined) })
-  )
-)
+/** Lines logged by the batches' fiber, with their requestId annotation. */
+const logged = captureLogs(({ annotations, message }) => ({
+  message: [message].flat().join(" "),
+  requestId: annotationOf(annotations, "requestId")
+}))
 
-layer(GroupCommit.Live.pipe(Layer.provide(SqlLiveAt(tempDatabase())), Layer.provide(CapturedLogs)))("GroupCommit's log lines", (it) => {
+layer(GroupCommit.Live.pipe(Layer.provide(SqlLiveAt(tempDatabase())), Layer.provide(logged.layer)))("GroupCommit's log lines", (it) => {
   it.effect("a piece of work logs with its own request's annotations, never with another piece's, in both of a batch's runs", () =>
     Effect.gen(function*() {
       const groupCommit = yield* GroupCommit
@@ -551,7 +549,7 @@ layer(GroupCommit.Live.pipe(Layer.provide(SqlLiveAt(tempDatabase())), Layer.prov
         piece(3),
         Effect.annotateLogs(Effect.exit(piece(4)), "requestId", "request-4")
       ], { concurrency: "unbounded" })
-      const lines = logged.filter((line) => line.message.startsWith("piece"))
+      const lines = logged.lines.filter((line) => line.message.startsWith("piece"))
       const requestIdsOf = (n: number) => lines.filter((line) => line.message === `piece ${n}`).map((line) => line.requestId)
       expect([0, 1, 2, 3, 4].map(requestIdsOf)).toEqual([
         ["request-0", "request-0"],

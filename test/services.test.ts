@@ -1,7 +1,7 @@
 import { RateLimiter } from "@effect/experimental"
 import { RateLimitStore } from "../src/RateLimit/Store.ts"
 import { describe, expect, it, layer } from "@effect/vitest"
-import { Cause, Duration, Effect, Either, Exit, HashMap, Layer, Logger, Option, Schema, TestClock } from "effect"
+import { Cause, Duration, Effect, Either, Exit, Layer, Option, Schema, TestClock } from "effect"
 import { createHash } from "node:crypto"
 import { Activations } from "../src/Activations.ts"
 import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
@@ -17,6 +17,7 @@ import { Ids } from "../src/Ids.ts"
 import { databaseError } from "../src/Database/SqlErrors.ts"
 import { makeRenderer } from "../src/Edge/Render.ts"
 import { RateLimit } from "../src/RateLimit.ts"
+import { annotationOf, captureLogs } from "./support/telemetry.ts"
 import { makeTestLayer } from "./support/testLayer.ts"
 
 const brandId = "0b6f4c52-2f4e-4d0a-9a57-3c1d2e5f6a7b" as BrandId
@@ -368,13 +369,10 @@ describe("the Idempotency-Key header", () => {
 })
 
 describe("the renderer's outage log", () => {
-  const lines: Array<{ readonly cause: boolean; readonly more: unknown }> = []
-  const captured = Logger.replace(
-    Logger.defaultLogger,
-    Logger.make(({ annotations, cause }) =>
-      lines.push({ cause: !Cause.isEmpty(cause), more: Option.getOrUndefined(HashMap.get(annotations, "moreSinceLastLine")) })
-    )
-  )
+  const { layer: captured, lines } = captureLogs(({ annotations, cause }) => ({
+    cause: !Cause.isEmpty(cause),
+    more: annotationOf(annotations, "moreSinceLastLine")
+  }))
   const down = Cause.die(databaseError("SQLITE_BUSY", "the database is locked"))
 
   it.effect("one line with the cause per 10 s, the rest counted: the last count once it has been quiet for 10 s or at shutdown, and a new outage's cause at once", () =>

@@ -1,3 +1,5 @@
+import { HashMap, Logger, Option } from "effect"
+
 /** Every stderr line as JSON; a line that is not JSON fails the parse, as it should. */
 export const logLines = (stderr: string): Array<Record<string, any>> =>
   stderr.split("\n").filter((line) => line.trim() !== "").map((line) => JSON.parse(line))
@@ -54,3 +56,16 @@ export const otlpCollector = (port = 0) => {
     stop: () => server.stop(true)
   }
 }
+
+/**
+ * Every line logged in process (on any fiber of the layers built after `layer`), as `keep` takes
+ * it from the logger's options.
+ */
+export const captureLogs = <A>(keep: (options: Logger.Logger.Options<unknown>) => A) => {
+  const lines: Array<A> = []
+  return { lines, layer: Logger.replace(Logger.defaultLogger, Logger.make((options) => void lines.push(keep(options)))) }
+}
+
+/** A logged line's annotation under `key`, or undefined. */
+export const annotationOf = (annotations: HashMap.HashMap<string, unknown>, key: string): unknown =>
+  Option.getOrUndefined(HashMap.get(annotations, key))
