@@ -105,13 +105,14 @@ describe("health", () => {
 })
 
 describe("the heap's sizing (README, Operating it)", () => {
-  const environOf = (pid: number) => readFileSync(`/proc/${pid}/environ`, "latin1").split("\0")
+  /** A NUL-separated file of /proc/<pid> (`environ`, `cmdline`) as its entries. */
+  const procEntries = (pid: number, file: "environ" | "cmdline") => readFileSync(`/proc/${pid}/${file}`, "utf8").split("\0").slice(0, -1)
+  const environOf = (pid: number) => procEntries(pid, "environ")
+  const commandLineOf = (pid: number) => procEntries(pid, "cmdline")
 
   it("serve tells JavaScriptCore the machine has 1 GiB, in its own process (the pid it was started as)", () => {
     expect(environOf(server.process.pid)).toContain("BUN_JSC_forceRAMSize=1073741824")
   })
-
-  const commandLineOf = (pid: number) => readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").slice(0, -1)
 
   /**
    * Starts a server of its own with no heap setting of the caller's (in a directory whose `.env`

@@ -24,17 +24,19 @@ export const eventually = async (
 }
 
 /**
- * Runs `loops` copies of `step` back to back until `stop()` is called; a step that throws
- * ends its loop. Resolves once every loop has ended.
+ * Runs `loops` copies of `step` back to back until `stop()` is called; a step that throws ends its
+ * loop, and what it threw is kept in `errors`. `done` resolves once every loop has ended.
  */
 export const runLoops = (loops: number, step: (loop: number) => Promise<void>) => {
   let running = true
+  const errors: Array<unknown> = []
   const done = Promise.all(
     Array.from({ length: loops }, async (_, loop) => {
       while (running) {
         try {
           await step(loop)
-        } catch {
+        } catch (error) {
+          errors.push(error)
           return
         }
       }
@@ -44,6 +46,7 @@ export const runLoops = (loops: number, step: (loop: number) => Promise<void>) =
     stop: () => {
       running = false
     },
-    done
+    done,
+    errors
   }
 }
