@@ -61,12 +61,12 @@ const againWith = (commandLine: ReadonlyArray<string>): Array<string> => {
   )
 }
 
+// A value the process was started with is already JavaScriptCore's; one from a `.env` file is not
+// (Bun loads the file after the runtime started), so it is passed on like the default, the only
+// `.env` value that is. Not on Linux (no /proc): the default sizing, rather than `.env` values exported.
 if (commandOf(process.argv.slice(2)) === "serve") {
   const environment = startingEnvironment()
   const commandLine = procEntries("cmdline")
-  // Not on Linux: the default sizing, rather than `.env` values exported. A value the process was
-  // started with is already JavaScriptCore's; one from a `.env` file is not (Bun loads the file
-  // after the runtime started), so it is passed on like the default, the only `.env` value that is.
   if (environment !== undefined && environment[variable] === undefined && commandLine !== undefined && commandLine.length > 0) {
     try {
       process.execve?.(process.execPath, againWith(commandLine), {
