@@ -1,4 +1,4 @@
-import { Cause, Effect, FiberId, FiberRef, Inspectable, Layer, List, Logger, LogLevel } from "effect"
+import { Cause, Effect, FiberId, FiberRef, HashMap, Inspectable, Layer, List, Logger, type LogSpan } from "effect"
 import { writeSync } from "node:fs"
 import { LogLevelConfig } from "./Config.ts"
 import { AccessLogOutput, withAccessLogFields } from "./Edge/AccessLog.ts"
@@ -56,47 +56,80 @@ const stringify = (value: unknown): string => {
 const isoTimestamp = (() => {
   let millis = Number.NaN
   let iso = ""
-  return (date: Date): string => {
-    const at = date.getTime()
+  return (at: number): string => {
     if (at !== millis) {
       millis = at
-      iso = date.toISOString()
+      iso = new Date(at).toISOString()
     }
     return iso
   }
 })()
+
+/** A line's log spans: each label with the milliseconds since it began. */
+const spansObject = (spans: List.List<LogSpan.LogSpan>, now: number): Record<string, number> => {
+  const object: Record<string, number> = {}
+  if (List.isCons(spans)) for (const span of spans) object[span.label] = now - span.startTime
+  return object
+}
+
+// FiberId.threadName gathers the ids into a set first: a request's fiber has one id.
+const fiberLabel = (fiberId: FiberId.FiberId): string =>
+  fiberId._tag === "Runtime" ? `#${fiberId.id}` : FiberId.threadName(fiberId)
 
 /**
  * One JSON object per line, always of one shape: `message` is a string (the text parts of the
  * log call), `logLevel`, `timestamp`, `annotations` (the fiber's annotations and the fields of
  * any object logged with the text), `spans`, `fiberId`, and `cause` when there is one.
  */
-const jsonLine = (
+export const jsonLine = (
   { annotations, cause, date, fiberId, logLevel, message, spans }: Omit<Logger.Logger.Options<unknown>, "context">
 ): string => {
   const fields: Record<string, unknown> = {}
-  for (const [key, value] of annotations) fields[key] = value
+  HashMap.forEach(annotations, (value, key) => fields[key] = value)
   const texts: Array<string> = []
   for (const part of Array.isArray(message) ? message : [message]) {
     if (typeof part === "string") texts.push(part)
     else if (typeof part === "object" && part !== null && !Array.isArray(part)) Object.assign(fields, part)
     else texts.push(String(part))
   }
-  const spansObject: Record<string, number> = {}
-  if (List.isCons(spans)) for (const span of spans) spansObject[span.label] = date.getTime() - span.startTime
   return stringify({
     message: texts.join(" "),
     logLevel: logLevel.label,
-    timestamp: isoTimestamp(date),
+    timestamp: isoTimestamp(date.getTime()),
     ...(Cause.isEmpty(cause) ? {} : { cause: Cause.pretty(cause, { renderErrorCause: true }) }),
     annotations: fields,
-    spans: spansObject,
-    // FiberId.threadName gathers the ids into a set first: a request's fiber has one id.
-    fiberId: fiberId._tag === "Runtime" ? `#${fiberId.id}` : FiberId.threadName(fiberId)
+    spans: spansObject(spans, date.getTime()),
+    fiberId: fiberLabel(fiberId)
   })
 }
 
 const jsonLines = Logger.make((options) => bufferedStderr(jsonLine(options)))
+
+/**
+ * The access line exactly as `jsonLine` writes it, from one object of a fixed shape: no text parts
+ * to sort out, no spread, no `Date` unless the millisecond changed. Whoami at info spent 7 % of the
+ * server's CPU in `jsonLine` (its profile), more than half of it building the objects it stringifies.
+ */
+export const accessLine = (
+  annotations: HashMap.HashMap<string, unknown>,
+  fields: Readonly<Record<string, string | number | null>>,
+  spans: List.List<LogSpan.LogSpan>,
+  fiberId: FiberId.FiberId,
+  now: number
+): string => {
+  const all: Record<string, unknown> = {}
+  // Without an iterator: a request's annotations are usually one entry, its id.
+  HashMap.forEach(annotations, (value, key) => all[key] = value)
+  for (const key in fields) all[key] = fields[key]
+  return stringify({
+    message: "request",
+    logLevel: "INFO",
+    timestamp: isoTimestamp(now),
+    annotations: all,
+    spans: spansObject(spans, now),
+    fiberId: fiberLabel(fiberId)
+  })
+}
 
 /**
  * The access line, written as `jsonLines` would write it but without Effect's logger on the way
@@ -105,15 +138,13 @@ const jsonLines = Logger.make((options) => bufferedStderr(jsonLine(options)))
  */
 const accessLines = AccessLogOutput.of((entry) =>
   Effect.withFiberRuntime((fiber) => {
-    bufferedStderr(jsonLine({
-      annotations: fiber.getFiberRef(FiberRef.currentLogAnnotations),
-      cause: Cause.empty,
-      date: new Date(),
-      fiberId: fiber.id(),
-      logLevel: LogLevel.Info,
-      message: ["request", entry.fields],
-      spans: fiber.getFiberRef(FiberRef.currentLogSpan)
-    }))
+    bufferedStderr(accessLine(
+      fiber.getFiberRef(FiberRef.currentLogAnnotations),
+      entry.fields,
+      fiber.getFiberRef(FiberRef.currentLogSpan),
+      fiber.id(),
+      Date.now()
+    ))
     return Effect.void
   })
 )

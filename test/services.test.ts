@@ -1,7 +1,7 @@
 import { RateLimiter } from "@effect/experimental"
 import { RateLimitStore } from "../src/RateLimit/Store.ts"
 import { describe, expect, it, layer } from "@effect/vitest"
-import { Cause, Duration, Effect, Either, Exit, Layer, Option, Schema, TestClock } from "effect"
+import { Cause, Duration, Effect, Either, Exit, FiberId, HashMap, Layer, List, LogLevel, LogSpan, Option, Schema, TestClock } from "effect"
 import { createHash } from "node:crypto"
 import { Activations } from "../src/Activations.ts"
 import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
@@ -16,6 +16,7 @@ import { canonicalJson, fingerprintOf, type IdempotentRequest } from "../src/Ide
 import { Ids } from "../src/Ids.ts"
 import { databaseError } from "../src/Database/SqlErrors.ts"
 import { makeRenderer } from "../src/Edge/Render.ts"
+import { accessLine, jsonLine } from "../src/Logging.ts"
 import { RateLimit } from "../src/RateLimit.ts"
 import { annotationOf, captureLogs } from "./support/telemetry.ts"
 import { makeTestLayer } from "./support/testLayer.ts"
@@ -401,4 +402,35 @@ describe("the renderer's outage log", () => {
       yield* summarize(true)
       expect(lines).toHaveLength(4)
     }).pipe(Effect.provide(captured)))
+})
+
+describe("the access line", () => {
+  const fiberId = FiberId.runtime(42, 0)
+  const now = Date.UTC(2026, 10, 23, 1, 2, 3, 456)
+  const fields = { method: "POST", route: "/v1/whoami", status: 200, durationMs: 0.125, keyId: "k\"ey\\1", brandId: null }
+  const generic = (annotations: HashMap.HashMap<string, unknown>, spans: List.List<LogSpan.LogSpan>, id: FiberId.FiberId) =>
+    jsonLine({
+      annotations,
+      cause: Cause.empty,
+      date: new Date(now),
+      fiberId: id,
+      logLevel: LogLevel.Info,
+      message: ["request", fields],
+      spans
+    })
+
+  it("is spelled exactly as the generic JSON line: quotes, numbers, nulls, objects, log spans, a field over an annotation, any fiber id", () => {
+    const cases: ReadonlyArray<readonly [HashMap.HashMap<string, unknown>, List.List<LogSpan.LogSpan>]> = [
+      [HashMap.make(["requestId", "req-1"]), List.nil()],
+      [HashMap.make(["requestId", "req-1"], ["odd \"key\"", Number.NaN], ["flag", true], ["user", { id: 1 }]), List.nil()],
+      [HashMap.make(["status", "overridden by the field"]), List.nil()],
+      [HashMap.empty(), List.make(LogSpan.make("load", now - 5))]
+    ]
+    for (const [annotations, spans] of cases) {
+      const line = accessLine(annotations, fields, spans, fiberId, now)
+      expect(line).toBe(generic(annotations, spans, fiberId))
+      expect(JSON.parse(line).annotations).toEqual(expect.objectContaining(fields))
+    }
+    expect(accessLine(HashMap.empty(), fields, List.nil(), FiberId.none, now)).toBe(generic(HashMap.empty(), List.nil(), FiberId.none))
+  })
 })
