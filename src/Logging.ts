@@ -131,22 +131,15 @@ export const accessLine = (
   })
 }
 
-/**
- * The access line, written as `jsonLines` would write it but without Effect's logger on the way
- * (a copy of the fiber's locals and a walk of its loggers per line), from the fiber's own
- * annotations and log spans. The edge asks for it only at LOG_LEVEL=info or below.
- */
-const accessLines = AccessLogOutput.of((entry) =>
-  Effect.withFiberRuntime((fiber) => {
-    bufferedStderr(accessLine(
-      fiber.getFiberRef(FiberRef.currentLogAnnotations),
-      entry.fields,
-      fiber.getFiberRef(FiberRef.currentLogSpan),
-      fiber.id(),
-      Date.now()
-    ))
-    return Effect.void
-  })
+/** The access line, from the request's fiber: its own annotations, log spans and id. */
+const accessLines = AccessLogOutput.of((fiber, fields) =>
+  bufferedStderr(accessLine(
+    fiber.getFiberRef(FiberRef.currentLogAnnotations),
+    fields,
+    fiber.getFiberRef(FiberRef.currentLogSpan),
+    fiber.id(),
+    Date.now()
+  ))
 )
 
 /**

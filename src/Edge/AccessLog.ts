@@ -1,5 +1,5 @@
-import { Context, Effect, HashMap, Logger, Option } from "effect"
-import type { Exchange } from "./Exchange.ts"
+import { Context, Effect, type Fiber, HashMap, Logger, Option } from "effect"
+import type { Exchange, Reply } from "./Exchange.ts"
 
 /** A caller's own request id is kept when it is sane: short, printable, no spaces. */
 const saneRequestId = /^[A-Za-z0-9._:@+=\/-]{1,128}$/
@@ -13,14 +13,25 @@ export const requestIdOf = (request: Request): string => {
   return isSaneRequestId(incoming) ? incoming : crypto.randomUUID()
 }
 
+/** One access-log line's fields: `method`, `route`, `status`, `durationMs`, and the key's id and brand (never the key). */
+export type AccessLogFields = Readonly<Record<string, string | number | null>>
+
+/** The fields of a finished request's line. */
+const fieldsOf = (exchange: Exchange, status: number, startedAt: number): AccessLogFields => ({
+  method: exchange.request.method,
+  route: exchange.route,
+  status,
+  durationMs: Math.round((performance.now() - startedAt) * 1000) / 1000,
+  keyId: exchange.identity?.keyId ?? null,
+  brandId: exchange.identity?.brandId ?? null
+})
+
 /**
- * One access-log line's fields. The JSON logging writes them as annotations of the line itself
- * (`AccessLogOutput`); the terminal's pretty logger gets them as the message and lifts them into
- * annotations (`withAccessLogFields`). `Effect.annotateLogs` would copy the fiber's locals per
- * request. With tracing on the line is annotated the usual way, for the span's own log events.
+ * An access-log line as the message of a log call: the terminal's pretty logger gets it so and
+ * lifts its fields into annotations (`withAccessLogFields`).
  */
 export class AccessLogEntry {
-  constructor(readonly fields: Readonly<Record<string, string | number | null>>) {}
+  constructor(readonly fields: AccessLogFields) {}
 }
 
 /** Writes an access-log entry as the message "request" with its fields as annotations. */
@@ -34,37 +45,38 @@ export const withAccessLogFields = <Output>(logger: Logger.Logger<unknown, Outpu
   })
 
 /**
- * Where an access-log entry goes. The JSON logging writes it straight to its output, in the shape
- * of every other line, without Effect's logger (which copies the fiber's locals and walks its
- * loggers per line); without this service the entry is logged as any other message.
+ * The JSON logging's writer of an access line: at once, with the request's fiber for its
+ * annotations, log spans and id, in the shape of every other line. It needs no Effect step of its
+ * own, nor Effect's logger (a copy of the fiber's locals and a walk of its loggers per line).
  */
 export class AccessLogOutput extends Context.Tag("AccessLogOutput")<
   AccessLogOutput,
-  (entry: AccessLogEntry) => Effect.Effect<void>
+  (fiber: Fiber.RuntimeFiber<unknown, unknown>, fields: AccessLogFields) => void
 >() {}
 
 /**
- * The access-log line of a finished request: `method`, `route`, `status`, `durationMs`, and the
- * key's id and brand (never the key); the request id is an annotation of every line. Decided once,
- * when the edge is built: with tracing on the line is also the span's `request` event, with the
- * fields as its attributes.
+ * Adds the access-log line to a request's answer, decided once when the edge is built: the JSON
+ * logging's writer called as the answer passes, or else a log call (the terminal's pretty logger;
+ * with tracing on, the line is also the span's `request` event, its fields the attributes).
+ * `wanted` says whether a status is logged (401s after the first from an address are only counted).
  */
 export const makeAccessLog = (traced: boolean) =>
   Effect.map(Effect.serviceOption(AccessLogOutput), (output) => {
-    const write = traced
-      ? (entry: AccessLogEntry) => Effect.logInfo("request").pipe(Effect.annotateLogs(entry.fields))
-      : Option.getOrElse(output, () => (entry: AccessLogEntry) => Effect.logInfo(entry))
-    return (exchange: Exchange, status: number, startedAt: number): Effect.Effect<void> =>
-      write(
-        new AccessLogEntry({
-          method: exchange.request.method,
-          route: exchange.route,
-          status,
-          durationMs: Math.round((performance.now() - startedAt) * 1000) / 1000,
-          keyId: exchange.identity?.keyId ?? null,
-          brandId: exchange.identity?.brandId ?? null
+    if (!traced && Option.isSome(output)) {
+      const write = output.value
+      return (fiber: Fiber.RuntimeFiber<unknown, unknown>, exchange: Exchange, startedAt: number, wanted: (status: number) => boolean) =>
+      <E>(answer: Effect.Effect<Reply, E>): Effect.Effect<Reply, E> =>
+        Effect.map(answer, (reply) => {
+          if (wanted(reply.status)) write(fiber, fieldsOf(exchange, reply.status, startedAt))
+          return reply
         })
-      )
+    }
+    const log = traced
+      ? (fields: AccessLogFields) => Effect.logInfo("request").pipe(Effect.annotateLogs(fields))
+      : (fields: AccessLogFields) => Effect.logInfo(new AccessLogEntry(fields))
+    return (_fiber: Fiber.RuntimeFiber<unknown, unknown>, exchange: Exchange, startedAt: number, wanted: (status: number) => boolean) =>
+    <E>(answer: Effect.Effect<Reply, E>): Effect.Effect<Reply, E> =>
+      Effect.tap(answer, (reply) => wanted(reply.status) ? log(fieldsOf(exchange, reply.status, startedAt)) : Effect.void)
   })
 
 /** Addresses tracked per interval; past this, refusals are counted under one bucket. */

@@ -113,7 +113,7 @@ export const makeEdge = Effect.gen(function*() {
   const traced = yield* FiberRef.get(FiberRef.currentTracerEnabled)
   // Decided once: below LOG_LEVEL=info no access-log line is built at all.
   const accessLogged = traced || LogLevel.lessThanEqual(yield* FiberRef.get(FiberRef.currentMinimumLogLevel), LogLevel.Info)
-  const logAccess = yield* makeAccessLog(traced)
+  const withAccessLog = yield* makeAccessLog(traced)
   const runtime = yield* Effect.runtime<never>()
   const runSyncExit = Runtime.runSyncExit(runtime)
   const runPromise = Runtime.runPromise(runtime)
@@ -183,18 +183,20 @@ export const makeEdge = Effect.gen(function*() {
       bodyRead: false
     }
     const rendered = Effect.catchAllCause(handler(exchange), renderer.renderFailure)
-    const answered = accessLogged
-      ? Effect.tap(rendered, (reply) =>
-        reply.status === 401 && !refusals.first(clientAddress)
-          ? Effect.void
-          : logAccess(exchange, reply.status, startedAt))
-      : rendered
+    // A 401 is logged only as the first from its address in an interval; the rest are counted.
+    const wanted = (status: number) => status !== 401 || refusals.first(clientAddress)
     // Every line this request's fiber logs carries its id. The fiber is the request's own and ends
     // with it, so the annotation is set on it, not scoped (`Effect.annotateLogs` costs a sixth
     // of a whoami, restoring a value nobody reads afterwards).
     const program = Effect.zipRight(
       FiberRef.update(FiberRef.currentLogAnnotations, HashMap.set<string, unknown>("requestId", exchange.requestId)),
-      traced ? withServerSpan(exchange)(answered) : answered
+      // Tracing on, the access log is too (`accessLogged`).
+      accessLogged
+        ? Effect.withFiberRuntime<Reply>((fiber) => {
+          const answered = withAccessLog(fiber, exchange, startedAt, wanted)(rendered)
+          return traced ? withServerSpan(exchange)(answered) : answered
+        })
+        : rendered
     )
     const reply = answer(request.method, program)
     return reply instanceof Promise
