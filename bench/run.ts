@@ -80,14 +80,15 @@ const scenarios = (() => {
 
 /**
  * The access log's cost (LOG_LEVEL=info over warn) is measured apart, in short runs of the two
- * servers strictly taking turns: bench/README.md says how and why.
+ * servers side by side: bench/README.md says how and why. An even number of runs starts each
+ * server's wrk first equally often.
  */
 const accessLogRuns = envWhole("BENCH_LOG_RUNS", 4, "runs")
 const accessLogSeconds = envSeconds("BENCH_LOG_SECONDS", 5)
 
 /** Everything stops by itself after this, whatever happens. */
 const budgetMs = (300 + scenarios.length * (3 * (warmupSeconds + durationSeconds + 40) +
-  (2 * accessLogRuns + 3) * (accessLogSeconds + 20))) * 1000
+  (accessLogRuns + 1) * (accessLogSeconds + 20))) * 1000
 
 // ---------------------------------------------------------------------------------------------
 // Child processes: all tracked, all killed at the end
@@ -440,16 +441,16 @@ const median = (values: ReadonlyArray<number>): number => {
 }
 
 interface AccessLogCost {
-  /** Each info run's throughput over the mean of the warn runs before and after it, in the order run. */
+  /** Info's throughput over warn's in each side-by-side run, in the order run. */
   readonly ratios: ReadonlyArray<number>
-  /** The median of `ratios`: the figure reported. */
+  /** The mean of `ratios`: the figure reported. */
   readonly ratio: number
   readonly problems: ReadonlyArray<string>
 }
 
 /**
- * `accessLogRuns` short runs of the info server, each between two of the warn server (so every run
- * follows the other server's), after one uncounted run of each.
+ * `accessLogRuns` runs of the warn and info servers side by side (both on CPU 1, a wrk each on
+ * CPU 0), after one uncounted run; which wrk starts first alternates. bench/README.md says why.
  */
 const measureAccessLog = async (warn: Server, info: Server, scenario: ScenarioName, runId: string): Promise<AccessLogCost> => {
   const replayKeys = new Map([[warn, `log-replay-${runId}-warn`], [info, `log-replay-${runId}-info`]])
@@ -458,24 +459,20 @@ const measureAccessLog = async (warn: Server, info: Server, scenario: ScenarioNa
   const requestsPerSecond = async (server: Server, run: number) => {
     const keyPrefix = scenario === "replay" ? replayKeys.get(server)! : `log-${runId}-${run}-${server.name}`
     const { result } = await runWrk(server, scenario, accessLogSeconds, keyPrefix)
-    await Bun.sleep(settleMs)
     problems.push(...answerProblems(`${server.name} (the access log's run ${run})`, { ...result, socketErrors: result.errors }))
     return result.requests / (result.durationMicros / 1e6)
   }
   // Rows written and other processes' CPU are checked on the measured runs; these only compare rates.
-  // One turn of each first, not counted: the warn server has sat idle through the other two
-  // servers' measured runs, and in two full runs the first info run's ratio was the highest of
-  // the four in 5 of 8 scenarios.
-  await requestsPerSecond(warn, -1)
-  await requestsPerSecond(info, -1)
-  const warnRates = [await requestsPerSecond(warn, 0)]
-  const ratios: Array<number> = []
-  for (let run = 1; run <= accessLogRuns; run++) {
-    const infoRate = await requestsPerSecond(info, run)
-    warnRates.push(await requestsPerSecond(warn, run))
-    ratios.push(infoRate / ((warnRates[run - 1]! + warnRates[run]!) / 2))
+  const sideBySide = async (run: number) => {
+    const [first, second] = run % 2 === 0 ? [warn, info] : [info, warn]
+    const [firstRate, secondRate] = await Promise.all([requestsPerSecond(first, run), requestsPerSecond(second, run)])
+    await Bun.sleep(settleMs)
+    return first === info ? firstRate / secondRate : secondRate / firstRate
   }
-  return { ratios, ratio: median(ratios), problems }
+  await sideBySide(0)
+  const ratios: Array<number> = []
+  for (let run = 1; run <= accessLogRuns; run++) ratios.push(await sideBySide(run))
+  return { ratios, ratio: ratios.reduce((sum, ratio) => sum + ratio, 0) / ratios.length, problems }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -627,7 +624,7 @@ const main = async () => {
       readonly serviceInfo: Measurement
       readonly baseline: Measurement
       readonly ratioRequestsPerSecond: number
-      /** The service at LOG_LEVEL=info over the same at warn (short runs strictly taking turns): what the access log costs. */
+      /** The service at LOG_LEVEL=info over the same at warn (short runs side by side): what the access log costs. */
       readonly accessLog: AccessLogCost
       readonly problems: ReadonlyArray<string>
     }> = []
@@ -637,8 +634,8 @@ const main = async () => {
       const service = await measure(servers[0]!, scenario.name, `${runId}-${scenario.name}-service`)
       const serviceInfo = await measure(servers[1]!, scenario.name, `${runId}-${scenario.name}-service-info`)
       const baseline = await measure(servers[2]!, scenario.name, `${runId}-${scenario.name}-baseline`)
-      console.log(`the access log: ${accessLogRuns} runs at info between ${accessLogRuns + 1} at warn, ${accessLogSeconds} s each, ` +
-        `after one uncounted run of each ...`)
+      console.log(`the access log: ${accessLogRuns} runs of the warn and info servers side by side, ${accessLogSeconds} s each, ` +
+        `after one uncounted ...`)
       const accessLog = await measureAccessLog(servers[0]!, servers[1]!, scenario.name, `${runId}-${scenario.name}`)
       const ratio = service.requestsPerSecond / baseline.requestsPerSecond
       const problems = [...[service, serviceInfo, baseline].flatMap((m) => problemsOf(scenario.name, m)), ...accessLog.problems]
@@ -657,7 +654,7 @@ const main = async () => {
       console.log(`service/baseline req/s: ${number(ratio, 3)} (LOG_LEVEL=${serviceLogLevel}); service-info/baseline ` +
         `${number(serviceInfo.requestsPerSecond / baseline.requestsPerSecond, 3)} (runs minutes apart: the access log's cost is the next line)`)
       console.log(`the access log costs ${number((1 - accessLog.ratio) * 100, 1)}% of the throughput ` +
-        `(median of ${accessLogRuns} info runs over the warn runs either side: ${accessLog.ratios.map((r) => number(r, 3)).join(", ")})`)
+        `(mean of ${accessLogRuns} side-by-side runs, info over warn: ${accessLog.ratios.map((r) => number(r, 3)).join(", ")})`)
       for (const problem of problems) console.log(`!!! ERRORS: ${problem}; these figures are not valid`)
       for (const m of [service, serviceInfo, baseline]) {
         if (m.otherCpuPercent > otherCpuWarningPercent) {
