@@ -1,7 +1,7 @@
 import { Cause, Effect, FiberId, FiberRef, HashMap, Inspectable, Layer, List, Logger, type LogSpan } from "effect"
 import { writeSync } from "node:fs"
 import { LogLevelConfig } from "./Config.ts"
-import { AccessLogOutput, withAccessLogFields } from "./Edge/AccessLog.ts"
+import { type AccessLogFields, AccessLogOutput, withAccessLogFields } from "./Edge/AccessLog.ts"
 
 /**
  * Lines for stderr, written together once per turn of the event loop: a write per line (what
@@ -85,6 +85,9 @@ export const jsonLine = (
   { annotations, cause, date, fiberId, logLevel, message, spans }: Omit<Logger.Logger.Options<unknown>, "context">
 ): string => {
   const fields: Record<string, unknown> = {}
+  // Without an iterator (a request's annotations are usually one entry, its id). Keys whose hashes
+  // share a node come in another order than an iterator gives: the same for every line, and JSON's
+  // keys have no order to keep.
   HashMap.forEach(annotations, (value, key) => fields[key] = value)
   const texts: Array<string> = []
   for (const part of Array.isArray(message) ? message : [message]) {
@@ -112,15 +115,14 @@ const jsonLines = Logger.make((options) => bufferedStderr(jsonLine(options)))
  */
 export const accessLine = (
   annotations: HashMap.HashMap<string, unknown>,
-  fields: Readonly<Record<string, string | number | null>>,
+  fields: AccessLogFields,
   spans: List.List<LogSpan.LogSpan>,
   fiberId: FiberId.FiberId,
   now: number
 ): string => {
   const all: Record<string, unknown> = {}
-  // Without an iterator: a request's annotations are usually one entry, its id.
   HashMap.forEach(annotations, (value, key) => all[key] = value)
-  for (const key in fields) all[key] = fields[key]
+  for (const key in fields) all[key] = fields[key as keyof AccessLogFields]
   return stringify({
     message: "request",
     logLevel: "INFO",

@@ -433,4 +433,17 @@ describe("the access line", () => {
     }
     expect(accessLine(HashMap.empty(), fields, List.nil(), FiberId.none, now)).toBe(generic(HashMap.empty(), List.nil(), FiberId.none))
   })
+
+  it("is the line users read: every key in place, quotes escaped, and every one of many annotations", () => {
+    expect(accessLine(HashMap.make(["requestId", "req-1"]), fields, List.nil(), fiberId, now)).toBe(
+      String.raw`{"message":"request","logLevel":"INFO","timestamp":"2026-11-23T01:02:03.456Z","annotations":{"requestId":"req-1","method":"POST","route":"/v1/whoami","status":200,"durationMs":0.125,"keyId":"k\"ey\\1","brandId":null},"spans":{},"fiberId":"#42"}`
+    )
+    const many = HashMap.fromIterable(Array.from({ length: 40 }, (_, i) => [`annotation${i}`, i] as const))
+    const line = accessLine(many, fields, List.nil(), fiberId, now)
+    expect(line).toBe(generic(many, List.nil(), fiberId))
+    expect(JSON.parse(line).annotations).toEqual({
+      ...Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`annotation${i}`, i])),
+      ...fields
+    })
+  })
 })

@@ -13,8 +13,15 @@ export const requestIdOf = (request: Request): string => {
   return isSaneRequestId(incoming) ? incoming : crypto.randomUUID()
 }
 
-/** One access-log line's fields: `method`, `route`, `status`, `durationMs`, and the key's id and brand (never the key). */
-export type AccessLogFields = Readonly<Record<string, string | number | null>>
+/** One access-log line's fields; the key's id and brand, never the key. */
+export type AccessLogFields = {
+  readonly method: string
+  readonly route: string
+  readonly status: number
+  readonly durationMs: number
+  readonly keyId: string | null
+  readonly brandId: string | null
+}
 
 /** The fields of a finished request's line. */
 const fieldsOf = (exchange: Exchange, status: number, startedAt: number): AccessLogFields => ({
@@ -61,11 +68,10 @@ export class AccessLogOutput extends Context.Tag("AccessLogOutput")<
  * `wanted` says whether a status is logged (401s after the first from an address are only counted).
  */
 export const makeAccessLog = (traced: boolean) =>
-  Effect.map(Effect.serviceOption(AccessLogOutput), (output) => {
+  Effect.map(Effect.serviceOption(AccessLogOutput), (output): WithAccessLog => {
     if (!traced && Option.isSome(output)) {
       const write = output.value
-      return (fiber: Fiber.RuntimeFiber<unknown, unknown>, exchange: Exchange, startedAt: number, wanted: (status: number) => boolean) =>
-      <E>(answer: Effect.Effect<Reply, E>): Effect.Effect<Reply, E> =>
+      return (fiber, exchange, startedAt, wanted) => (answer) =>
         Effect.map(answer, (reply) => {
           if (wanted(reply.status)) write(fiber, fieldsOf(exchange, reply.status, startedAt))
           return reply
@@ -74,10 +80,17 @@ export const makeAccessLog = (traced: boolean) =>
     const log = traced
       ? (fields: AccessLogFields) => Effect.logInfo("request").pipe(Effect.annotateLogs(fields))
       : (fields: AccessLogFields) => Effect.logInfo(new AccessLogEntry(fields))
-    return (_fiber: Fiber.RuntimeFiber<unknown, unknown>, exchange: Exchange, startedAt: number, wanted: (status: number) => boolean) =>
-    <E>(answer: Effect.Effect<Reply, E>): Effect.Effect<Reply, E> =>
+    return (_fiber, exchange, startedAt, wanted) => (answer) =>
       Effect.tap(answer, (reply) => wanted(reply.status) ? log(fieldsOf(exchange, reply.status, startedAt)) : Effect.void)
   })
+
+/** A request's answer with its access-log line, from the request's fiber (see `makeAccessLog`). */
+export type WithAccessLog = (
+  fiber: Fiber.RuntimeFiber<unknown, unknown>,
+  exchange: Exchange,
+  startedAt: number,
+  wanted: (status: number) => boolean
+) => <E>(answer: Effect.Effect<Reply, E>) => Effect.Effect<Reply, E>
 
 /** Addresses tracked per interval; past this, refusals are counted under one bucket. */
 const maxTrackedAddresses = 10_000

@@ -188,15 +188,12 @@ export const makeEdge = Effect.gen(function*() {
     // Every line this request's fiber logs carries its id. The fiber is the request's own and ends
     // with it, so the annotation is set on it, not scoped (`Effect.annotateLogs` costs a sixth
     // of a whoami, restoring a value nobody reads afterwards).
+    const answered = accessLogged
+      ? Effect.withFiberRuntime<Reply>((fiber) => withAccessLog(fiber, exchange, startedAt, wanted)(rendered))
+      : rendered
     const program = Effect.zipRight(
       FiberRef.update(FiberRef.currentLogAnnotations, HashMap.set<string, unknown>("requestId", exchange.requestId)),
-      // Tracing on, the access log is too (`accessLogged`).
-      accessLogged
-        ? Effect.withFiberRuntime<Reply>((fiber) => {
-          const answered = withAccessLog(fiber, exchange, startedAt, wanted)(rendered)
-          return traced ? withServerSpan(exchange)(answered) : answered
-        })
-        : rendered
+      traced ? withServerSpan(exchange)(answered) : answered
     )
     const reply = answer(request.method, program)
     return reply instanceof Promise
