@@ -80,10 +80,10 @@ const scenarios = (() => {
 
 /**
  * The access log's cost (LOG_LEVEL=info over warn) is measured apart, in short runs of the two
- * servers side by side: bench/README.md says how and why. An even number of runs starts each
- * server's wrk first equally often.
+ * servers side by side: bench/README.md says how and why.
  */
 const accessLogRuns = envWhole("BENCH_LOG_RUNS", 4, "runs")
+if (accessLogRuns % 2 === 1) fail(`BENCH_LOG_RUNS must be even (each server's wrk starts first equally often), got ${accessLogRuns}`)
 const accessLogSeconds = envSeconds("BENCH_LOG_SECONDS", 5)
 
 /** Everything stops by itself after this, whatever happens. */
@@ -434,12 +434,6 @@ const problemsOf = (scenario: ScenarioName, m: Measurement): Array<string> => {
 // ---------------------------------------------------------------------------------------------
 // The access log's cost
 
-const median = (values: ReadonlyArray<number>): number => {
-  const sorted = [...values].sort((a, b) => a - b)
-  const middle = Math.floor(sorted.length / 2)
-  return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2
-}
-
 interface AccessLogCost {
   /** Info's throughput over warn's in each side-by-side run, in the order run. */
   readonly ratios: ReadonlyArray<number>
@@ -477,6 +471,12 @@ const measureAccessLog = async (warn: Server, info: Server, scenario: ScenarioNa
 
 // ---------------------------------------------------------------------------------------------
 // The compiled binary
+
+const median = (values: ReadonlyArray<number>): number => {
+  const sorted = [...values].sort((a, b) => a - b)
+  const middle = Math.floor(sorted.length / 2)
+  return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2
+}
 
 interface BinaryResult {
   readonly sizeBytes: number
