@@ -1,18 +1,12 @@
 import { HashMap, Logger, Option } from "effect"
+import type { AccessLogFields } from "../../src/Edge/AccessLog.ts"
 
 /** Every stderr line as JSON; a line that is not JSON fails the parse, as it should. */
 export const logLines = (stderr: string): Array<Record<string, any>> =>
   stderr.split("\n").filter((line) => line.trim() !== "").map((line) => JSON.parse(line))
 
-export interface AccessLogEntry {
-  readonly method: string
-  readonly route: string
-  readonly status: number
-  readonly durationMs: number
-  readonly keyId: string | null
-  readonly brandId: string | null
-  readonly requestId: string
-}
+/** An access line's annotations: its fields and the request id every line of the request carries. */
+export type AccessLogEntry = AccessLogFields & { readonly requestId: string }
 
 export const accessLog = (stderr: string): Array<AccessLogEntry> =>
   logLines(stderr).filter((line) => line.message === "request").map((line) => line.annotations)
