@@ -184,13 +184,14 @@ export const makeEdge = Effect.gen(function*() {
     }
     const rendered = Effect.catchAllCause(handler(exchange), renderer.renderFailure)
     // A 401 is logged only as the first from its address in an interval; the rest are counted.
-    const wanted = (status: number) => status !== 401 || refusals.first(clientAddress)
+    const answered = accessLogged
+      ? Effect.withFiberRuntime<Reply>((fiber) =>
+        withAccessLog(fiber, exchange, startedAt, (status) => status !== 401 || refusals.first(clientAddress))(rendered)
+      )
+      : rendered
     // Every line this request's fiber logs carries its id. The fiber is the request's own and ends
     // with it, so the annotation is set on it, not scoped (`Effect.annotateLogs` costs a sixth
     // of a whoami, restoring a value nobody reads afterwards).
-    const answered = accessLogged
-      ? Effect.withFiberRuntime<Reply>((fiber) => withAccessLog(fiber, exchange, startedAt, wanted)(rendered))
-      : rendered
     const program = Effect.zipRight(
       FiberRef.update(FiberRef.currentLogAnnotations, HashMap.set<string, unknown>("requestId", exchange.requestId)),
       traced ? withServerSpan(exchange)(answered) : answered
