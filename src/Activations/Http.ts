@@ -1,4 +1,4 @@
-import { Effect } from "effect"
+import { Effect, Either } from "effect"
 import { ArrayFormatter } from "effect/ParseResult"
 import { Activations } from "../Activations.ts"
 import type { CampaignApi } from "../Api.ts"
@@ -35,11 +35,11 @@ const keyRequired = new IdempotencyKeyRequired({
 /** 400 unless an `Idempotency-Key` is there, and 400 naming the rule unless it keeps it. */
 const requireIdempotencyKey = (exchange: Exchange) => {
   const header = exchange.request.headers.get("idempotency-key")
-  if (isMissingIdempotencyKey(header)) return Effect.fail(keyRequired)
-  return endpoint.decodeHeaders({ "idempotency-key": header }).pipe(
-    Effect.map((headers) => headers["idempotency-key"]),
-    Effect.mapError((error) => new ValidationError({ message: ArrayFormatter.formatErrorSync(error)[0]!.message }))
-  )
+  if (isMissingIdempotencyKey(header)) return Either.left(keyRequired)
+  return Either.mapBoth(endpoint.decodeHeaders({ "idempotency-key": header }), {
+    onLeft: (error) => new ValidationError({ message: ArrayFormatter.formatErrorSync(error)[0]!.message }),
+    onRight: (headers) => headers["idempotency-key"]
+  })
 }
 
 const mediaType = (contentType: string) => contentType.split(";")[0]!.trim().toLowerCase()

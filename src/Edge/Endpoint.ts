@@ -1,4 +1,4 @@
-import { Effect, Option, Schema } from "effect"
+import { Either, Option, Schema } from "effect"
 import type { ParseError } from "effect/ParseResult"
 
 /**
@@ -18,11 +18,14 @@ export const compile = <
   readonly successSchema: Schema.Schema<Success, any, any>
 }) => {
   // HttpApi lists an endpoint's middleware among its schemas' requirements; the schemas
-  // themselves need no service.
-  const decoder = <A>(schema: Option.Option<Schema.Schema<A, any, any>>): (input: unknown) => Effect.Effect<A, ParseError> =>
+  // themselves need no service. Decoded synchronously, to an Either (an Effect a handler can
+  // yield): the Effect form builds more per field.
+  const decoder = <A>(schema: Option.Option<Schema.Schema<A, any, any>>): (input: unknown) => Either.Either<A, ParseError> =>
     Option.match(schema, {
-      onNone: () => () => Effect.die("the endpoint declares no such schema"),
-      onSome: (schema) => Schema.decodeUnknown(schema as Schema.Schema<A, any>)
+      onNone: () => () => {
+        throw new Error("the endpoint declares no such schema")
+      },
+      onSome: (schema) => Schema.decodeUnknownEither(schema as Schema.Schema<A, any>)
     })
   const encode = Schema.encodeSync(endpoint.successSchema as Schema.Schema<Success, any>)
   return {
