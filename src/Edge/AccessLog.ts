@@ -71,7 +71,7 @@ export const makeAccessLog = (traced: boolean) =>
   Effect.map(Effect.serviceOption(AccessLogOutput), (output): WithAccessLog => {
     if (!traced && Option.isSome(output)) {
       const write = output.value
-      return (fiber, exchange, startedAt, wanted) => (answer) =>
+      return (answer, fiber, exchange, startedAt, wanted) =>
         Effect.map(answer, (reply) => {
           if (wanted(reply.status)) write(fiber, fieldsOf(exchange, reply.status, startedAt))
           return reply
@@ -80,17 +80,18 @@ export const makeAccessLog = (traced: boolean) =>
     const log = traced
       ? (fields: AccessLogFields) => Effect.logInfo("request").pipe(Effect.annotateLogs(fields))
       : (fields: AccessLogFields) => Effect.logInfo(new AccessLogEntry(fields))
-    return (_fiber, exchange, startedAt, wanted) => (answer) =>
+    return (answer, _fiber, exchange, startedAt, wanted) =>
       Effect.tap(answer, (reply) => wanted(reply.status) ? log(fieldsOf(exchange, reply.status, startedAt)) : Effect.void)
   })
 
 /** A request's answer with its access-log line, from the request's fiber (see `makeAccessLog`). */
-export type WithAccessLog = (
+export type WithAccessLog = <E>(
+  answer: Effect.Effect<Reply, E>,
   fiber: Fiber.RuntimeFiber<unknown, unknown>,
   exchange: Exchange,
   startedAt: number,
   wanted: (status: number) => boolean
-) => <E>(answer: Effect.Effect<Reply, E>) => Effect.Effect<Reply, E>
+) => Effect.Effect<Reply, E>
 
 /** Addresses tracked per interval; past this, refusals are counted under one bucket. */
 const maxTrackedAddresses = 10_000

@@ -186,7 +186,7 @@ export const makeEdge = Effect.gen(function*() {
     // A 401 is logged only as the first from its address in an interval; the rest are counted.
     const answered = accessLogged
       ? Effect.withFiberRuntime<Reply>((fiber) =>
-        withAccessLog(fiber, exchange, startedAt, (status) => status !== 401 || refusals.first(clientAddress))(rendered)
+        withAccessLog(rendered, fiber, exchange, startedAt, (status) => status !== 401 || refusals.first(clientAddress))
       )
       : rendered
     // Every line this request's fiber logs carries its id. The fiber is the request's own and ends
