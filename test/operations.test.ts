@@ -105,7 +105,7 @@ describe("health", () => {
 })
 
 describe("the heap's sizing (README, Operating it)", () => {
-  /** A NUL-separated file of /proc/<pid> (`environ`, `cmdline`) as its entries. */
+  /** A NUL-separated file of /proc/<pid> (`environ`, `cmdline`) as its entries (as src/Memory.ts reads its own: importing it would run it). */
   const procEntries = (pid: number, file: "environ" | "cmdline") => readFileSync(`/proc/${pid}/${file}`, "utf8").split("\0").slice(0, -1)
   const environOf = (pid: number) => procEntries(pid, "environ")
   const commandLineOf = (pid: number) => procEntries(pid, "cmdline")
@@ -115,8 +115,9 @@ describe("the heap's sizing (README, Operating it)", () => {
   })
 
   /**
-   * Starts a server of its own with no heap setting of the caller's (in a directory whose `.env`
-   * file holds `dotenv`, when given), runs `check` on it, and stops it.
+   * Starts a server of its own, without the heap setting of this process's environment unless
+   * `env` gives one (in a directory whose `.env` file holds `dotenv`, and with the command line
+   * `runtime`, when given), runs `check` on it, and stops it.
    */
   const withOwnServer = async (
     options: { readonly env?: Environment; readonly dotenv?: string; readonly runtime?: ReadonlyArray<string> },
@@ -127,7 +128,10 @@ describe("the heap's sizing (README, Operating it)", () => {
       cwd = mkdtempSync(join(testTmp(), "campaign-api-dotenv-"))
       writeFileSync(join(cwd, ".env"), options.dotenv)
     }
-    const own = await startServer(tempDatabase(), { BUN_JSC_forceRAMSize: undefined, ...options.env }, cwd, options.runtime)
+    const own = await startServer(tempDatabase(), { BUN_JSC_forceRAMSize: undefined, ...options.env }, {
+      cwd,
+      ...(options.runtime === undefined ? {} : { runtime: options.runtime })
+    })
     try {
       await check(own)
     } finally {

@@ -431,7 +431,11 @@ describe("the access line", () => {
       expect(line).toBe(generic(annotations, spans, fiberId))
       expect(JSON.parse(line).annotations).toEqual(expect.objectContaining(fields))
     }
-    expect(accessLine(HashMap.empty(), fields, List.nil(), FiberId.none, now)).toBe(generic(HashMap.empty(), List.nil(), FiberId.none))
+    expect(JSON.parse(accessLine(HashMap.empty(), fields, List.make(LogSpan.make("load", now - 5)), fiberId, now)).spans)
+      .toEqual({ load: 5 })
+    const noFiber = accessLine(HashMap.empty(), fields, List.nil(), FiberId.none, now)
+    expect(noFiber).toBe(generic(HashMap.empty(), List.nil(), FiberId.none))
+    expect(JSON.parse(noFiber).fiberId).toBe("")
   })
 
   it("is the line users read: every key in place, quotes escaped, and every one of many annotations", () => {

@@ -26,7 +26,13 @@ const environment = (overrides: Environment): Record<string, string> =>
     Object.entries({ ...process.env, ...overrides }).filter((entry): entry is [string, string] => entry[1] !== undefined)
   )
 
-const spawnMain = (args: ReadonlyArray<string>, env: Environment, cwd = root, runtime: ReadonlyArray<string> = [mainTs]) =>
+/** Where and how a child is started: in `cwd` (the checkout by default) as `bun <runtime...>`, src/main.ts by its absolute path unless given. */
+export interface StartOptions {
+  readonly cwd?: string
+  readonly runtime?: ReadonlyArray<string>
+}
+
+const spawnMain = (args: ReadonlyArray<string>, env: Environment, { cwd = root, runtime = [mainTs] }: StartOptions = {}) =>
   spawn(["bun", ...runtime, ...args], { cwd, env: environment(env), stdin: "ignore", stdout: "pipe", stderr: "pipe" })
 
 export interface RunningServer {
@@ -36,18 +42,13 @@ export interface RunningServer {
   readonly stop: (signal?: NodeJS.Signals) => Promise<number | null>
 }
 
-/**
- * Starts `bun <runtime...> serve` on a free port (in `cwd`, the checkout by default; `runtime` is
- * src/main.ts by its absolute path unless given, with any runtime flags before it) and waits until
- * it listens.
- */
+/** Starts `bun <runtime...> serve` on a free port (`StartOptions`) and waits until it listens. */
 export const startServer = async (
   database: string,
   env: Environment = {},
-  cwd = root,
-  runtime: ReadonlyArray<string> = [mainTs]
+  options: StartOptions = {}
 ): Promise<RunningServer> => {
-  const proc = spawnMain(["serve"], { PORT: "0", HOST: "127.0.0.1", DATABASE_URL: database, LOG_LEVEL: "info", ...env }, cwd, runtime)
+  const proc = spawnMain(["serve"], { PORT: "0", HOST: "127.0.0.1", DATABASE_URL: database, LOG_LEVEL: "info", ...env }, options)
   let output = ""
   const decoder = new TextDecoder()
   const url = await new Promise<string>((resolve, reject) => {

@@ -6,9 +6,9 @@ export const logLines = (stderr: string): Array<Record<string, any>> =>
   stderr.split("\n").filter((line) => line.trim() !== "").map((line) => JSON.parse(line))
 
 /** An access line's annotations: its fields and the request id every line of the request carries. */
-export type AccessLogEntry = AccessLogFields & { readonly requestId: string }
+export type AccessLine = AccessLogFields & { readonly requestId: string }
 
-export const accessLog = (stderr: string): Array<AccessLogEntry> =>
+export const accessLog = (stderr: string): Array<AccessLine> =>
   logLines(stderr).filter((line) => line.message === "request").map((line) => line.annotations)
 
 export interface OtlpSpan {
