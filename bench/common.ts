@@ -64,7 +64,7 @@ export const wrkArgs = (url: string, scenario: string, apiKey: string, keyPrefix
 ]
 
 /** What `scenario.lua` prints on its "BENCH_RESULT {json}" line. */
-export interface WrkResult {
+interface WrkResult {
   readonly requests: number
   readonly durationMicros: number
   readonly bytes: number

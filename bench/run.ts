@@ -6,7 +6,8 @@
  *
  * Each server runs on its own temporary database (prepared by the service's `keys create`), pinned
  * to CPU 1; wrk is pinned to CPU 0. For every scenario and server: a warm-up run, then a measured
- * run at 50 connections. Prints a table per scenario and writes everything to
+ * run at 50 connections; then the access log's runs, the warn and info servers side by side.
+ * Prints a table per scenario and writes everything to
  * bench/results/<timestamp>.json. Also builds the single binary and times its start.
  *
  * Every child process is started under `setpriv --pdeathsig KILL` (it dies with this process, even
