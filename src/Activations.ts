@@ -20,19 +20,19 @@ export class Activations extends Context.Tag("Activations")<Activations, {
       const ids = yield* Ids
       return {
         activate: ({ by, campaignId, creatorId, request }) =>
-          Effect.gen(function*() {
-          const activation: Activation = {
-            id: yield* ids.uuid,
-            campaignId,
-            creatorId,
-            status: "ACTIVE",
-            socialUsername: request.socialUsername,
-            plannedPostAt: request.plannedPostAt,
-            activatedAt: DateTime.formatIso(DateTime.unsafeMake(yield* Clock.currentTimeMillis))
-          }
-          yield* repo.insert(activation, { brandId: by.brandId, keyId: by.keyId })
-          return activation
-        }).pipe(span("Activations.activate"))
+          Effect.flatMap(ids.uuid, (id) =>
+            Effect.flatMap(Clock.currentTimeMillis, (now) => {
+              const activation: Activation = {
+                id,
+                campaignId,
+                creatorId,
+                status: "ACTIVE",
+                socialUsername: request.socialUsername,
+                plannedPostAt: request.plannedPostAt,
+                activatedAt: DateTime.formatIso(DateTime.unsafeMake(now))
+              }
+              return Effect.as(repo.insert(activation, { brandId: by.brandId, keyId: by.keyId }), activation)
+            })).pipe(span("Activations.activate"))
       }
     })
   )

@@ -125,22 +125,20 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
 
       // The operation's writes and its stored response commit together, or neither does.
       const attempt = <E>(request: IdempotentRequest, fingerprint: string, operation: Effect.Effect<StoredResponse, E>) =>
-        Effect.gen(function*() {
-          const response = yield* operation
-          const now = yield* Clock.currentTimeMillis
-          const row: IdempotencyRow = {
-            brandId: request.brandId,
-            key: request.key,
-            fingerprint,
-            resourceId: response.resourceId,
-            statusCode: response.status,
-            responseBody: response.body,
-            createdAt: now,
-            expiresAt: now + ttlMillis
-          }
-          if (!(yield* repo.insert(row))) return yield* Effect.fail(new LostRace())
-          return row
-        }).pipe(groupCommit.transaction)
+        Effect.flatMap(operation, (response) =>
+          Effect.flatMap(Clock.currentTimeMillis, (now) => {
+            const row: IdempotencyRow = {
+              brandId: request.brandId,
+              key: request.key,
+              fingerprint,
+              resourceId: response.resourceId,
+              statusCode: response.status,
+              responseBody: response.body,
+              createdAt: now,
+              expiresAt: now + ttlMillis
+            }
+            return Effect.flatMap(repo.insert(row), (inserted) => inserted ? Effect.succeed(row) : Effect.fail(new LostRace()))
+          })).pipe(groupCommit.transaction)
 
       const runOnce = <E>(
         request: IdempotentRequest,
