@@ -19,6 +19,7 @@ export class Activations extends Context.Tag("Activations")<Activations, {
       const repo = yield* ActivationsRepo
       const ids = yield* Ids
       return {
+        // A pipeline, not `Effect.gen`, as every step a request runs (Activations/Http.ts says why).
         activate: ({ by, campaignId, creatorId, request }) =>
           Effect.flatMap(ids.uuid, (id) =>
             Effect.flatMap(Clock.currentTimeMillis, (now) => {

@@ -123,7 +123,8 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
           ? Effect.succeed(toReply({ status: stored.statusCode, body: stored.responseBody }, true))
           : Effect.fail(conflict)
 
-      // The operation's writes and its stored response commit together, or neither does.
+      // The operation's writes and its stored response commit together, or neither does. A pipeline,
+      // not `Effect.gen`, as every step a request runs (Activations/Http.ts says why).
       const attempt = <E>(request: IdempotentRequest, fingerprint: string, operation: Effect.Effect<StoredResponse, E>) =>
         Effect.flatMap(operation, (response) =>
           Effect.flatMap(Clock.currentTimeMillis, (now) => {
