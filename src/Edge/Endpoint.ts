@@ -19,7 +19,7 @@ export const compile = <
 }) => {
   // HttpApi lists an endpoint's middleware among its schemas' requirements; the schemas
   // themselves need no service. Decoded synchronously, to an Either (an Effect a handler can
-  // yield): the Effect form builds more per field. So an endpoint's schemas must stay synchronous
+  // flatMap): the Effect form builds more per field. So an endpoint's schemas must stay synchronous
   // and free of services: one that is not would fail every request as a 400 VALIDATION_ERROR
   // ("cannot be resolved synchronously").
   const decoder = <A>(schema: Option.Option<Schema.Schema<A, any, any>>): (input: unknown) => Either.Either<A, ParseError> =>
