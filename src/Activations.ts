@@ -1,6 +1,6 @@
 import { Clock, Context, DateTime, Effect, Layer } from "effect"
 import { ActivationsRepo } from "./Activations/ActivationsRepo.ts"
-import type { Activation, ActivateRequest } from "./Domain/Activation.ts"
+import type { Activation, ActivationRequest } from "./Domain/Activation.ts"
 import type { ApiKeyIdentity } from "./Domain/ApiKey.ts"
 import { Ids } from "./Ids.ts"
 import { span } from "./Edge/Span.ts"
@@ -9,7 +9,7 @@ export class Activations extends Context.Tag("Activations")<Activations, {
   readonly activate: (input: {
     readonly creatorId: string
     readonly campaignId: string
-    readonly request: ActivateRequest
+    readonly request: ActivationRequest
     readonly by: ApiKeyIdentity
   }) => Effect.Effect<Activation>
 }>() {

@@ -3,6 +3,7 @@ import { ArrayFormatter } from "effect/ParseResult"
 import { Activations } from "../Activations.ts"
 import type { CampaignApi } from "../Api.ts"
 import { Authentication } from "../ApiKeys/Authentication.ts"
+import { withDefaults } from "../Domain/Activation.ts"
 import type { ApiKeyIdentity, Scope } from "../Domain/ApiKey.ts"
 import {
   Forbidden,
@@ -120,7 +121,7 @@ export const ActivationsHandlers = Effect.gen(function*() {
   const withKey = (exchange: Exchange, by: ApiKeyIdentity, key: string) =>
     Effect.flatMap(readJson(exchange), (json) =>
       Effect.flatMap(endpoint.decodePath(exchange.params), (path) =>
-        Effect.flatMap(endpoint.decodePayload(json), (request) => activateOnce(exchange, by, key, path, request))))
+        Effect.flatMap(endpoint.decodePayload(json), (payload) => activateOnce(exchange, by, key, path, withDefaults(payload)))))
 
   /** The scope, then the Idempotency-Key: the key is authenticated and within its rate limit. */
   const authorized = (exchange: Exchange, by: ApiKeyIdentity) =>
