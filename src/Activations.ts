@@ -1,9 +1,9 @@
-import { Clock, Context, DateTime, Effect, Layer } from "effect"
+import { Context, DateTime, Effect, Layer } from "effect"
 import { ActivationsRepo } from "./Activations/ActivationsRepo.ts"
 import type { Activation, ActivationRequest } from "./Domain/Activation.ts"
 import type { ApiKeyIdentity } from "./Domain/ApiKey.ts"
 import { Ids } from "./Ids.ts"
-import { span } from "./Edge/Span.ts"
+import { spans } from "./Edge/Span.ts"
 
 export class Activations extends Context.Tag("Activations")<Activations, {
   readonly activate: (input: {
@@ -16,24 +16,27 @@ export class Activations extends Context.Tag("Activations")<Activations, {
   static readonly Live = Layer.effect(
     Activations,
     Effect.gen(function*() {
+      const span = yield* spans
       const repo = yield* ActivationsRepo
       const ids = yield* Ids
+      // The layer's clock (a test's TestClock, in tests), read without an effect of its own.
+      const clock = yield* Effect.clock
       return {
         // A pipeline, not `Effect.gen`, as every step a request runs (Activations/Http.ts says why).
         activate: ({ by, campaignId, creatorId, request }) =>
-          Effect.flatMap(ids.uuid, (id) =>
-            Effect.flatMap(Clock.currentTimeMillis, (now) => {
-              const activation: Activation = {
-                id,
-                campaignId,
-                creatorId,
-                status: "ACTIVE",
-                socialUsername: request.socialUsername,
-                plannedPostAt: request.plannedPostAt,
-                activatedAt: DateTime.formatIso(DateTime.unsafeMake(now))
-              }
-              return Effect.as(repo.insert(activation, { brandId: by.brandId, keyId: by.keyId }), activation)
-            })).pipe(span("Activations.activate"))
+          Effect.flatMap(ids.uuid, (id) => {
+            const now = clock.unsafeCurrentTimeMillis()
+            const activation: Activation = {
+              id,
+              campaignId,
+              creatorId,
+              status: "ACTIVE",
+              socialUsername: request.socialUsername,
+              plannedPostAt: request.plannedPostAt,
+              activatedAt: DateTime.formatIso(DateTime.unsafeMake(now))
+            }
+            return Effect.as(repo.insert(activation, { brandId: by.brandId, keyId: by.keyId }), activation)
+          }).pipe(span("Activations.activate"))
       }
     })
   )

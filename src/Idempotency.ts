@@ -5,7 +5,7 @@ import { GroupCommit } from "./Database/GroupCommit.ts"
 import { IdempotencyConflict, IdempotencyInProgress } from "./Domain/Errors.ts"
 import { IdempotencyRepo, type IdempotencyRow } from "./Idempotency/IdempotencyRepo.ts"
 import type { Reply } from "./Edge/Exchange.ts"
-import { span } from "./Edge/Span.ts"
+import { spans } from "./Edge/Span.ts"
 
 export interface IdempotentRequest {
   readonly brandId: string
@@ -86,9 +86,12 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
   static readonly Live = Layer.scoped(
     Idempotency,
     Effect.gen(function*() {
+      const span = yield* spans
       const groupCommit = yield* GroupCommit
       const repo = yield* IdempotencyRepo
       const { idempotencyTtl } = yield* AppConfig
+      // The layer's clock (a test's TestClock, in tests), read without an effect of its own.
+      const clock = yield* Effect.clock
       const ttlMillis = Duration.toMillis(idempotencyTtl)
       // Requests of this process under way, by brand and key: duplicates wait here instead of racing.
       const inFlight = new Map<string, Deferred.Deferred<void>>()
@@ -126,20 +129,20 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
       // The operation's writes and its stored response commit together, or neither does. A pipeline,
       // not `Effect.gen`, as every step a request runs (Activations/Http.ts says why).
       const attempt = <E>(request: IdempotentRequest, fingerprint: string, operation: Effect.Effect<StoredResponse, E>) =>
-        Effect.flatMap(operation, (response) =>
-          Effect.flatMap(Clock.currentTimeMillis, (now) => {
-            const row: IdempotencyRow = {
-              brandId: request.brandId,
-              key: request.key,
-              fingerprint,
-              resourceId: response.resourceId,
-              statusCode: response.status,
-              responseBody: response.body,
-              createdAt: now,
-              expiresAt: now + ttlMillis
-            }
-            return Effect.flatMap(repo.insert(row), (inserted) => inserted ? Effect.succeed(row) : Effect.fail(new LostRace()))
-          })).pipe(groupCommit.transaction)
+        Effect.flatMap(operation, (response) => {
+          const now = clock.unsafeCurrentTimeMillis()
+          const row: IdempotencyRow = {
+            brandId: request.brandId,
+            key: request.key,
+            fingerprint,
+            resourceId: response.resourceId,
+            statusCode: response.status,
+            responseBody: response.body,
+            createdAt: now,
+            expiresAt: now + ttlMillis
+          }
+          return Effect.flatMap(repo.insert(row), (inserted) => inserted ? Effect.succeed(row) : Effect.fail(new LostRace()))
+        }).pipe(groupCommit.transaction)
 
       const runOnce = <E>(
         request: IdempotentRequest,
@@ -156,13 +159,14 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
               Effect.zipRight(runOnce(request, fingerprint, operation, lostRaces))
             )
           }
-          const lookup = Effect.flatMap(Clock.currentTimeMillis, (now) => {
+          const lookup = Effect.suspend(() => {
+            const now = clock.unsafeCurrentTimeMillis()
             const copy = recent.get(slot)
             if (copy !== undefined && copy.expiresAt > now) return Effect.succeed(Option.some(copy))
-            return Effect.tap(repo.find(request.brandId, request.key, now), (found) =>
-              Effect.sync(() => {
-                if (Option.isSome(found)) remember(slot, found.value)
-              }))
+            return Effect.map(repo.find(request.brandId, request.key, now), (found) => {
+              if (Option.isSome(found)) remember(slot, found.value)
+              return found
+            })
           })
           return Effect.flatMap(lookup, Option.match({
             // A stored key is answered from a read alone: replays never queue behind writes.

@@ -1,7 +1,7 @@
 import { RateLimiter } from "@effect/experimental"
 import { Context, Duration, Effect, Layer, Option } from "effect"
 import { AppConfig, RedisConfig } from "./Config.ts"
-import { span } from "./Edge/Span.ts"
+import { spans } from "./Edge/Span.ts"
 import { RateLimitStore } from "./RateLimit/Store.ts"
 
 /** What one request's charge left over, in the terms of the RateLimit headers. */
@@ -28,6 +28,7 @@ export class RateLimit extends Context.Tag("RateLimit")<RateLimit, {
   static readonly layer = Layer.effect(
     RateLimit,
     Effect.gen(function*() {
+      const span = yield* spans
       const limiter = yield* RateLimiter.RateLimiter
       const store = yield* RateLimitStore
       const { rateLimit } = yield* AppConfig

@@ -2,7 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer, Option } from "effect"
 import type { Activation } from "../Domain/Activation.ts"
 import { type BatchedInsert, insertBatched } from "../Database/GroupCommit.ts"
-import { span } from "../Edge/Span.ts"
+import { spans } from "../Edge/Span.ts"
 
 type Stored = {
   readonly id: string
@@ -34,6 +34,7 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
   static readonly Live = Layer.effect(
     ActivationsRepo,
     Effect.gen(function*() {
+      const span = yield* spans
       const sql = yield* SqlClient.SqlClient
       const into: BatchedInsert<Row> = {
         one: (row) => Effect.as(sql`INSERT INTO activations ${sql.insert(row)}`, true),

@@ -5,7 +5,7 @@ import { Context, Duration, Effect, Fiber, Layer, Schedule, type Scope } from "e
 import { DatabaseConfig } from "../Config.ts"
 import { DatabaseFile } from "../Database/Sql.ts"
 import { databaseError } from "../Database/SqlErrors.ts"
-import { span } from "../Edge/Span.ts"
+import { spans } from "../Edge/Span.ts"
 
 export interface ApiKeyRow {
   readonly keyId: string
@@ -61,6 +61,7 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
   static readonly Live = Layer.scoped(
     ApiKeysRepo,
     Effect.gen(function*() {
+      const span = yield* spans
       const sql = yield* SqlClient.SqlClient
       const { current, fresh } = yield* generationProbe
       return {

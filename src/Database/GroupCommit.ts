@@ -1,7 +1,7 @@
 import { SqlClient } from "@effect/sql"
 import { SqlError } from "@effect/sql/SqlError"
 import { Cause, Chunk, Clock, Context, Deferred, Duration, Effect, Exit, FiberRef, HashMap, Layer, Option, Queue, Schedule, Tracer } from "effect"
-import { span } from "../Edge/Span.ts"
+import { spans, tracing } from "../Edge/Span.ts"
 import { busyTimeout, DatabaseFile } from "./Sql.ts"
 import { isRetryable } from "./SqlErrors.ts"
 
@@ -92,6 +92,8 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
   static readonly Live = Layer.scoped(
     GroupCommit,
     Effect.gen(function*() {
+      const span = yield* spans
+      const traced = yield* tracing
       const sql = yield* SqlClient.SqlClient
       const file = yield* DatabaseFile
       // On PostgreSQL a batch waits for rows another instance holds (the same Idempotency-Key):
@@ -200,9 +202,7 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
             const done = Deferred.unsafeMake<A, E>(fiber.id())
             // The work runs on the committing fiber: it keeps the request's log annotations, and
             // its trace while tracing is on.
-            const parent = fiber.getFiberRef(FiberRef.currentTracerEnabled)
-              ? Context.getOption(fiber.currentContext, Tracer.ParentSpan)
-              : Option.none()
+            const parent = traced ? Context.getOption(fiber.currentContext, Tracer.ParentSpan) : Option.none()
             const offered = queue.unsafeOffer({
               work: Option.isSome(parent) ? Effect.withParentSpan(work, parent.value) : work,
               done,

@@ -10,7 +10,7 @@ import { StartupError } from "../Config.ts"
 import { DatabaseFile, ReadSql } from "./Services.ts"
 import { migrations } from "./migrations/index.ts"
 import { databaseError } from "./SqlErrors.ts"
-import { whenTracing } from "../Edge/Span.ts"
+import { tracing } from "../Edge/Span.ts"
 
 const sqliteHeader = Buffer.from("SQLite format 3\0")
 
@@ -135,6 +135,7 @@ const readSql = (filename: string) => Layer.scoped(
   Effect.gen(function*() {
     // An in-memory database has no second connection: its one connection serves.
     if (filename === ":memory:") return ReadSql.asIs
+    const traced = yield* tracing
     const db = yield* Effect.acquireRelease(
       Effect.try({
         try: () => {
@@ -162,12 +163,13 @@ const readSql = (filename: string) => Layer.scoped(
         const [text, params] = statement.compile()
         const direct = run(text, params) as Effect.Effect<ReadonlyArray<A>, SqlError>
         // The span @effect/sql gives each statement, only while tracing is on.
-        return whenTracing(() =>
-          Effect.withSpan(direct, "sql.execute", {
+        return traced
+          ? Effect.withSpan(direct, "sql.execute", {
             kind: "client",
             captureStackTrace: false,
             attributes: { "db.system.name": "sqlite", "db.operation.name": "execute", "db.query.text": text }
-          }), direct)
+          })
+          : direct
       }
     })
   })

@@ -2,7 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer, Option } from "effect"
 import { type BatchedInsert, insertBatched } from "../Database/GroupCommit.ts"
 import { ReadSql } from "../Database/Sql.ts"
-import { span } from "../Edge/Span.ts"
+import { spans } from "../Edge/Span.ts"
 
 export interface IdempotencyRow {
   readonly brandId: string
@@ -58,6 +58,7 @@ export class IdempotencyRepo extends Context.Tag("Idempotency/IdempotencyRepo")<
   static readonly Live = Layer.effect(
     IdempotencyRepo,
     Effect.gen(function*() {
+      const span = yield* spans
       const sql = yield* SqlClient.SqlClient
       const read = yield* ReadSql
       // Replaces only an expired entry: a live one (another instance stored it first) is left as
