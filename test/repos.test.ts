@@ -6,7 +6,7 @@ import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
 import { ApiKeysRepo, type ApiKeyRow } from "../src/ApiKeys/ApiKeysRepo.ts"
 import { AppConfig } from "../src/Config.ts"
 import { GroupCommit } from "../src/Database/GroupCommit.ts"
-import { SqlLive } from "../src/Database/Sql.ts"
+import { ReadSql, SqlLive } from "../src/Database/Sql.ts"
 import type { Activation } from "../src/Domain/Activation.ts"
 import { IdempotencyConflict, IdempotencyInProgress } from "../src/Domain/Errors.ts"
 import { fingerprintOf, Idempotency, type IdempotentRequest, type StoredResponse } from "../src/Idempotency.ts"
@@ -172,6 +172,26 @@ layer(ActivationsRepo.Live.pipe(Layer.provideMerge(SqlLiveAt(tempDatabase()))))(
     Effect.gen(function*() {
       const repo = yield* ActivationsRepo
       expect(yield* repo.findById(uuidOf(++sequence))).toEqual(Option.none())
+    }))
+})
+
+layer(SqlLiveAt(tempDatabase()))("ReadSql on SQLite", (it) => {
+  it.effect("runs a prepared statement with each call's values, whether its text is kept or built for each call", () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const read = yield* ReadSql
+      yield* sql`CREATE TABLE pairs (a TEXT NOT NULL, n INTEGER NOT NULL)`
+      yield* sql`INSERT INTO pairs VALUES ('x', 1), ('y', 2), ('x', 3)`
+      const kept = read.prepare((a: string, n: number) => sql<{ n: number }>`SELECT n FROM pairs WHERE a = ${a} AND n >= ${n} ORDER BY n`)
+      // One value in two places, or the values in another order: the stand-ins do not come back in
+      // their places, so each call builds its statement.
+      const twice = read.prepare((a: string) => sql<{ n: number }>`SELECT n FROM pairs WHERE a = ${a} OR (a = ${a} AND n < 0) ORDER BY n`)
+      const swapped = read.prepare((n: number, a: string) => sql<{ n: number }>`SELECT n FROM pairs WHERE a = ${a} AND n >= ${n} ORDER BY n`)
+      expect(yield* kept("x", 2)).toEqual([{ n: 3 }])
+      expect(yield* kept("y", 0)).toEqual([{ n: 2 }])
+      expect(yield* twice("x")).toEqual([{ n: 1 }, { n: 3 }])
+      expect(yield* twice("y")).toEqual([{ n: 2 }])
+      expect(yield* swapped(2, "x")).toEqual([{ n: 3 }])
     }))
 })
 

@@ -23,20 +23,25 @@ export class DatabaseFile extends Context.Tag("Database/DatabaseFile")<DatabaseF
 }
 
 /**
- * Reads that must see only committed rows (the idempotency lookup): `select` runs a statement
- * built with the main client's `sql` on a connection outside every transaction.
+ * Reads that must see only committed rows (the idempotency lookup): `prepare(make)` gives a
+ * function that runs the statement `make` builds with the main client's `sql` on a connection
+ * outside every transaction.
  *
  * On SQLite, a read-only connection of their own, used directly: on the shared connection a plain
  * read could run inside a group-commit batch opened meanwhile and see its uncommitted writes, and
  * a read transaction there costs two more statements and queues behind the writes. bun:sqlite
  * answers synchronously and nothing ever opens a transaction on this connection, so the
  * statement needs none of the client's connection handling (its scope, lock and span were a
- * third of a fresh activation's Effect operations). On PostgreSQL, the pool: a statement
- * outside a transaction sees only what is committed.
+ * third of a fresh activation's Effect operations). Its text is compiled once: `make` is called
+ * with stand-ins, and when each comes back as the parameter in its place, the text is kept and
+ * each call passes its values in their places (otherwise each call builds its statement). On
+ * PostgreSQL, the pool: a statement outside a transaction sees only what is committed.
  */
 export class ReadSql extends Context.Tag("Database/ReadSql")<ReadSql, {
-  readonly select: <A extends object>(statement: Statement.Statement<A>) => Effect.Effect<ReadonlyArray<A>, SqlError>
+  readonly prepare: <Args extends ReadonlyArray<string | number>, A extends object>(
+    make: (...args: Args) => Statement.Statement<A>
+  ) => (...args: Args) => Effect.Effect<ReadonlyArray<A>, SqlError>
 }>() {
-  /** The statement as it is: run by its own client (PostgreSQL's pool, or SQLite's one in-memory connection). */
-  static readonly asIs = ReadSql.of({ select: (statement) => statement })
+  /** The statement built for each call and run by its own client (PostgreSQL's pool, or SQLite's one in-memory connection). */
+  static readonly asIs = ReadSql.of({ prepare: (make) => (...args) => make(...args) })
 }

@@ -135,7 +135,7 @@ const readSql = (filename: string) => Layer.scoped(
   Effect.gen(function*() {
     // An in-memory database has no second connection: its one connection serves.
     if (filename === ":memory:") return ReadSql.asIs
-    const traced = yield* tracing
+    const tracingOn = yield* tracing
     const db = yield* Effect.acquireRelease(
       Effect.try({
         try: () => {
@@ -158,18 +158,25 @@ const readSql = (filename: string) => Layer.scoped(
         try: () => db.query(text).all(...(params as Array<SQLQueryBindings>)),
         catch: (cause) => new SqlError({ cause, message: "Failed to execute statement" })
       })
+    // The span @effect/sql gives each statement, only while tracing is on.
+    const traced = (text: string, direct: Effect.Effect<ReadonlyArray<any>, SqlError>) =>
+      tracingOn
+        ? Effect.withSpan(direct, "sql.execute", {
+          kind: "client",
+          captureStackTrace: false,
+          attributes: { "db.system.name": "sqlite", "db.operation.name": "execute", "db.query.text": text }
+        })
+        : direct
     return ReadSql.of({
-      select: <A extends object>(statement: Statement.Statement<A>) => {
-        const [text, params] = statement.compile()
-        const direct = run(text, params) as Effect.Effect<ReadonlyArray<A>, SqlError>
-        // The span @effect/sql gives each statement, only while tracing is on.
-        return traced
-          ? Effect.withSpan(direct, "sql.execute", {
-            kind: "client",
-            captureStackTrace: false,
-            attributes: { "db.system.name": "sqlite", "db.operation.name": "execute", "db.query.text": text }
-          })
-          : direct
+      prepare: <Args extends ReadonlyArray<string | number>, A extends object>(make: (...args: Args) => Statement.Statement<A>) => {
+        const standIns = Array.from({ length: make.length }, (_, i) => `\u0000stand-in ${i}`) as unknown as Args
+        const [text, params] = make(...standIns).compile()
+        const inPlace = params.length === standIns.length && params.every((param, i) => param === standIns[i])
+        return (...args: Args) => {
+          if (inPlace) return traced(text, run(text, args)) as Effect.Effect<ReadonlyArray<A>, SqlError>
+          const [built, values] = make(...args).compile()
+          return traced(built, run(built, values)) as Effect.Effect<ReadonlyArray<A>, SqlError>
+        }
       }
     })
   })

@@ -77,12 +77,15 @@ export class IdempotencyRepo extends Context.Tag("Idempotency/IdempotencyRepo")<
         // waits for the other's commit rather than declaring a deadlock).
         many: (rows) => Effect.map(upsert([...rows].sort(byKey)), (written) => written.length)
       }
+      const select = read.prepare((brandId: string, key: string, now: number) =>
+        sql<Stored>`
+          SELECT fingerprint, resource_id, status_code, response_body, created_at, expires_at
+          FROM idempotency_keys
+          WHERE brand_id = ${brandId} AND idempotency_key = ${key} AND expires_at > ${now}`
+      )
       return {
         find: (brandId, key, now) =>
-          read.select(sql<Stored>`
-            SELECT fingerprint, resource_id, status_code, response_body, created_at, expires_at
-            FROM idempotency_keys
-            WHERE brand_id = ${brandId} AND idempotency_key = ${key} AND expires_at > ${now}`).pipe(
+          select(brandId, key, now).pipe(
             Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), (row) => fromStored(brandId, key, row))),
             Effect.orDie,
             span("IdempotencyRepo.find")
