@@ -63,10 +63,12 @@ const purgeBatch = 500
 const purgePause = Duration.millis(5)
 
 /**
- * Stored entries kept in memory for repeats (a few hundred bytes each); a repeat of an older one
- * is read from the database, as correct and a little slower. At a few activations a second that
- * is minutes of retries; at the benchmark's thousands, under a second. A larger copy adds to the
- * garbage-collected heap's headroom (10,000: 21–38 MB more peak RSS under fresh activations).
+ * Stored entries that repeats asked for lately, kept in memory (a few hundred bytes each); a
+ * repeat of another is read from the database, as correct and a little slower, and kept from then
+ * on. A new entry is not kept when it is stored: under fresh activations every copy outlived a
+ * young-generation collection and was collected only by a full one (the copies were a sixth of
+ * what each young collection kept, bench/BENCHMARKS.md), while most keys are never repeated.
+ * A larger copy adds to the garbage-collected heap's headroom.
  */
 const recentLimit = 1_000
 
@@ -93,7 +95,7 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
       const ttlMillis = Duration.toMillis(idempotencyTtl)
       // Requests of this process under way, by brand and key: duplicates wait here instead of racing.
       const inFlight = new Map<string, Deferred.Deferred<void>>()
-      // Entries this process stored or read lately, by brand and key. A stored entry never changes
+      // Entries this process read lately, by brand and key. A stored entry never changes
       // until it expires (only an expired one is ever replaced), so while it lives a copy answers
       // a repeat as the database would, on any instance; an expired copy is never used.
       const recent = new Map<string, IdempotencyRow>()
@@ -176,10 +178,7 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
                 inFlight.set(slot, done)
                 return attempt(request, fingerprint, operation).pipe(
                   // Committed: the entry is durable, and the response is what was stored.
-                  Effect.map((row) => {
-                    remember(slot, row)
-                    return toReply({ status: row.statusCode, body: row.responseBody }, false)
-                  }),
+                  Effect.map((row) => toReply({ status: row.statusCode, body: row.responseBody }, false)),
                   Effect.ensuring(Effect.suspend(() => {
                     inFlight.delete(slot)
                     return Deferred.succeed(done, undefined)
