@@ -159,15 +159,14 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
               Effect.zipRight(runOnce(request, fingerprint, operation, lostRaces))
             )
           }
-          const lookup = Effect.suspend(() => {
-            const now = clock.unsafeCurrentTimeMillis()
-            const copy = recent.get(slot)
-            if (copy !== undefined && copy.expiresAt > now) return Effect.succeed(Option.some(copy))
-            return Effect.map(repo.find(request.brandId, request.key, now), (found) => {
+          const now = clock.unsafeCurrentTimeMillis()
+          const copy = recent.get(slot)
+          const lookup = copy !== undefined && copy.expiresAt > now
+            ? Effect.succeed(Option.some(copy))
+            : Effect.map(repo.find(request.brandId, request.key, now), (found) => {
               if (Option.isSome(found)) remember(slot, found.value)
               return found
             })
-          })
           return Effect.flatMap(lookup, Option.match({
             // A stored key is answered from a read alone: replays never queue behind writes.
             onSome: (stored) => replayOrConflict(stored, fingerprint),

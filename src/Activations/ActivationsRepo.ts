@@ -37,7 +37,7 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
       const span = yield* spans
       const sql = yield* SqlClient.SqlClient
       const into: BatchedInsert<Row> = {
-        one: (row) => Effect.as(sql`INSERT INTO activations ${sql.insert(row)}`, true),
+        one: (row) => Effect.orDie(Effect.as(sql`INSERT INTO activations ${sql.insert(row)}`, true)),
         many: (rows) => Effect.as(sql`INSERT INTO activations ${sql.insert(rows)}`, rows.length)
       }
       return {
@@ -54,7 +54,6 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
             activated_at: a.activatedAt
           }).pipe(
             Effect.asVoid,
-            Effect.orDie,
             span("ActivationsRepo.insert")
           ),
         findById: (id) =>

@@ -42,14 +42,19 @@ const isolate = new Isolate()
 
 const isSqlError = (e: unknown): e is SqlError => e instanceof SqlError
 
-/** A table's insert: one row in a statement of its own, or many rows in one statement. */
-export interface BatchedInsert<Row> {
-  readonly one: (row: Row) => Effect.Effect<boolean, SqlError>
+/**
+ * A table's insert: one row in a statement of its own, or many rows in one statement. A failure
+ * of `one` is the caller's to shape (a repository's SQL errors are defects); `many` fails the
+ * batch, which GroupCommit handles.
+ */
+export interface BatchedInsert<Row, E = never> {
+  /** Inserts the row now and says whether it wrote it. */
+  readonly one: (row: Row) => Effect.Effect<boolean, E>
   /** Inserts every row in one statement and says how many it wrote. */
   readonly many: (rows: ReadonlyArray<Row>) => Effect.Effect<number, SqlError>
 }
 
-type Collected = Map<BatchedInsert<any>, Array<unknown>>
+type Collected = Map<BatchedInsert<any, any>, Array<unknown>>
 
 /** Set while a batch runs its pieces together: their inserts are gathered here instead of run. */
 const collecting = FiberRef.unsafeMake<Collected | undefined>(undefined)
@@ -61,14 +66,17 @@ const collecting = FiberRef.unsafeMake<Collected | undefined>(undefined)
  * statement then writes fewer rows (another instance stored a conflicting row first), the batch
  * is rolled back and run again one piece at a time, where every insert answers for itself.
  */
-export const insertBatched = <Row>(into: BatchedInsert<Row>, row: Row): Effect.Effect<boolean, SqlError> =>
-  Effect.flatMap(FiberRef.get(collecting), (collected) => {
+export const insertBatched = <Row, E>(into: BatchedInsert<Row, E>, row: Row): Effect.Effect<boolean, E> =>
+  Effect.withFiberRuntime((fiber) => {
+    const collected = fiber.getFiberRef(collecting)
     if (collected === undefined) return into.one(row)
     const rows = collected.get(into)
     if (rows === undefined) collected.set(into, [row])
     else rows.push(row)
-    return Effect.succeed(true)
+    return gathered
   })
+
+const gathered = Effect.succeed(true)
 
 /** Writes what a batch gathered, one statement per table; a short count isolates the batch. */
 const writeCollected = (collected: Collected) =>

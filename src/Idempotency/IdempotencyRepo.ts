@@ -72,7 +72,7 @@ export class IdempotencyRepo extends Context.Tag("Idempotency/IdempotencyRepo")<
           WHERE idempotency_keys.expires_at <= excluded.created_at
           RETURNING brand_id`
       const into: BatchedInsert<Row> = {
-        one: (row) => Effect.map(upsert([row]), (written) => written.length === 1),
+        one: (row) => Effect.orDie(Effect.map(upsert([row]), (written) => written.length === 1)),
         // In key order: two instances' batches then lock shared keys in the same order (PostgreSQL
         // waits for the other's commit rather than declaring a deadlock).
         many: (rows) => Effect.map(upsert([...rows].sort(byKey)), (written) => written.length)
@@ -101,10 +101,7 @@ export class IdempotencyRepo extends Context.Tag("Idempotency/IdempotencyRepo")<
             response_body: row.responseBody,
             created_at: row.createdAt,
             expires_at: row.expiresAt
-          }).pipe(
-            Effect.orDie,
-            span("IdempotencyRepo.insert")
-          ),
+          }).pipe(span("IdempotencyRepo.insert")),
         // Row values in IN: one statement that SQLite and PostgreSQL both accept. The expiry is
         // checked again on the row itself: on PostgreSQL a row replaced by a new entry while the
         // purge waited for its lock is re-checked against the outer condition only.
