@@ -66,8 +66,8 @@ const purgePause = Duration.millis(5)
  * Stored entries that repeats asked for lately, kept in memory (a few hundred bytes each); a
  * repeat of another is read from the database, as correct and a little slower, and kept from then
  * on. A new entry is not kept when it is stored: under fresh activations every copy outlived a
- * young-generation collection and was collected only by a full one (the copies were a sixth of
- * what each young collection kept, bench/BENCHMARKS.md), while most keys are never repeated.
+ * young-generation collection and was collected only by a full one (the copies were 15 % of what
+ * each young collection kept, bench/BENCHMARKS.md), while most keys are never repeated.
  * A larger copy adds to the garbage-collected heap's headroom.
  */
 const recentLimit = 1_000

@@ -38,6 +38,14 @@ describe("the typed client derived from CampaignApi", () => {
         payload: { socialUsername: "@janedoe", plannedPostAt: "2026-12-01" }
       })
       expect(activation).toMatchObject({ creatorId, campaignId, status: "ACTIVE", socialUsername: "@janedoe" })
+
+      // Left out, as in the JSON: no planned date.
+      const undated = yield* client.activations.activate({
+        path: { creatorId, campaignId },
+        headers: { "idempotency-key": crypto.randomUUID() },
+        payload: { socialUsername: "@janedoe" }
+      })
+      expect(undated.activation.plannedPostAt).toBeNull()
     }).pipe(Effect.provide(FetchHttpClient.layer)))
 
   it.effect("fails with the API's tagged errors", () =>

@@ -182,13 +182,19 @@ layer(SqlLiveAt(tempDatabase()))("ReadSql on SQLite", (it) => {
       const read = yield* ReadSql
       yield* sql`CREATE TABLE pairs (a TEXT NOT NULL, n INTEGER NOT NULL)`
       yield* sql`INSERT INTO pairs VALUES ('x', 1), ('y', 2), ('x', 3)`
-      const kept = read.prepare((a: string, n: number) => sql<{ n: number }>`SELECT n FROM pairs WHERE a = ${a} AND n >= ${n} ORDER BY n`)
+      let built = 0
+      const kept = read.prepare((a: string, n: number) => {
+        built++
+        return sql<{ n: number }>`SELECT n FROM pairs WHERE a = ${a} AND n >= ${n} ORDER BY n`
+      })
       // One value in two places, or the values in another order: the stand-ins do not come back in
       // their places, so each call builds its statement.
       const twice = read.prepare((a: string) => sql<{ n: number }>`SELECT n FROM pairs WHERE a = ${a} OR (a = ${a} AND n < 0) ORDER BY n`)
       const swapped = read.prepare((n: number, a: string) => sql<{ n: number }>`SELECT n FROM pairs WHERE a = ${a} AND n >= ${n} ORDER BY n`)
       expect(yield* kept("x", 2)).toEqual([{ n: 3 }])
       expect(yield* kept("y", 0)).toEqual([{ n: 2 }])
+      // Built once, with the stand-ins, and never again.
+      expect(built).toBe(1)
       expect(yield* twice("x")).toEqual([{ n: 1 }, { n: 3 }])
       expect(yield* twice("y")).toEqual([{ n: 2 }])
       expect(yield* swapped(2, "x")).toEqual([{ n: 3 }])

@@ -34,8 +34,10 @@ export class DatabaseFile extends Context.Tag("Database/DatabaseFile")<DatabaseF
  * statement needs none of the client's connection handling (its scope, lock and span were a
  * third of a fresh activation's Effect operations). Its text is compiled once: `make` is called
  * with stand-ins, and when each comes back as the parameter in its place, the text is kept and
- * each call passes its values in their places (otherwise each call builds its statement). On
- * PostgreSQL, the pool: a statement outside a transaction sees only what is committed.
+ * each call passes its values in their places (otherwise each call builds its statement). So
+ * `make` must only interpolate its arguments as values: a text that depended on them (a branch
+ * on one) would be kept as the stand-ins made it. On PostgreSQL, the pool: a statement outside a
+ * transaction sees only what is committed.
  */
 export class ReadSql extends Context.Tag("Database/ReadSql")<ReadSql, {
   readonly prepare: <Args extends ReadonlyArray<string | number>, A extends object>(

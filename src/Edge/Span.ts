@@ -1,8 +1,10 @@
 import { Effect, FiberRef, identity } from "effect"
 
 /**
- * Whether tracing is on (`OTEL_EXPORTER_OTLP_ENDPOINT` set) for what is being built: read once,
- * when a layer is built (the wiring sets tracing up before the services).
+ * Whether the fiber building a layer has tracing on: read once, when the layer is built. The
+ * server sets tracing up before its services (`App.ts`), and it is on there only with
+ * `OTEL_EXPORTER_OTLP_ENDPOINT` set; elsewhere (the key commands, tests) it is Effect's default, on,
+ * with Effect's own tracer, which exports nothing.
  */
 export const tracing: Effect.Effect<boolean> = FiberRef.get(FiberRef.currentTracerEnabled)
 
