@@ -9,6 +9,7 @@ import { makeAccessLog, makeRefusalTally, requestIdOf } from "./AccessLog.ts"
 import { docsPage, documentRoutes, openApiDocument, type PreparedDocument } from "./Documents.ts"
 import type { Exchange, Handler, Handlers, Reply } from "./Exchange.ts"
 import { errorReply, makeRenderer, toWebResponse } from "./Render.ts"
+import { tracing } from "./Span.ts"
 import { makeFallback, type Route, routesOf } from "./Router.ts"
 
 /** How long in-flight requests may take to finish after SIGTERM before their connections are closed. */
@@ -110,7 +111,7 @@ export const makeEdge = Effect.gen(function*() {
     ...(docsEnabled ? [{ method: "GET", path: documentRoutes.docs, handler: serveDocument(docs) }] : [])
   ]
   const fallback = makeFallback(routes)
-  const traced = yield* FiberRef.get(FiberRef.currentTracerEnabled)
+  const traced = yield* tracing
   // Decided once: below LOG_LEVEL=info no access-log line is built at all.
   const accessLogged = traced || LogLevel.lessThanEqual(yield* FiberRef.get(FiberRef.currentMinimumLogLevel), LogLevel.Info)
   const withAccessLog = yield* makeAccessLog(traced)
