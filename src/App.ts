@@ -1,12 +1,13 @@
-import { Layer } from "effect"
+import { Effect, Layer } from "effect"
 import { Activations } from "./Activations.ts"
 import { ActivationsRepo } from "./Activations/ActivationsRepo.ts"
 import { ApiKeys } from "./ApiKeys.ts"
 import { ApiKeysRepo } from "./ApiKeys/ApiKeysRepo.ts"
 import { Authentication } from "./ApiKeys/Authentication.ts"
-import { AppConfig } from "./Config.ts"
+import { AppConfig, checkedFirst, KeysConfig, ServeConfig } from "./Config.ts"
 import { GroupCommit } from "./Database/GroupCommit.ts"
-import { SqlLive, SqlServerLive } from "./Database/Sql.ts"
+import { DatabaseInUse, SqlLive, SqlServerLive } from "./Database/Sql.ts"
+import { logAtStart } from "./Logging.ts"
 import { WebServerLive } from "./Edge/WebServer.ts"
 import { Idempotency } from "./Idempotency.ts"
 import { IdempotencyRepo } from "./Idempotency/IdempotencyRepo.ts"
@@ -29,11 +30,24 @@ export const ServicesLive = Layer.mergeAll(Authentication.Live, Activations.Live
   Layer.provideMerge(Layer.mergeAll(Ids.Live, AppConfig.Live))
 )
 
+/** The start-up log names the database in use, and what this start created of it (README, Configuration). */
+const DatabaseAnnounced = Layer.effectDiscard(Effect.flatMap(DatabaseInUse, ({ created, createdDirectory, name }) =>
+  logAtStart(created ? "created a new database" : "database", {
+    database: name,
+    ...(createdDirectory === undefined ? {} : { createdDirectory })
+  })))
+
 /** The HTTP server: the API on Bun, with the services it needs. */
 export const ServerLive = WebServerLive.pipe(
-  Layer.provide(ServicesLive),
-  Layer.provide(TracingLive)
+  Layer.provide(DatabaseAnnounced.pipe(Layer.provideMerge(ServicesLive))),
+  Layer.provide(TracingLive),
+  checkedFirst(ServeConfig)
 )
 
 /** The key store alone, for the key commands (and the tests) that share the server's database. */
-export const KeysLive = ApiKeys.Live.pipe(Layer.provide(ApiKeysRepo.Live), Layer.provide(SqlLive), Layer.provide(Ids.Live))
+export const KeysLive = ApiKeys.Live.pipe(
+  Layer.provide(ApiKeysRepo.Live),
+  Layer.provide(SqlLive),
+  Layer.provide(Ids.Live),
+  checkedFirst(KeysConfig)
+)

@@ -1,4 +1,5 @@
-import { Config, Context, Data, Duration, Effect, Layer, LogLevel, Option, Redacted } from "effect"
+import { Config, ConfigError, Context, Data, Duration, Effect, Either, Layer, LogLevel, Option, Redacted } from "effect"
+import { resolve } from "node:path"
 
 /**
  * A configured value that cannot be used: the database path, the address or the port. The
@@ -9,24 +10,45 @@ export class StartupError extends Data.TaggedError("StartupError")<{
   readonly message: string
 }> {}
 
-const positiveInt = (name: string, fallback: number) =>
-  Config.integer(name).pipe(
-    Config.validate({ message: "Expected a whole number greater than 0", validation: (n) => n > 0 }),
-    Config.withDefault(fallback)
+/**
+ * One environment variable: unset, its default; set, `parse` gives its value or what is wrong
+ * with it, and the failure is the whole sentence the operator reads (README, Configuration):
+ * `NAME=value: what is wrong; what to do.` A variable that may hold a password (`secret`) is
+ * named without its value: `NAME is what is wrong; what to do.`
+ */
+const variable = <A>(name: string, options: {
+  readonly fallback: A
+  readonly parse: (text: string) => Either.Either<A, string>
+  readonly secret?: boolean
+}): Config.Config<A> =>
+  Config.string(name).pipe(
+    Config.option,
+    Config.mapOrFail(Option.match({
+      onNone: () => Either.right(options.fallback),
+      onSome: (text) =>
+        Either.mapLeft(options.parse(text), (problem) =>
+          ConfigError.InvalidData([], `${name}${options.secret === true ? " " : `=${shown(text)}: `}${problem}.`))
+    }))
   )
 
-/** Where the data lives: a SQLite file (the embedded default), or a PostgreSQL server shared by instances. */
-export type DatabaseTarget =
-  | { readonly _tag: "sqlite"; readonly filename: string }
-  | {
-    readonly _tag: "postgres"
-    readonly url: Redacted.Redacted<string>
-    /** The URL with its password hidden, for messages and logs. */
-    readonly display: string
-    readonly poolSize: number
-  }
+/** A value as a message shows it: as typed, unless it has characters a terminal would act on. */
+const shown = (text: string) => /^[\x20-\x7e]*$/.test(text) ? text : JSON.stringify(text)
 
-const isPostgresUrl = (url: string) => /^postgres(ql)?:\/\//i.test(url.trim())
+const wholeNumber = (text: string): number | undefined => /^\s*\d+\s*$/.test(text) ? Number(text) : undefined
+
+const decimal = (text: string): number | undefined =>
+  /^\s*(\d+(\.\d*)?|\.\d+)\s*$/.test(text) ? Number(text) : undefined
+
+const positiveInt = (name: string, fallback: number) =>
+  variable(name, {
+    fallback,
+    parse: (text) => {
+      const n = wholeNumber(text)
+      return n !== undefined && n > 0
+        ? Either.right(n)
+        : Either.left(`not a whole number above 0; give one, or leave it unset for ${fallback}`)
+    }
+  })
 
 /** Whether `text` is a URL of a protocol `protocol` matches that names a host. */
 const isUrlWithHost = (text: string, protocol: RegExp) => {
@@ -52,66 +74,150 @@ const withoutPassword = (url: string): string => {
   }
 }
 
-/** DATABASE_URL: `postgres://…` or `postgresql://…`, else a file path with an optional `sqlite:` prefix. */
-const withoutScheme = (url: string) => url.replace(/^sqlite:(\/\/)?/, "")
-// A string, redacted only once validated: a failed validation of Config.redacted names no variable.
-const databaseUrl = Config.string("DATABASE_URL").pipe(
-  Config.validate({
-    message: "Expected a SQLite file path or a postgres:// URL",
-    validation: (text) =>
-      isPostgresUrl(text) ? isUrlWithHost(text, /^postgres(ql)?:$/i) : withoutScheme(text).trim().length > 0
-  }),
-  Config.withDefault("data/campaign-api.sqlite")
+/** Where the data lives: a SQLite file (the embedded default), or a PostgreSQL server shared by instances. */
+export type DatabaseTarget =
+  | { readonly _tag: "sqlite"; readonly filename: string }
+  | {
+    readonly _tag: "postgres"
+    readonly url: Redacted.Redacted<string>
+    /** The URL with its password hidden, for messages and logs. */
+    readonly display: string
+    readonly poolSize: number
+  }
+
+const defaultDatabase = "data/campaign-api.sqlite"
+const databaseChoices = "a SQLite file path (sqlite: prefix allowed), or a postgres:// or postgresql:// URL"
+
+/**
+ * DATABASE_URL. Whatever begins with a URL scheme (`letters:`) is read as a URL and only
+ * `sqlite:`, `postgres:` and `postgresql:` are taken: a typo such as `postgress://` must stop the
+ * start, not become a SQLite file named after the URL, its password in a directory name. A file
+ * whose name has a colon before any slash is written `./name`. Never shown with its value: it
+ * may carry a password.
+ */
+const databaseUrl = variable<{ readonly _tag: "sqlite"; readonly filename: string } | { readonly _tag: "postgres"; readonly url: string }>(
+  "DATABASE_URL",
+  {
+    secret: true,
+    fallback: { _tag: "sqlite", filename: defaultDatabase },
+    parse: (raw) => {
+      const text = raw.trim()
+      if (text === "") return Either.left(`is empty; give ${databaseChoices}, or leave it unset for ${defaultDatabase}`)
+      const scheme = /^([A-Za-z][A-Za-z0-9+.-]*):/.exec(text)?.[1]?.toLowerCase()
+      if (scheme === undefined) return Either.right({ _tag: "sqlite", filename: raw })
+      if (scheme === "sqlite") {
+        const filename = text.replace(/^sqlite:(\/\/)?/i, "")
+        return filename.trim() === ""
+          ? Either.left("names no file after sqlite:; give the SQLite file's path, e.g. sqlite:/var/lib/campaign-api/data.sqlite")
+          : Either.right({ _tag: "sqlite", filename })
+      }
+      if (scheme === "postgres" || scheme === "postgresql") {
+        return isUrlWithHost(text, /^postgres(ql)?:$/i)
+          ? Either.right({ _tag: "postgres", url: text })
+          : Either.left("is a PostgreSQL URL without a host; write it as postgres://user:password@host:5432/database")
+      }
+      return Either.left(`has the scheme "${scheme}:", which this service does not take; use ${databaseChoices}`)
+    }
+  }
 )
 
 export const DatabaseConfig: Config.Config<DatabaseTarget> = Config.all({
   url: databaseUrl,
   // One connection holds the migration lock while the migrations run on another.
-  poolSize: Config.integer("DATABASE_POOL_MAX").pipe(
-    Config.validate({ message: "Expected a whole number of at least 2", validation: (n) => n >= 2 }),
-    Config.withDefault(10)
-  )
-}).pipe(Config.map(({ poolSize, url: text }): DatabaseTarget => {
-  return isPostgresUrl(text)
-    ? { _tag: "postgres", url: Redacted.make(text.trim()), display: withoutPassword(text.trim()), poolSize }
-    : { _tag: "sqlite", filename: withoutScheme(text) }
-}))
+  poolSize: variable("DATABASE_POOL_MAX", {
+    fallback: 10,
+    parse: (text) => {
+      const n = wholeNumber(text)
+      return n !== undefined && n >= 2
+        ? Either.right(n)
+        : Either.left("not a whole number of at least 2 (one connection holds the migration lock); leave it unset for 10")
+    }
+  })
+}).pipe(Config.map(({ poolSize, url }): DatabaseTarget =>
+  url._tag === "postgres"
+    ? { _tag: "postgres", url: Redacted.make(url.url), display: withoutPassword(url.url), poolSize }
+    : url
+))
+
+/**
+ * The database as the start-up log and the key commands name it: the SQLite file's absolute path
+ * (a relative DATABASE_URL is taken from the working directory), or PostgreSQL's host, port and
+ * database, never a user or password.
+ */
+export const databaseName = (target: DatabaseTarget): string => {
+  if (target._tag === "sqlite") return target.filename === ":memory:" ? ":memory:" : resolve(target.filename)
+  const url = new URL(Redacted.value(target.url))
+  return `postgres://${url.host}${url.pathname === "" ? "/" : url.pathname}`
+}
 
 /** REDIS_URL: the rate limiter's shared store; unset (or empty) keeps the budgets in this process's memory. */
-export const RedisConfig = Config.string("REDIS_URL").pipe(
-  Config.validate({
-    message: "Expected a redis:// or rediss:// URL",
-    validation: (url) => url.trim() === "" || isUrlWithHost(url, /^rediss?:$/)
-  }),
-  // After the validation: a failed validation of a defaulted Config names no variable.
-  Config.withDefault(""),
-  Config.map((url) => url.trim() === "" ? Option.none() : Option.some(Redacted.make(url.trim())))
-)
+export const RedisConfig = variable<Option.Option<Redacted.Redacted<string>>>("REDIS_URL", {
+  secret: true,
+  fallback: Option.none(),
+  parse: (text) =>
+    text.trim() === ""
+      ? Either.right(Option.none())
+      : isUrlWithHost(text, /^rediss?:$/)
+      ? Either.right(Option.some(Redacted.make(text.trim())))
+      : Either.left("is not a redis:// or rediss:// URL with a host; correct it, or leave it unset to keep rate limits in memory")
+})
 
 export const ServerConfig = Config.all({
   // 0 asks the system for a free port (the tests use it); the address is logged at start.
-  port: Config.string("PORT").pipe(
-    Config.validate({
-      message: "Expected a port number from 0 to 65535",
-      validation: (text) => /^\d{1,5}$/.test(text.trim()) && Number(text) <= 65535
-    }),
-    Config.map(Number),
-    Config.withDefault(3000)
-  ),
-  host: Config.string("HOST").pipe(
-    Config.validate({ message: "Expected a host name or address", validation: (h) => h.trim().length > 0 }),
-    Config.withDefault("0.0.0.0")
-  )
+  port: variable("PORT", {
+    fallback: 3000,
+    parse: (text) => {
+      const n = /^\s*\d{1,5}\s*$/.test(text) ? Number(text) : undefined
+      return n !== undefined && n <= 65535
+        ? Either.right(n)
+        : Either.left("not a port number; use one from 0 to 65535 (0 picks a free port)")
+    }
+  }),
+  host: variable("HOST", {
+    fallback: "0.0.0.0",
+    parse: (text) =>
+      text.trim() === ""
+        ? Either.left("names no address; use 0.0.0.0 (every interface), 127.0.0.1 or one of this machine's addresses")
+        : Either.right(text)
+  })
 })
 
+const seconds = (name: string, options: { readonly fallback: number; readonly max: number }) =>
+  variable(name, {
+    fallback: Duration.seconds(options.fallback),
+    parse: (text) => {
+      const n = decimal(text)
+      return n !== undefined && n <= options.max
+        ? Either.right(Duration.millis(Math.round(n * 1000)))
+        : Either.left(`not a number of seconds from 0 to ${options.max}; leave it unset for ${options.fallback}`)
+    }
+  })
+
+/**
+ * SHUTDOWN_DELAY_SECONDS: after SIGTERM, how long requests are still served (each answer closing
+ * its connection, `/readyz` 503) before the listener closes, so a load balancer moves traffic away
+ * first (README, Operating it: Shutdown).
+ */
+export const ShutdownConfig = seconds("SHUTDOWN_DELAY_SECONDS", { fallback: 5, max: 300 })
+
+const booleans: Record<string, boolean> = { true: true, yes: true, on: true, 1: true, false: false, no: false, off: false, 0: false }
+
 export const EdgeConfig = Config.all({
-  docsEnabled: Config.boolean("DOCS_ENABLED").pipe(Config.withDefault(true)),
+  docsEnabled: variable("DOCS_ENABLED", {
+    fallback: true,
+    parse: (text) => {
+      const value = booleans[text.trim().toLowerCase()]
+      return value === undefined ? Either.left("neither true nor false") : Either.right(value)
+    }
+  }),
   /** The base URL the OpenAPI document names in `servers`; by default this server on localhost. */
-  publicUrl: Config.option(
-    Config.url("PUBLIC_URL").pipe(
-      Config.validate({ message: "Expected an http or https URL", validation: (url) => /^https?:$/.test(url.protocol) })
-    )
-  )
+  publicUrl: variable<Option.Option<URL>>("PUBLIC_URL", {
+    fallback: Option.none(),
+    parse: (text) =>
+      isUrlWithHost(text, /^https?:$/)
+        ? Either.right(Option.some(new URL(text.trim())))
+        : Either.left("not an http:// or https:// URL; give the base URL clients call, e.g. https://api.example.com")
+  })
 })
 
 const logLevels: Record<string, LogLevel.LogLevel> = {
@@ -126,16 +232,47 @@ const logLevels: Record<string, LogLevel.LogLevel> = {
   none: LogLevel.None
 }
 
-const levelName = (name: string) => name.trim().toLowerCase()
+export const LogLevelConfig = variable("LOG_LEVEL", {
+  fallback: LogLevel.Info,
+  parse: (text) => {
+    const level = logLevels[text.trim().toLowerCase()]
+    return level === undefined
+      ? Either.left(`not a log level; use one of ${Object.keys(logLevels).join(", ")}`)
+      : Either.right(level)
+  }
+})
 
-export const LogLevelConfig = Config.string("LOG_LEVEL").pipe(
-  Config.validate({
-    message: `Expected one of ${Object.keys(logLevels).join(", ")}`,
-    validation: (name) => levelName(name) in logLevels
+/** OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_SERVICE_NAME: spans go out only when the endpoint is set. */
+export const TracingConfig = Config.all({
+  // OpenTelemetry reads an empty variable as unset. Never shown: a collector URL may carry a token.
+  endpoint: variable<Option.Option<URL>>("OTEL_EXPORTER_OTLP_ENDPOINT", {
+    secret: true,
+    fallback: Option.none(),
+    parse: (text) =>
+      text.trim() === ""
+        ? Either.right(Option.none())
+        : isUrlWithHost(text, /^https?:$/)
+        ? Either.right(Option.some(new URL(text.trim())))
+        : Either.left("is not an http:// or https:// URL; give the OTLP/HTTP collector's base URL, or leave it unset for no tracing")
   }),
-  Config.withDefault("info"),
-  Config.map((name) => logLevels[levelName(name)]!)
-)
+  serviceName: variable("OTEL_SERVICE_NAME", { fallback: "campaign-api", parse: Either.right })
+})
+
+const RateLimitConfig = Config.all({
+  max: positiveInt("RATE_LIMIT_MAX", 120),
+  windowSeconds: positiveInt("RATE_LIMIT_WINDOW_SECONDS", 60)
+})
+
+// Fractions are allowed (0.01 is 36 s): the soak test needs a TTL of seconds.
+const IdempotencyTtlConfig = variable("IDEMPOTENCY_TTL_HOURS", {
+  fallback: Duration.hours(24),
+  parse: (text) => {
+    const hours = decimal(text)
+    return hours !== undefined && hours * 3_600_000 >= 1000
+      ? Either.right(Duration.millis(Math.round(hours * 3_600_000)))
+      : Either.left("not a number of hours of at least one second (0.0003); leave it unset for 24")
+  }
+})
 
 export class AppConfig extends Context.Tag("Config/AppConfig")<AppConfig, {
   readonly rateLimit: { readonly max: number; readonly window: Duration.Duration }
@@ -143,21 +280,45 @@ export class AppConfig extends Context.Tag("Config/AppConfig")<AppConfig, {
 }>() {
   static readonly Live = Layer.effect(
     AppConfig,
-    Effect.gen(function*() {
-      const max = yield* positiveInt("RATE_LIMIT_MAX", 120)
-      const windowSeconds = yield* positiveInt("RATE_LIMIT_WINDOW_SECONDS", 60)
-      // Fractions are allowed (0.01 is 36 s): the soak test needs a TTL of seconds.
-      const ttlHours = yield* Config.number("IDEMPOTENCY_TTL_HOURS").pipe(
-        Config.validate({
-          message: "Expected a number of hours of at least one second (0.0003)",
-          validation: (n) => n * 3_600_000 >= 1000
-        }),
-        Config.withDefault(24)
-      )
-      return {
-        rateLimit: { max, window: Duration.seconds(windowSeconds) },
-        idempotencyTtl: Duration.millis(Math.round(ttlHours * 3_600_000))
-      }
-    })
+    Effect.map(Config.all([RateLimitConfig, IdempotencyTtlConfig]), ([{ max, windowSeconds }, idempotencyTtl]) => ({
+      rateLimit: { max, window: Duration.seconds(windowSeconds) },
+      idempotencyTtl
+    }))
   )
+}
+
+/**
+ * Every variable a command reads, read together before anything starts: a start with three bad
+ * values names all three, not the first one each time (README, Configuration).
+ */
+export const ServeConfig = Config.all([
+  ServerConfig,
+  DatabaseConfig,
+  RedisConfig,
+  EdgeConfig,
+  LogLevelConfig,
+  TracingConfig,
+  RateLimitConfig,
+  IdempotencyTtlConfig,
+  ShutdownConfig
+])
+
+/** What the key commands read: the server's database, and the log level. */
+export const KeysConfig = Config.all([DatabaseConfig, LogLevelConfig])
+
+/** `layer`, built only once every variable of `config` is good. */
+export const checkedFirst = (config: Config.Config<unknown>) => <A, E, R>(layer: Layer.Layer<A, E, R>) =>
+  Layer.unwrapEffect(Effect.as(config, layer))
+
+/** Each sentence of a configuration error, once: one per bad variable. */
+export const configProblems = (error: ConfigError.ConfigError): ReadonlyArray<string> => {
+  const sentences = ConfigError.reduceWithContext(error, undefined, {
+    andCase: (_, left: ReadonlyArray<string>, right: ReadonlyArray<string>) => [...left, ...right],
+    orCase: (_, left: ReadonlyArray<string>, right: ReadonlyArray<string>) => [...left, ...right],
+    invalidDataCase: (_, path, message) => [path.length === 0 ? message : `${path.join(".")}: ${message}`],
+    missingDataCase: (_, path, message) => [`${path.join(".")}: ${message}`],
+    sourceUnavailableCase: (_, path, message) => [`${path.join(".")}: ${message}`],
+    unsupportedCase: (_, path, message) => [`${path.join(".")}: ${message}`]
+  })
+  return [...new Set(sentences)]
 }

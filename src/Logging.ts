@@ -1,4 +1,4 @@
-import { Cause, Effect, FiberId, FiberRef, HashMap, Inspectable, Layer, List, Logger, type LogSpan } from "effect"
+import { Cause, Config, Effect, FiberId, FiberRef, HashMap, Inspectable, Layer, List, Logger, LogLevel, type LogSpan } from "effect"
 import { writeSync } from "node:fs"
 import { LogLevelConfig } from "./Config.ts"
 import { type AccessLogFields, AccessLogOutput, withAccessLogFields } from "./Edge/AccessLog.ts"
@@ -149,7 +149,9 @@ const accessLines = AccessLogOutput.of((fiber, fields) =>
  * is one line of JSON): JSON lines for machines, pretty lines on a terminal.
  */
 export const LoggingLive = Layer.unwrapEffect(
-  Effect.map(LogLevelConfig, (level) =>
+  // A bad LOG_LEVEL is named with every other bad value by the command's own check (Config.ts):
+  // until then, lines are logged at info.
+  Effect.map(Config.orElse(LogLevelConfig, () => Config.succeed(LogLevel.Info)), (level) =>
     Layer.merge(
       Logger.minimumLogLevel(level),
       process.stderr.isTTY
@@ -157,3 +159,14 @@ export const LoggingLive = Layer.unwrapEffect(
         : Layer.merge(Logger.replace(Logger.defaultLogger, jsonLines), Layer.succeed(AccessLogOutput, accessLines))
     ))
 )
+
+/**
+ * A start-up line an operator needs whatever LOG_LEVEL says short of `none` (the address listened
+ * on, the database in use): logged at info even when the level is above it.
+ */
+export const logAtStart = (message: string, annotations: Record<string, unknown>) =>
+  Effect.flatMap(FiberRef.get(FiberRef.currentMinimumLogLevel), (level) =>
+    Effect.logInfo(message).pipe(
+      Effect.annotateLogs(annotations),
+      Logger.withMinimumLogLevel(level._tag === "None" ? level : LogLevel.Info)
+    ))

@@ -4,6 +4,7 @@ import { BunContext, BunRuntime } from "@effect/platform-bun"
 import { Console, Effect, Layer } from "effect"
 import * as ConfigError from "effect/ConfigError"
 import { cli, CliConsole } from "./Cli.ts"
+import { configProblems } from "./Config.ts"
 import { LoggingLive } from "./Logging.ts"
 
 cli(process.argv).pipe(
@@ -13,8 +14,9 @@ cli(process.argv).pipe(
   Effect.withConsole(Effect.runSync(CliConsole(process.argv))),
   // @effect/cli has already printed what was wrong with the command line: exit 2, as usage errors do.
   Effect.catchIf(ValidationError.isValidationError, () => Effect.sync(() => process.exit(2))),
+  // Every bad variable at once, one sentence each (README, Configuration).
   Effect.catchIf(ConfigError.isConfigError, (error) =>
-    Effect.zipRight(Console.error(`Invalid configuration: ${error}`), Effect.sync(() => process.exit(78)))),
+    Effect.zipRight(Console.error(configProblems(error).join("\n")), Effect.sync(() => process.exit(78)))),
   // A configured path, address or port that cannot be used: one sentence naming it, exit 78 too.
   Effect.catchTag("StartupError", (error) =>
     Effect.zipRight(Console.error(error.message), Effect.sync(() => process.exit(78)))),

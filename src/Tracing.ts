@@ -2,7 +2,8 @@
 import * as OtlpSerialization from "@effect/opentelemetry/OtlpSerialization"
 import * as OtlpTracer from "@effect/opentelemetry/OtlpTracer"
 import { FetchHttpClient } from "@effect/platform"
-import { Config, Effect, Layer, Option } from "effect"
+import { Effect, Layer, Option } from "effect"
+import { TracingConfig } from "./Config.ts"
 import { version } from "./Version.ts"
 
 /**
@@ -11,15 +12,10 @@ import { version } from "./Version.ts"
  */
 export const TracingLive = Layer.unwrapEffect(
   Effect.gen(function*() {
-    // OpenTelemetry reads an empty variable as unset.
-    const configured = yield* Config.string("OTEL_EXPORTER_OTLP_ENDPOINT").pipe(Config.withDefault(""))
-    const endpoint = configured.trim() === ""
-      ? Option.none()
-      : Option.some(yield* Config.url("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    const { endpoint, serviceName } = yield* TracingConfig
     if (Option.isNone(endpoint)) {
       return Layer.setTracerEnabled(false)
     }
-    const serviceName = yield* Config.string("OTEL_SERVICE_NAME").pipe(Config.withDefault("campaign-api"))
     return OtlpTracer.layer({
       url: new URL("v1/traces", endpoint.value.href.endsWith("/") ? endpoint.value : `${endpoint.value.href}/`).href,
       resource: { serviceName, serviceVersion: version }

@@ -2,9 +2,9 @@ import { BunContext } from "@effect/platform-bun"
 import { SqlClient } from "@effect/sql"
 import { PgClient, PgMigrator } from "@effect/sql-pg"
 import { Duration, Effect, Layer } from "effect"
-import { type DatabaseTarget, StartupError } from "../Config.ts"
+import { databaseName, type DatabaseTarget, StartupError } from "../Config.ts"
 import { migrations } from "./migrations/index.ts"
-import { DatabaseFile, ReadSql } from "./Services.ts"
+import { DatabaseFile, DatabaseInUse, ReadSql } from "./Services.ts"
 
 type PostgresTarget = Extract<DatabaseTarget, { _tag: "postgres" }>
 
@@ -53,7 +53,8 @@ export const layer = (target: PostgresTarget) => {
   return Layer.mergeAll(
     MigratorLive,
     Layer.succeed(ReadSql, ReadSql.asIs),
-    Layer.succeed(DatabaseFile, DatabaseFile.none)
+    Layer.succeed(DatabaseFile, DatabaseFile.none),
+    Layer.succeed(DatabaseInUse, { name: databaseName(target), created: false, createdDirectory: undefined })
   ).pipe(Layer.provideMerge(client))
 }
 

@@ -23,6 +23,17 @@ export class DatabaseFile extends Context.Tag("Database/DatabaseFile")<DatabaseF
 }
 
 /**
+ * Which database this process opened, as the start-up log names it (README, Configuration): the
+ * SQLite file's absolute path or PostgreSQL's host and database, never a password; and whether
+ * the SQLite file (`created`) and its directory (`createdDirectory`) were made by this start.
+ */
+export class DatabaseInUse extends Context.Tag("Database/DatabaseInUse")<DatabaseInUse, {
+  readonly name: string
+  readonly created: boolean
+  readonly createdDirectory: string | undefined
+}>() {}
+
+/**
  * Reads that must see only committed rows (the idempotency lookup): `prepare(make)` gives a
  * function that runs the statement `make` builds with the main client's `sql` on a connection
  * outside every transaction.

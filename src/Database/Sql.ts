@@ -4,7 +4,7 @@ import * as Postgres from "./Postgres.ts"
 import { busyTimeout } from "./Services.ts"
 import * as Sqlite from "./Sqlite.ts"
 
-export { busyTimeout, DatabaseFile, ReadSql } from "./Services.ts"
+export { busyTimeout, DatabaseFile, DatabaseInUse, ReadSql } from "./Services.ts"
 
 const makeSqlLive = (busyTimeoutMs: number) =>
   Layer.unwrapEffect(Effect.map(DatabaseConfig, (target) =>

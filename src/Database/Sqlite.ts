@@ -5,9 +5,9 @@ import { SqlError } from "@effect/sql/SqlError"
 import { SqliteClient, SqliteMigrator } from "@effect/sql-sqlite-bun"
 import { Effect, Layer } from "effect"
 import { chmodSync, closeSync, mkdirSync, openSync, readSync, statSync, watch } from "node:fs"
-import { basename, dirname } from "node:path"
+import { basename, dirname, resolve } from "node:path"
 import { StartupError } from "../Config.ts"
-import { DatabaseFile, ReadSql } from "./Services.ts"
+import { DatabaseFile, DatabaseInUse, ReadSql } from "./Services.ts"
 import { migrations } from "./migrations/index.ts"
 import { databaseError } from "./SqlErrors.ts"
 import { tracing } from "../Edge/Span.ts"
@@ -36,16 +36,19 @@ const unusable = (filename: string, why: string, fix: string) =>
  */
 const createPrivateFile = (filename: string) =>
   Effect.try({
-    try: () => {
-      if (filename === ":memory:") return
+    try: (): typeof DatabaseInUse.Service => {
+      const name = filename === ":memory:" ? filename : resolve(filename)
+      if (filename === ":memory:") return { name, created: false, createdDirectory: undefined }
       const existing = statSync(filename, { throwIfNoEntry: false })
       if (existing?.isDirectory()) throw unusable(filename, "is a directory", "give the path of a database file in it")
       if (existing !== undefined && !looksLikeDatabase(filename)) {
         throw unusable(filename, "is not a SQLite database", "point it at this service's database or at a new path")
       }
-      mkdirSync(dirname(filename), { recursive: true })
+      // A missing directory is made, and the start-up log says so (README, Configuration).
+      const createdDirectory = mkdirSync(dirname(name), { recursive: true })
       closeSync(openSync(filename, "a", 0o600))
       chmodSync(filename, 0o600)
+      return { name, created: existing === undefined, createdDirectory }
     },
     catch: (error) =>
       error instanceof StartupError
@@ -115,14 +118,17 @@ const databaseFile = (filename: string) =>
 const makeClient = (filename: string, busyTimeoutMs: number) =>
   Layer.unwrapEffect(
     Effect.gen(function*() {
-      yield* createPrivateFile(filename)
+      const inUse = yield* createPrivateFile(filename)
       const tune = Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         yield* sql.unsafe(`PRAGMA busy_timeout = ${busyTimeoutMs}`)
         // WAL (set by the client) with FULL syncs the log on every commit: an acknowledged activation survives power loss.
         yield* sql.unsafe("PRAGMA synchronous = FULL")
       })
-      return SqliteClient.layer({ filename }).pipe(Layer.tap((context) => Effect.provide(tune, context)))
+      return SqliteClient.layer({ filename }).pipe(
+        Layer.tap((context) => Effect.provide(tune, context)),
+        Layer.merge(Layer.succeed(DatabaseInUse, inUse))
+      )
     })
   )
 

@@ -1,0 +1,117 @@
+import { describe, expect, it } from "@effect/vitest"
+import { ConfigProvider, Effect, Either } from "effect"
+import { existsSync } from "node:fs"
+import { dirname, join, relative } from "node:path"
+import { configProblems, databaseName, DatabaseConfig, KeysConfig, ServeConfig } from "../src/Config.ts"
+import { logLines } from "./support/telemetry.ts"
+import { root, runCli, startServer, tempDatabase } from "./support/server.ts"
+
+/** What reading `config` from exactly these variables says: its value, or one sentence per bad variable. */
+const read = <A>(config: Effect.Effect<A, unknown>, variables: Record<string, string>) =>
+  Effect.runSync(Effect.either(Effect.withConfigProvider(config, ConfigProvider.fromMap(new Map(Object.entries(variables)))))).pipe(
+    Either.mapLeft((error) => configProblems(error as Parameters<typeof configProblems>[0]))
+  )
+
+describe("configuration (README, Configuration)", () => {
+  it.each([
+    ["PORT", "abc", "PORT=abc: not a port number; use one from 0 to 65535 (0 picks a free port)."],
+    ["PORT", "70000", "PORT=70000: not a port number; use one from 0 to 65535 (0 picks a free port)."],
+    ["RATE_LIMIT_MAX", "0", "RATE_LIMIT_MAX=0: not a whole number above 0; give one, or leave it unset for 120."],
+    ["LOG_LEVEL", "verbose", "LOG_LEVEL=verbose: not a log level; use one of all, trace, debug, info, warn, warning, error, fatal, none."],
+    ["PUBLIC_URL", "localhost:3000", "PUBLIC_URL=localhost:3000: not an http:// or https:// URL; give the base URL clients call, e.g. https://api.example.com."],
+    ["DATABASE_URL", "", "DATABASE_URL is empty; give a SQLite file path (sqlite: prefix allowed), or a postgres:// or postgresql:// URL, or leave it unset for data/campaign-api.sqlite."],
+    ["SHUTDOWN_DELAY_SECONDS", "soon", "SHUTDOWN_DELAY_SECONDS=soon: not a number of seconds from 0 to 300; leave it unset for 5."],
+    ["DOCS_ENABLED", "maybe", "DOCS_ENABLED=maybe: neither true nor false."],
+    ["HOST", " ", "HOST= : names no address; use 0.0.0.0 (every interface), 127.0.0.1 or one of this machine's addresses."]
+  ])("%s=%j is one sentence naming the variable, its value and what to do", (name, value, sentence) => {
+    expect(read(ServeConfig, { [name]: value })).toEqual(Either.left([sentence]))
+  })
+
+  it("names every bad variable at once, one sentence each", () => {
+    const problems = read(ServeConfig, {
+      PORT: "abc",
+      RATE_LIMIT_MAX: "0",
+      LOG_LEVEL: "verbose",
+      DATABASE_URL: "",
+      PUBLIC_URL: "localhost:3000",
+      REDIS_URL: "http://127.0.0.1:6379"
+    })
+    expect(Either.isLeft(problems) && [...problems.left].map((line) => line.split(/[= ]/)[0]).sort()).toEqual(
+      ["DATABASE_URL", "LOG_LEVEL", "PORT", "PUBLIC_URL", "RATE_LIMIT_MAX", "REDIS_URL"]
+    )
+  })
+
+  it.each([
+    "postgress://app:s3cret-word@127.0.0.1:5432/campaigns",
+    "mysql://app:s3cret-word@127.0.0.1:3306/campaigns",
+    "POSTGRESS://app:s3cret-word@db/campaigns",
+    "file:s3cret-word.sqlite",
+    "postgres:///s3cret-word"
+  ])("a DATABASE_URL of another scheme or without a host is refused, never taken as a file name: %s", (url) => {
+    const problems = read(KeysConfig, { DATABASE_URL: url })
+    expect(problems).toEqual(Either.left([expect.stringMatching(/^DATABASE_URL (has the scheme|is a PostgreSQL URL without a host)/)]))
+    expect(JSON.stringify(problems)).not.toContain("s3cret-word")
+  })
+
+  it.each([
+    ["data/campaign-api.sqlite", { _tag: "sqlite", filename: "data/campaign-api.sqlite" }],
+    ["sqlite:data/x.sqlite", { _tag: "sqlite", filename: "data/x.sqlite" }],
+    ["sqlite:///var/lib/x.sqlite", { _tag: "sqlite", filename: "/var/lib/x.sqlite" }],
+    ["./name:with-colon.sqlite", { _tag: "sqlite", filename: "./name:with-colon.sqlite" }]
+  ])("DATABASE_URL=%s is a SQLite file", (url, target) => {
+    expect(read(DatabaseConfig, { DATABASE_URL: url })).toEqual(Either.right(target))
+  })
+
+  it("names the database without a password: the SQLite file's absolute path, PostgreSQL's host and database", () => {
+    const postgres = read(DatabaseConfig, { DATABASE_URL: "postgresql://app:s3cret-word@db.internal:5433/campaigns?sslmode=require" })
+    expect(Either.map(postgres, databaseName)).toEqual(Either.right("postgres://db.internal:5433/campaigns"))
+    const sqlite = read(DatabaseConfig, { DATABASE_URL: "data/x.sqlite" })
+    expect(Either.map(sqlite, databaseName)).toEqual(Either.right(join(process.cwd(), "data/x.sqlite")))
+  })
+})
+
+describe("serve with a bad configuration", () => {
+  it("exits 78 with every bad variable named, one line each, and starts nothing", async () => {
+    const result = await runCli(["serve"], {
+      DATABASE_URL: tempDatabase(),
+      PORT: "abc",
+      RATE_LIMIT_MAX: "0",
+      LOG_LEVEL: "verbose",
+      PUBLIC_URL: "localhost:3000"
+    })
+    expect({ code: result.code, timedOut: result.timedOut, stdout: result.stdout }).toEqual({ code: 78, timedOut: false, stdout: "" })
+    expect(result.stderr.trim().split("\n").map((line) => line.split("=")[0]).sort()).toEqual(
+      ["LOG_LEVEL", "PORT", "PUBLIC_URL", "RATE_LIMIT_MAX"]
+    )
+  })
+
+  it("a DATABASE_URL scheme typo stops the start without creating anything or printing the password", async () => {
+    const result = await runCli(["serve"], { DATABASE_URL: "postgress://app:s3cret-word@127.0.0.1:5432/x" })
+    expect({ code: result.code, timedOut: result.timedOut }).toEqual({ code: 78, timedOut: false })
+    expect(result.stderr.trim().split("\n")).toEqual([
+      "DATABASE_URL has the scheme \"postgress:\", which this service does not take; use a SQLite file path (sqlite: prefix allowed), or a postgres:// or postgresql:// URL."
+    ])
+    expect(`${result.stdout}${result.stderr}`).not.toContain("s3cret-word")
+    // Taken as a file path, it would have been made relative to the working directory, the checkout.
+    expect(existsSync(join(root, "postgress:"))).toBe(false)
+  })
+})
+
+describe("the start-up log", () => {
+  it("names the database by its absolute path, and says when it made the file and its directory", async () => {
+    const database = join(dirname(tempDatabase()), "new-folder", "db.sqlite")
+    const first = await startServer(relative(root, database))
+    await first.stop()
+    const created = logLines(first.logs()).find((line) => line.annotations?.database !== undefined)
+    expect(created).toMatchObject({
+      message: "created a new database",
+      annotations: { database, createdDirectory: dirname(database) }
+    })
+    const again = await startServer(database, { LOG_LEVEL: "warn" })
+    await again.stop()
+    expect(logLines(again.logs()).find((line) => line.annotations?.database !== undefined)).toMatchObject({
+      message: "database",
+      annotations: { database }
+    })
+  })
+})
