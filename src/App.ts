@@ -30,7 +30,11 @@ export const ServicesLive = Layer.mergeAll(Authentication.Live, Activations.Live
   Layer.provideMerge(Layer.mergeAll(Ids.Live, AppConfig.Live))
 )
 
-/** The start-up log names the database in use, and what this start created of it (README, Configuration). */
+/**
+ * The start-up log names the database in use, and what this start created of it (README,
+ * Configuration); once the server listens, so that a start refused for its address or port says
+ * that one sentence and nothing else.
+ */
 const DatabaseAnnounced = Layer.effectDiscard(Effect.flatMap(DatabaseInUse, ({ created, createdDirectory, name }) =>
   logAtStart(created ? "created a new database" : "database", {
     database: name,
@@ -38,8 +42,9 @@ const DatabaseAnnounced = Layer.effectDiscard(Effect.flatMap(DatabaseInUse, ({ c
   })))
 
 /** The HTTP server: the API on Bun, with the services it needs. */
-export const ServerLive = WebServerLive.pipe(
-  Layer.provide(DatabaseAnnounced.pipe(Layer.provideMerge(ServicesLive))),
+export const ServerLive = DatabaseAnnounced.pipe(
+  Layer.provideMerge(WebServerLive),
+  Layer.provide(ServicesLive),
   Layer.provide(TracingLive),
   checkedFirst(ServeConfig)
 )
