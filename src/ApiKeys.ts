@@ -2,7 +2,7 @@ import { Clock, Context, DateTime, Duration, Effect, Layer, Option } from "effec
 import { timingSafeEqual } from "node:crypto"
 import { ApiKeysRepo, type ApiKeyRow } from "./ApiKeys/ApiKeysRepo.ts"
 import { type ApiKeyIdentity, ApiKeyInfo, type BrandId, type KeyId, type Scope } from "./Domain/ApiKey.ts"
-import { Unauthorized } from "./Domain/Errors.ts"
+import { KeyRefused, type RefusalReason } from "./Domain/Errors.ts"
 import { Ids } from "./Ids.ts"
 import { spans } from "./Edge/Span.ts"
 
@@ -18,7 +18,11 @@ const sha256 = (text: string): Uint8Array => Bun.SHA256.hash(text) as Uint8Array
  */
 const decoyDigest = sha256("decoy")
 
-export const unauthorized = new Unauthorized({ message: "The API key is missing or invalid." })
+/** A token that is not a key at all: the log learns nothing of it, not even a key id. */
+export const malformedKey = Effect.fail(new KeyRefused({ reason: "malformed", keyId: null, brandId: null }))
+
+const refused = (reason: RefusalReason, keyId: KeyId, brandId: BrandId | null) =>
+  Effect.fail(new KeyRefused({ reason, keyId, brandId }))
 
 export interface CreateOptions {
   readonly brandId: BrandId
@@ -44,8 +48,8 @@ const toInfo = (row: ApiKeyRow): ApiKeyInfo =>
   })
 
 export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
-  /** Resolves a presented bearer token; every kind of refusal is the same 401. */
-  readonly authenticate: (token: string) => Effect.Effect<ApiKeyIdentity, Unauthorized>
+  /** Resolves a presented bearer token, or says why it is refused (for the log; the answer is one 401). */
+  readonly authenticate: (token: string) => Effect.Effect<ApiKeyIdentity, KeyRefused>
   readonly create: (options: CreateOptions) => Effect.Effect<CreatedKey>
   readonly list: Effect.Effect<ReadonlyArray<ApiKeyInfo>>
   readonly revoke: (keyId: string) => Effect.Effect<boolean>
@@ -93,25 +97,26 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
 
       // The clock of the layer (a test's TestClock, in tests): read with no effect of its own.
       const clock = yield* Effect.clock
-      const check = (secret: string) => (stored: Cached | undefined): Effect.Effect<ApiKeyIdentity, Unauthorized> => {
-        // An unknown key id is compared against a decoy: both cases cost one digest and one comparison.
+      const check = (keyId: KeyId, secret: string) => (stored: Cached | undefined): Effect.Effect<ApiKeyIdentity, KeyRefused> => {
+        // An unknown key id is compared against a decoy: every case costs one digest and one
+        // comparison before the reason is told apart.
         const secretMatches = timingSafeEqual(sha256(secret), stored === undefined ? decoyDigest : stored.digest)
-        if (
-          !secretMatches || stored === undefined || stored.revokedAt !== null ||
-          (stored.expiresAt !== null && stored.expiresAt <= clock.unsafeCurrentTimeMillis())
-        ) {
-          return unauthorized
+        if (stored === undefined) return refused("unknown key", keyId, null)
+        const brandId = stored.brandId as BrandId
+        // Named before the key's state: whoever sent a wrong secret does not hold the key, revoked or not.
+        if (!secretMatches) return refused("wrong secret", keyId, brandId)
+        if (stored.revokedAt !== null) return refused("revoked", keyId, brandId)
+        if (stored.expiresAt !== null && stored.expiresAt <= clock.unsafeCurrentTimeMillis()) {
+          return refused("expired", keyId, brandId)
         }
-        return Effect.succeed({
-          keyId: stored.keyId as KeyId,
-          brandId: stored.brandId as BrandId,
-          scopes: stored.scopes as ReadonlyArray<Scope>
-        })
+        return Effect.succeed({ keyId, brandId, scopes: stored.scopes as ReadonlyArray<Scope> })
       }
       const authenticateSpan = span("ApiKeys.authenticate")
       const authenticate = (token: string) => {
         const match = keyFormat.exec(token)
-        return authenticateSpan(match === null ? unauthorized : Effect.flatMap(lookup(match[1]!), check(match[2]!)))
+        return authenticateSpan(
+          match === null ? malformedKey : Effect.flatMap(lookup(match[1]!), check(match[1]! as KeyId, match[2]!))
+        )
       }
 
       const create = (options: CreateOptions) =>

@@ -1,12 +1,24 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { activate, activateRoute, type Answer, call, exchange, rawRequest, responseOf } from "./support/client.ts"
 import { expectEnvelope } from "./support/contract.ts"
-import { lockDatabase } from "./support/database.ts"
+import { inspect, lockDatabase } from "./support/database.ts"
 import { spawn } from "bun"
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs"
+import { request as httpRequest } from "node:http"
 import { join } from "node:path"
 import { eventually } from "./support/load.ts"
-import { createKey, type Environment, mainTs, root, type RunningServer, session, startServer, tempDatabase, testTmp } from "./support/server.ts"
+import {
+  createKey,
+  type Environment,
+  mainTs,
+  revokeKey,
+  root,
+  type RunningServer,
+  session,
+  startServer,
+  tempDatabase,
+  testTmp
+} from "./support/server.ts"
 import { accessLog, logLines, otlpCollector, type OtlpCollector, type OtlpSpan, spanAttribute } from "./support/telemetry.ts"
 
 const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
@@ -215,8 +227,8 @@ describe("structured logs", () => {
     const logged = tempDatabase()
     const key = await createKey(logged, { scopes: ["campaigns:write"] })
     const wrongSecret = `${key.apiKey.slice(0, -8)}deadbeef`
-    const identity = { keyId: key.keyId, brandId: key.brandId }
-    const anonymous = { keyId: null, brandId: null }
+    const identity = { keyId: key.keyId, brandId: key.brandId, reason: null }
+    const anonymous = { keyId: null, brandId: null, reason: null }
     const { result: calls, stderr, stdout } = await session(logged, {}, async (url) => [
       {
         answer: await call(url, { path: "/v1/whoami", apiKey: key.apiKey, headers: { "x-request-id": "log-whoami" } }),
@@ -224,7 +236,7 @@ describe("structured logs", () => {
       },
       {
         answer: await call(url, { path: "/v1/whoami", apiKey: wrongSecret }),
-        expected: { method: "GET", route: "/v1/whoami", status: 401, ...anonymous }
+        expected: { method: "GET", route: "/v1/whoami", status: 401, ...identity, reason: "wrong secret" }
       },
       {
         answer: await activate(url, { apiKey: key.apiKey, key: crypto.randomUUID() }),
@@ -266,6 +278,88 @@ describe("structured logs", () => {
     expect(calls[0]!.answer.headers.get("x-request-id")).toBe("log-whoami")
     for (const secret of [key.apiKey, key.apiKey.split("_")[2]!, wrongSecret, wrongSecret.split("_")[2]!]) {
       expect(stderr).not.toContain(secret)
+    }
+  })
+
+  /**
+   * A GET of whoami from `localAddress`, one of loopback's many (127.0.0.0/8 is all local on
+   * Linux): the 401s of one address after its first are only counted, so each refusal below comes
+   * from an address of its own. The answer as sent: status, header lines in order, body.
+   */
+  const whoamiFrom = (url: string, localAddress: string, headers: Record<string, string>) =>
+    new Promise<{ status: number; headers: Array<string>; body: string }>((resolve, reject) => {
+      const { hostname, port } = new URL(url)
+      const sent = httpRequest({ host: hostname, port, path: "/v1/whoami", localAddress, headers }, (response) => {
+        let body = ""
+        response.setEncoding("utf8")
+        response.on("data", (chunk: string) => (body += chunk))
+        response.on("end", () => resolve({ status: response.statusCode!, headers: response.rawHeaders, body }))
+        response.on("error", reject)
+      })
+      sent.on("error", reject)
+      sent.end()
+    })
+
+  it("says in the access line why a key was refused (its id when it parses, its brand when known), never in the answer", async () => {
+    const logged = tempDatabase()
+    const known = await createKey(logged)
+    const revoked = await createKey(logged)
+    const expired = await createKey(logged, { expiresInDays: 1 })
+    expect(await revokeKey(logged, revoked.keyId)).toBe(true)
+    inspect(logged, (db) => db.run("UPDATE api_keys SET expires_at = ? WHERE key_id = ?", [Date.now() - 1000, expired.keyId]))
+    const secret = known.apiKey.split("_")[2]!
+    const wrongSecret = [...secret].map((c) => (c === "0" ? "1" : "0")).join("")
+    const unknownId = "z".repeat(16)
+    const bearer = (token: string) => ({ authorization: `Bearer ${token}` })
+    const refusals: ReadonlyArray<{
+      readonly headers: Record<string, string>
+      readonly expected: { readonly reason: string; readonly keyId: string | null; readonly brandId: string | null }
+    }> = [
+      { headers: {}, expected: { reason: "missing", keyId: null, brandId: null } },
+      { headers: { authorization: `Basic ${btoa(`${known.keyId}:${secret}`)}` }, expected: { reason: "missing", keyId: null, brandId: null } },
+      { headers: { authorization: "Bearer" }, expected: { reason: "missing", keyId: null, brandId: null } },
+      { headers: bearer(`${known.apiKey} ${secret}`), expected: { reason: "malformed", keyId: null, brandId: null } },
+      { headers: bearer(`${known.apiKey}0`), expected: { reason: "malformed", keyId: null, brandId: null } },
+      { headers: bearer(`cak_${unknownId}_${secret}`), expected: { reason: "unknown key", keyId: unknownId, brandId: null } },
+      {
+        headers: bearer(`cak_${known.keyId}_${wrongSecret}`),
+        expected: { reason: "wrong secret", keyId: known.keyId, brandId: known.brandId }
+      },
+      { headers: bearer(revoked.apiKey), expected: { reason: "revoked", keyId: revoked.keyId, brandId: revoked.brandId } },
+      { headers: bearer(expired.apiKey), expected: { reason: "expired", keyId: expired.keyId, brandId: expired.brandId } }
+    ]
+    const { result: answers, stderr } = await session(logged, {}, async (url) => {
+      const answers = []
+      for (const [i, { headers }] of refusals.entries()) {
+        answers.push(await whoamiFrom(url, `127.0.0.${10 + i}`, { ...headers, "x-request-id": `refusal-${i}` }))
+      }
+      return answers
+    })
+    // What the client gets, but for the date and the request id it sent: the same for every reason.
+    const seen = ({ body, headers, status }: (typeof answers)[number]) => ({
+      status,
+      headers: headers
+        .flatMap((value, i) => (i % 2 === 1 ? [[headers[i - 1]!.toLowerCase(), value] as const] : []))
+        .filter(([name]) => name !== "date" && name !== "x-request-id"),
+      body
+    })
+    const first = seen(answers[0]!)
+    expect(first.status).toBe(401)
+    expect(JSON.parse(first.body)).toStrictEqual({ ok: false, code: "UNAUTHORIZED", message: "The API key is missing or invalid." })
+    expect(first.headers).toContainEqual(["www-authenticate", "Bearer"])
+    const entries = accessLog(stderr)
+    for (const [i, { expected }] of refusals.entries()) {
+      expect(seen(answers[i]!)).toStrictEqual(first)
+      const requestId = `refusal-${i}`
+      expect(entries.filter((entry) => entry.requestId === requestId)).toEqual([
+        { method: "GET", route: "/v1/whoami", status: 401, durationMs: expect.any(Number), requestId, ...expected }
+      ])
+    }
+    expect(new Set(refusals.map(({ expected }) => expected.reason))).toEqual(
+      new Set(["missing", "malformed", "unknown key", "wrong secret", "revoked", "expired"])
+    )
+    for (const plaintext of [secret, wrongSecret, known.apiKey, revoked.apiKey, expired.apiKey]) {
+      expect(stderr).not.toContain(plaintext)
     }
   })
 

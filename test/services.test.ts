@@ -10,7 +10,7 @@ import { ApiKeysRepo, type ApiKeyRow } from "../src/ApiKeys/ApiKeysRepo.ts"
 import { AppConfig } from "../src/Config.ts"
 import type { Activation } from "../src/Domain/Activation.ts"
 import type { ApiKeyIdentity, BrandId, KeyId, Scope } from "../src/Domain/ApiKey.ts"
-import { Unauthorized } from "../src/Domain/Errors.ts"
+import { KeyRefused, type RefusalReason } from "../src/Domain/Errors.ts"
 import { IdempotencyKeyHeader, isMissingIdempotencyKey } from "../src/Domain/IdempotencyKey.ts"
 import { canonicalJson, fingerprintOf, type IdempotentRequest } from "../src/Idempotency.ts"
 import { Ids } from "../src/Ids.ts"
@@ -75,11 +75,10 @@ layer(ApiKeys.Live.pipe(Layer.provide(ApiKeysRepoInMemory), Layer.provide(makeId
 
   const authenticate = (token: string) => Effect.flatMap(ApiKeys, (keys) => keys.authenticate(token))
 
-  const expectRefused = (token: string) =>
+  const expectRefused = (token: string, reason: RefusalReason, keyId: string | null, brand: BrandId | null) =>
     Effect.gen(function*() {
-      const error = yield* Effect.flip(authenticate(token))
-      expect(error).toBeInstanceOf(Unauthorized)
-      expect(error.message).toBe("The API key is missing or invalid.")
+      const refusal = yield* Effect.flip(authenticate(token))
+      expect(refusal).toEqual(new KeyRefused({ reason, keyId: keyId as KeyId | null, brandId: brand }))
     })
 
   const secretOf = (apiKey: string) => apiKey.split("_")[2]!
@@ -107,42 +106,43 @@ layer(ApiKeys.Live.pipe(Layer.provide(ApiKeysRepoInMemory), Layer.provide(makeId
       expect(identity).toEqual({ keyId: info.keyId, brandId, scopes })
     }))
 
-  it.effect("refuses a malformed token", () =>
+  it.effect("refuses a malformed token as malformed, naming no key id even when one is in it", () =>
     Effect.gen(function*() {
       const { apiKey } = yield* createKey()
       for (const token of ["", "cak_", "not-a-key", apiKey.toUpperCase(), `${apiKey}0`, ` ${apiKey}`]) {
-        yield* expectRefused(token)
+        yield* expectRefused(token, "malformed", null, null)
       }
     }))
 
-  it.effect("refuses an unknown key id with a real secret", () =>
+  it.effect("refuses an unknown key id with a real secret as an unknown key: its id, no brand", () =>
     Effect.gen(function*() {
       const { apiKey } = yield* createKey()
-      yield* expectRefused(`cak_${"0".repeat(16)}_${secretOf(apiKey)}`)
+      yield* expectRefused(`cak_${"0".repeat(16)}_${secretOf(apiKey)}`, "unknown key", "0".repeat(16), null)
     }))
 
-  it.effect("refuses a known key id with a wrong secret", () =>
+  it.effect("refuses a known key id with a wrong secret, naming the key and its brand", () =>
     Effect.gen(function*() {
       const { info } = yield* createKey()
-      yield* expectRefused(`cak_${info.keyId}_${"0".repeat(64)}`)
+      yield* expectRefused(`cak_${info.keyId}_${"0".repeat(64)}`, "wrong secret", info.keyId, brandId)
     }))
 
-  it.effect("refuses a revoked key", () =>
+  it.effect("refuses a revoked key as revoked, and as a wrong secret when its secret is wrong too", () =>
     Effect.gen(function*() {
       const keys = yield* ApiKeys
       const { apiKey, info } = yield* createKey()
       yield* authenticate(apiKey)
       expect(yield* keys.revoke(info.keyId)).toBe(true)
-      yield* expectRefused(apiKey)
+      yield* expectRefused(apiKey, "revoked", info.keyId, brandId)
+      yield* expectRefused(`cak_${info.keyId}_${"0".repeat(64)}`, "wrong secret", info.keyId, brandId)
     }))
 
   it.effect("accepts a key until the moment it expires and refuses it from then on", () =>
     Effect.gen(function*() {
-      const { apiKey } = yield* createKey(Option.some(Duration.days(1)))
+      const { apiKey, info } = yield* createKey(Option.some(Duration.days(1)))
       yield* TestClock.adjust(Duration.subtract(Duration.days(1), Duration.millis(1)))
       yield* authenticate(apiKey)
       yield* TestClock.adjust(Duration.millis(1))
-      yield* expectRefused(apiKey)
+      yield* expectRefused(apiKey, "expired", info.keyId, brandId)
     }))
 })
 
@@ -163,11 +163,11 @@ describe("ApiKeys with a polled generation", () => {
     Effect.gen(function*() {
       const keys = yield* ApiKeys
       // Loads the cache at the polled generation, before the key exists.
-      expect(yield* Effect.flip(keys.authenticate(`cak_${"0".repeat(16)}_${"0".repeat(64)}`))).toBeInstanceOf(Unauthorized)
+      expect((yield* Effect.flip(keys.authenticate(`cak_${"0".repeat(16)}_${"0".repeat(64)}`))).reason).toBe("unknown key")
       const { apiKey, info } = yield* keys.create({ brandId, scopes: ["campaigns:read"], name: Option.none(), expiresIn: Option.none() })
       expect((yield* keys.authenticate(apiKey)).keyId).toBe(info.keyId)
       const refused = yield* Effect.flip(keys.authenticate(`cak_${"1".repeat(16)}_${"0".repeat(64)}`))
-      expect(refused).toBeInstanceOf(Unauthorized)
+      expect(refused.reason).toBe("unknown key")
     }).pipe(Effect.provide(layer)))
 })
 
@@ -407,7 +407,15 @@ describe("the renderer's outage log", () => {
 describe("the access line", () => {
   const fiberId = FiberId.runtime(42, 0)
   const now = Date.UTC(2026, 10, 23, 1, 2, 3, 456)
-  const fields = { method: "POST", route: "/v1/whoami", status: 200, durationMs: 0.125, keyId: "k\"ey\\1", brandId: null }
+  const fields = {
+    method: "POST",
+    route: "/v1/whoami",
+    status: 401,
+    durationMs: 0.125,
+    keyId: "k\"ey\\1",
+    brandId: null,
+    reason: "unknown key" as const
+  }
   const generic = (annotations: HashMap.HashMap<string, unknown>, spans: List.List<LogSpan.LogSpan>, id: FiberId.FiberId) =>
     jsonLine({
       annotations,
@@ -440,7 +448,7 @@ describe("the access line", () => {
 
   it("is the line users read: every key in place, quotes escaped, and every one of many annotations", () => {
     expect(accessLine(HashMap.make(["requestId", "req-1"]), fields, List.nil(), fiberId, now)).toBe(
-      String.raw`{"message":"request","logLevel":"INFO","timestamp":"2026-11-23T01:02:03.456Z","annotations":{"requestId":"req-1","method":"POST","route":"/v1/whoami","status":200,"durationMs":0.125,"keyId":"k\"ey\\1","brandId":null},"spans":{},"fiberId":"#42"}`
+      String.raw`{"message":"request","logLevel":"INFO","timestamp":"2026-11-23T01:02:03.456Z","annotations":{"requestId":"req-1","method":"POST","route":"/v1/whoami","status":401,"durationMs":0.125,"keyId":"k\"ey\\1","brandId":null,"reason":"unknown key"},"spans":{},"fiberId":"#42"}`
     )
     const many = HashMap.fromIterable(Array.from({ length: 40 }, (_, i) => [`annotation${i}`, i] as const))
     const line = accessLine(many, fields, List.nil(), fiberId, now)

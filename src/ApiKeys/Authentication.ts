@@ -1,18 +1,32 @@
 import { Context, Effect, Layer } from "effect"
-import { ApiKeys, unauthorized } from "../ApiKeys.ts"
+import { ApiKeys, malformedKey } from "../ApiKeys.ts"
 import type { ApiKeyIdentity } from "../Domain/ApiKey.ts"
-import { RateLimited, type Unauthorized } from "../Domain/Errors.ts"
+import { KeyRefused, RateLimited, Unauthorized } from "../Domain/Errors.ts"
 import type { Exchange } from "../Edge/Exchange.ts"
 import { RateLimit } from "../RateLimit.ts"
 
-/** The scheme is case-insensitive (RFC 9110); anything but exactly one token is no key at all. */
+/** The scheme is case-insensitive (RFC 9110); anything but exactly one token is refused. */
 const bearerToken = (header: string | null): string | undefined =>
   header === null ? undefined : /^bearer +([^\s,]+) *$/i.exec(header)?.[1]
 
+const bearerCredentials = /^bearer\s+\S/i
+const missingKey = Effect.fail(new KeyRefused({ reason: "missing", keyId: null, brandId: null }))
+
+/**
+ * Why a header gave no token: Bearer credentials that are not one token were meant as a key
+ * (`malformed`); no header, another scheme or a bare `Bearer` is no key at all (`missing`).
+ */
+const refusalWithoutToken = (header: string | null) =>
+  header !== null && bearerCredentials.test(header) ? malformedKey : missingKey
+
+/** Every refusal, whatever its reason, is this one answer: a 401 never tells whether a key id exists. */
+const unauthorized = new Unauthorized({ message: "The API key is missing or invalid." })
+
 /**
  * The first two checks of every secured endpoint, from the request's headers alone: the bearer
- * key (401 with `WWW-Authenticate: Bearer`), then its rate limit (429 with `Retry-After`). Every
- * response of an authenticated request carries the `RateLimit` headers, an error included.
+ * key (401 with `WWW-Authenticate: Bearer`, the reason noted for the access log only), then its
+ * rate limit (429 with `Retry-After`). Every response of an authenticated request carries the
+ * `RateLimit` headers, an error included.
  */
 export class Authentication extends Context.Tag("ApiKeys/Authentication")<Authentication, {
   readonly authenticate: (exchange: Exchange) => Effect.Effect<ApiKeyIdentity, Unauthorized | RateLimited>
@@ -38,12 +52,14 @@ export class Authentication extends Context.Tag("ApiKeys/Authentication")<Authen
         })
       return {
         authenticate: (exchange) => {
-          const token = bearerToken(exchange.request.headers.get("authorization"))
-          const identity = token === undefined ? unauthorized : keys.authenticate(token)
+          const header = exchange.request.headers.get("authorization")
+          const token = bearerToken(header)
+          const identity = token === undefined ? refusalWithoutToken(header) : keys.authenticate(token)
           return Effect.matchEffect(identity, {
-            onFailure: (error) => {
+            onFailure: (refusal) => {
+              exchange.refusal = refusal
               exchange.headers["www-authenticate"] = "Bearer"
-              return Effect.fail(error)
+              return unauthorized
             },
             onSuccess: (identity) => {
               exchange.identity = identity

@@ -1,4 +1,5 @@
 import { Context, Effect, type Fiber, HashMap, Logger, Option } from "effect"
+import type { RefusalReason } from "../Domain/Errors.ts"
 import type { Exchange, Reply } from "./Exchange.ts"
 
 /** A caller's own request id is kept when it is sane: short, printable, no spaces. */
@@ -13,7 +14,11 @@ export const requestIdOf = (request: Request): string => {
   return isSaneRequestId(incoming) ? incoming : crypto.randomUUID()
 }
 
-/** One access-log line's fields; the key's id and brand, never the key. */
+/**
+ * One access-log line's fields; the key's id and brand, never the key. A refused key (a 401) keeps
+ * its id when it parses and its brand when it is known, and `reason` (null on every other line) says
+ * why: support can tell from the log what the answer must not (README, Operating it).
+ */
 export type AccessLogFields = {
   readonly method: string
   readonly route: string
@@ -21,17 +26,23 @@ export type AccessLogFields = {
   readonly durationMs: number
   readonly keyId: string | null
   readonly brandId: string | null
+  readonly reason: RefusalReason | null
 }
 
 /** The fields of a finished request's line. */
-const fieldsOf = (exchange: Exchange, status: number, startedAt: number): AccessLogFields => ({
-  method: exchange.request.method,
-  route: exchange.route,
-  status,
-  durationMs: Math.round((performance.now() - startedAt) * 1000) / 1000,
-  keyId: exchange.identity?.keyId ?? null,
-  brandId: exchange.identity?.brandId ?? null
-})
+const fieldsOf = (exchange: Exchange, status: number, startedAt: number): AccessLogFields => {
+  const { identity, refusal } = exchange
+  const key = identity ?? refusal
+  return {
+    method: exchange.request.method,
+    route: exchange.route,
+    status,
+    durationMs: Math.round((performance.now() - startedAt) * 1000) / 1000,
+    keyId: key?.keyId ?? null,
+    brandId: key?.brandId ?? null,
+    reason: refusal?.reason ?? null
+  }
+}
 
 /**
  * An access-log line as the message of a log call: the terminal's pretty logger gets it so and

@@ -2,7 +2,7 @@ import type { HttpApi, HttpApiEndpoint, HttpApiGroup } from "@effect/platform"
 import type { Effect } from "effect"
 import type { ParseError } from "effect/ParseResult"
 import type { ApiKeyIdentity } from "../Domain/ApiKey.ts"
-import type { ApiError } from "../Domain/Errors.ts"
+import type { ApiError, KeyRefused } from "../Domain/Errors.ts"
 
 /**
  * One request as the edge hands it to a handler: the web request, what the router found, and
@@ -22,6 +22,8 @@ export interface Exchange {
   readonly headers: Record<string, string>
   /** The key the request authenticated with, for the access log. */
   identity: ApiKeyIdentity | undefined
+  /** Why the request's key was refused, for the access log alone: its answer is the same 401 whatever the reason. */
+  refusal: KeyRefused | undefined
   /** Whether the body was read; a body left on the connection means it cannot carry another request. */
   bodyRead: boolean
 }

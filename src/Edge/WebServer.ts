@@ -2,11 +2,11 @@ import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberRef, HashMap, Laye
 import { ActivationsHandlers } from "../Activations/Http.ts"
 import { CampaignApi } from "../Api.ts"
 import { EdgeConfig, ServerConfig, StartupError } from "../Config.ts"
-import { InternalError, ServiceUnavailable } from "../Domain/Errors.ts"
+import { InternalError, type NotFound, ServiceUnavailable } from "../Domain/Errors.ts"
 import { HealthHandlers } from "../Health/Http.ts"
 import { IdentityHandlers } from "../Identity/Http.ts"
 import { makeAccessLog, makeRefusalTally, requestIdOf } from "./AccessLog.ts"
-import { docsPage, documentRoutes, openApiDocument, type PreparedDocument } from "./Documents.ts"
+import { docsPage, documentRoutes, encodedFor, openApiDocument, type PreparedDocument } from "./Documents.ts"
 import type { Exchange, Handler, Handlers, Reply } from "./Exchange.ts"
 import { errorReply, makeRenderer, toWebResponse } from "./Render.ts"
 import { tracing } from "./Span.ts"
@@ -15,23 +15,23 @@ import { makeFallback, type Route, routesOf } from "./Router.ts"
 /** How long in-flight requests may take to finish after SIGTERM before their connections are closed. */
 const drainTimeout = Duration.seconds(10)
 
-/** A document from bytes prepared once: compressed when the client takes gzip, 304 when it has them. */
-const serveDocument = (prepared: Effect.Effect<PreparedDocument>): Handler => (exchange) =>
-  Effect.map(prepared, (document) => {
+/** A document from bytes prepared once: compressed as the client takes it, 304 when it has them. */
+const serveDocument = (prepared: (exchange: Exchange) => Effect.Effect<PreparedDocument, NotFound>): Handler => (exchange) =>
+  Effect.map(prepared(exchange), (document) => {
     const headers = {
       "content-type": document.contentType,
-      "cache-control": "no-cache",
+      "cache-control": document.cacheControl,
       "etag": document.etag,
       "vary": "accept-encoding"
     }
     if (exchange.request.headers.get("if-none-match") === document.etag) {
       return { status: 304, body: new Uint8Array(0), headers }
     }
-    const gzip = /\bgzip\b/.test(exchange.request.headers.get("accept-encoding") ?? "")
+    const encoded = encodedFor(document, exchange.request.headers.get("accept-encoding"))
     return {
       status: 200,
-      body: gzip ? document.gzip : document.plain,
-      headers: gzip ? { ...headers, "content-encoding": "gzip" } : headers
+      body: encoded === undefined ? document.plain : encoded.bytes,
+      headers: encoded === undefined ? headers : { ...headers, "content-encoding": encoded.coding }
     }
   })
 
@@ -107,8 +107,17 @@ export const makeEdge = Effect.gen(function*() {
   const docs = yield* Effect.cached(Effect.suspend(() => docsPage(CampaignApi, serverUrl())))
   const routes: ReadonlyArray<Route> = [
     ...routesOf(CampaignApi, handlers),
-    { method: "GET", path: documentRoutes.openApi, handler: serveDocument(openApi) },
-    ...(docsEnabled ? [{ method: "GET", path: documentRoutes.docs, handler: serveDocument(docs) }] : [])
+    { method: "GET", path: documentRoutes.openApi, handler: serveDocument(() => openApi) },
+    ...(docsEnabled
+      ? [
+        { method: "GET", path: documentRoutes.docs, handler: serveDocument(() => Effect.map(docs, ({ page }) => page)) },
+        {
+          method: "GET",
+          path: documentRoutes.docsScript,
+          handler: serveDocument((exchange) => Effect.flatMap(docs, ({ script }) => script(exchange)))
+        }
+      ]
+      : [])
   ]
   const fallback = makeFallback(routes)
   const traced = yield* tracing
@@ -181,6 +190,7 @@ export const makeEdge = Effect.gen(function*() {
       requestId: requestIdOf(request),
       headers: {},
       identity: undefined,
+      refusal: undefined,
       bodyRead: false
     }
     const rendered = Effect.catchAllCause(handler(exchange), renderer.renderFailure)
