@@ -1,8 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { createHash } from "node:crypto"
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs"
 import { dirname, join } from "node:path"
+import { brotliDecompressSync, gunzipSync } from "node:zlib"
 import { type BrowserContext, chromium, type Page } from "playwright-core"
-import { root, type RunningServer, startServer, tempDatabase, testTmp } from "./support/server.ts"
+import { call } from "./support/client.ts"
+import { expectEnvelope } from "./support/contract.ts"
+import { createKey, root, type RunningServer, session, startServer, tempDatabase, testTmp } from "./support/server.ts"
 
 const chromiumPath = "/usr/bin/chromium"
 // The README's picture is refreshed on request only (UPDATE_SCREENSHOTS=1): it shows a random port.
@@ -17,18 +21,27 @@ const isLoopback = (url: string) => {
   return protocol === "data:" || protocol === "blob:" || ["127.0.0.1", "localhost", "[::1]"].includes(hostname)
 }
 
+let database: string
 let server: RunningServer
+/**
+ * Where the page is read: the server the document names (PUBLIC_URL's default, localhost), so
+ * that "Test Request" calls the page's own origin; from another one the browser would refuse the
+ * answer (the API sends no CORS headers).
+ */
+let origin: string
 let profile: string
 let browser: BrowserContext
 let page: Page
 const requested: Array<string> = []
 
 beforeAll(async () => {
+  database = tempDatabase()
+  server = await startServer(database)
+  origin = `http://localhost:${new URL(server.url).port}`
   if (chromiumMissing) {
     if (process.env.CI) throw new Error(`${missing}: CI must run the docs test`)
     return
   }
-  server = await startServer(tempDatabase())
   profile = mkdtempSync(join(testTmp(), "campaign-api-chromium-"))
   browser = await chromium.launchPersistentContext(profile, {
     executablePath: chromiumPath,
@@ -48,7 +61,7 @@ beforeAll(async () => {
   page = await browser.newPage()
   page.setDefaultTimeout(10_000)
   page.on("request", (request) => void requested.push(request.url()))
-  await page.goto(`${server.url}/docs`, { waitUntil: "networkidle" })
+  await page.goto(`${origin}/docs`, { waitUntil: "networkidle" })
 }, 60_000)
 
 afterAll(async () => {
@@ -81,7 +94,98 @@ describe("GET /docs in headless Chromium", () => {
 
   it("loads nothing from outside loopback", async (ctx) => {
     ctx.skip(chromiumMissing, `${missing}: skipped outside CI`)
-    expect(requested).toContain(`${server.url}/docs`)
+    expect(requested).toContain(`${origin}/docs`)
     expect(requested.filter((url) => !isLoopback(url))).toEqual([])
+  })
+
+  it("Test Request sends the key pasted into the bearer scheme, which is chosen from the start", async (ctx) => {
+    ctx.skip(chromiumMissing, `${missing}: skipped outside CI`)
+    const { apiKey, keyId } = await createKey(database)
+    await page.goto(`${origin}/docs`)
+    await visible("Identity", true).click()
+    await page.getByRole("button", { name: /Test Request.*get \/v1\/whoami/ }).click()
+    const client = page.getByRole("dialog")
+    // Only the token is typed: the scheme is not picked from "Auth Type".
+    await client.getByPlaceholder("Token").fill(apiKey)
+    const sent = page.waitForRequest((request) => request.url() === `${origin}/v1/whoami`)
+    await client.getByRole("button", { name: /^Send\b.*\/v1\/whoami/ }).click()
+    const request = await sent
+    expect(request.headers()["authorization"]).toBe(`Bearer ${apiKey}`)
+    const answer = await request.response()
+    expect(answer?.status()).toBe(200)
+    expect(await answer?.json()).toMatchObject({ ok: true, keyId })
+    await page.keyboard.press("Escape")
+    await client.waitFor({ state: "hidden" })
+  })
+
+  it("shows the Idempotency-Key's two forms, each with what it may hold: 1 to 255 characters, never 512", async (ctx) => {
+    ctx.skip(chromiumMissing, `${missing}: skipped outside CI`)
+    await page.goto(`${origin}/docs`)
+    const field = page.getByRole("listitem").filter({ hasText: /Idempotency\W*Key/ }).first()
+    await field.scrollIntoViewIfNeeded()
+    const bare = await field.innerText()
+    expect(bare).toMatch(/max length:\s*255\b/)
+    expect(bare).not.toContain("512")
+    await field.getByRole("button", { name: /Any of/ }).click()
+    await page.getByRole("option", { name: "Quoted key" }).click()
+    await field.getByText("once unquoted").waitFor()
+    expect(await field.innerText()).not.toContain("512")
+  })
+})
+
+/** The bytes as sent, not decompressed by fetch. */
+const raw = async (path: string, headers: Record<string, string> = {}) => {
+  const response = await fetch(`${server.url}${path}`, { headers, decompress: false } as RequestInit)
+  return { status: response.status, headers: response.headers, bytes: new Uint8Array(await response.arrayBuffer()) }
+}
+
+const scriptPath = async () => {
+  const html = new TextDecoder().decode((await raw("/docs")).bytes)
+  const path = /<script src="(\/docs\/scalar\.[\w-]+\.js)"><\/script>/.exec(html)?.[1]
+  if (path === undefined) throw new Error(`the page names no script:\n${html.slice(0, 2000)}`)
+  return path
+}
+
+describe("GET /docs and its script", () => {
+  it("is a page of a few kilobytes naming Scalar's script by its digest, which is cached for good", async () => {
+    const html = await raw("/docs")
+    expect(html.bytes.length).toBeLessThan(64 * 1024)
+    const path = await scriptPath()
+    const script = await raw(path)
+    expect(script.status).toBe(200)
+    expect(script.headers.get("content-type")).toBe("text/javascript; charset=utf-8")
+    expect(script.headers.get("cache-control")).toBe("public, max-age=31536000, immutable")
+    expect(script.bytes.length).toBeGreaterThan(1024 * 1024)
+    const digest = createHash("sha256").update(script.bytes).digest("base64url").slice(0, 27)
+    expect(path).toBe(`/docs/scalar.${digest}.js`)
+    expect(script.headers.get("etag")).toBe(`"${digest}"`)
+    expect((await raw(path, { "if-none-match": `"${digest}"` })).status).toBe(304)
+  })
+
+  it("sends the script in brotli or gzip, whichever the client takes, brotli first", async () => {
+    const path = await scriptPath()
+    const plain = (await raw(path)).bytes
+    const brotli = await raw(path, { "accept-encoding": "gzip, deflate, br, zstd" })
+    expect(brotli.headers.get("content-encoding")).toBe("br")
+    expect(brotli.headers.get("vary")).toBe("accept-encoding")
+    expect(brotliDecompressSync(brotli.bytes).equals(plain)).toBe(true)
+    const gzip = await raw(path, { "accept-encoding": "gzip" })
+    expect(gzip.headers.get("content-encoding")).toBe("gzip")
+    expect(gunzipSync(gzip.bytes).equals(plain)).toBe(true)
+    expect(brotli.bytes.length).toBeLessThan(gzip.bytes.length)
+  })
+
+  it("answers any other name under /docs with 404, and another method with 405, as envelopes", async () => {
+    const path = await scriptPath()
+    expectEnvelope(await call(server.url, { path: "/docs/scalar.0.js" }), 404, "NOT_FOUND")
+    const post = await call(server.url, { method: "POST", path })
+    expectEnvelope(post, 405, "METHOD_NOT_ALLOWED")
+    expect(post.headers.get("allow")).toBe("GET, HEAD")
+  })
+
+  it("DOCS_ENABLED=false turns the script off with the page", async () => {
+    const path = await scriptPath()
+    const { result } = await session(tempDatabase(), { DOCS_ENABLED: "false" }, (url) => call(url, { path }))
+    expectEnvelope(result, 404, "NOT_FOUND")
   })
 })

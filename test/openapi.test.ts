@@ -186,12 +186,19 @@ describe("GET /openapi.json", () => {
     expect(component("#/components/schemas/Identity").properties.brandId.format).toBe("uuid")
   })
 
-  it("requires the Idempotency-Key header on activate", () => {
+  it("requires the Idempotency-Key header on activate, in its two forms: a bare key or the same quoted, each 1 to 255 characters", () => {
     const parameters: Array<Json> = operation("activations.activate").parameters
-    expect(parameters.filter((p) => p.in === "header")).toEqual([
-      expect.objectContaining({ name: "Idempotency-Key", required: true, schema: expect.objectContaining({ type: "string" }) })
-    ])
+    const headers = parameters.filter((p) => p.in === "header")
+    expect(headers).toEqual([expect.objectContaining({ name: "Idempotency-Key", required: true })])
     expect(parameters.filter((p) => p.in === "path").map((p) => p.name)).toEqual(["creatorId", "campaignId"])
+    const forms: Array<Json> = headers[0]!.schema.anyOf
+    expect(forms.map((form) => [form.title, form.type])).toEqual([["Key", "string"], ["Quoted key", "string"]])
+    const ajv = new Ajv2020({ strict: false })
+    const [bare, quoted] = forms.map((form) => ajv.compile(form))
+    expect([bare!("k".repeat(255)), bare!("k".repeat(256)), bare!("\"k\"")]).toEqual([true, false, false])
+    // 255 escaped double quotes: 512 characters as sent, 255 once unquoted.
+    expect([quoted!(`"${"\\\"".repeat(255)}"`), quoted!(`"${"k".repeat(256)}"`), quoted!("k")]).toEqual([true, false, false])
+    expect(forms.filter((form) => form.maxLength > 255)).toEqual([])
   })
 
   it("documents X-Request-Id, RateLimit, RateLimit-Policy, Retry-After, Idempotent-Replayed and WWW-Authenticate", () => {

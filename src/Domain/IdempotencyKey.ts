@@ -27,14 +27,28 @@ export const IdempotencyKeyHeader = Schema.transformOrFail(Schema.String, Idempo
   encode: ParseResult.succeed
 }).annotations({
   message: () => ({ message: rule, override: false }),
+  // One alternative per form, each with what it may hold: a single schema's length would have to
+  // count the quotes and escapes of the quoted form, and say 512 beside a rule of 255.
   jsonSchema: {
-    type: "string",
-    // A bare key (not starting with a double quote), or the same in double quotes with `\"` and `\\` escaped.
-    pattern: "^(?:[\\x21\\x23-\\x7e][\\x21-\\x7e]{0,254}|\"(?:[\\x21\\x23-\\x5b\\x5d-\\x7e]|\\\\[\"\\\\]){1,255}\")$",
-    minLength: 1,
-    maxLength: 512,
     description:
-      "Any unique string of 1 to 255 visible ASCII characters, kept 24 hours per brand; it may be sent as an RFC 9651 quoted string (`\"order-1\"`), which is unquoted first"
+      "Any unique string of 1 to 255 visible ASCII characters, kept 24 hours per brand; it may be sent as an RFC 9651 quoted string (`\"order-1\"`), which is unquoted first",
+    anyOf: [
+      {
+        title: "Key",
+        description: "1 to 255 visible ASCII characters, the first not a double quote",
+        type: "string",
+        pattern: "^[\\x21\\x23-\\x7e][\\x21-\\x7e]*$",
+        minLength: 1,
+        maxLength: 255
+      },
+      {
+        title: "Quoted key",
+        description:
+          "The key in double quotes, with `\\\"` and `\\\\` for a double quote and a backslash in it: 1 to 255 visible ASCII characters once unquoted",
+        type: "string",
+        pattern: "^\"(?:[\\x21\\x23-\\x5b\\x5d-\\x7e]|\\\\[\"\\\\]){1,255}\"$"
+      }
+    ]
   }
 })
 
