@@ -1,7 +1,11 @@
 import { Args, Command, HelpDoc, Options, ValidationError } from "@effect/cli"
-import { Console, DateTime, Duration, Effect, Layer, Option, Schema } from "effect"
+import { Config, Console, DateTime, Duration, Effect, Layer, Option, Schema } from "effect"
+import { existsSync } from "node:fs"
 import { ApiKeys } from "./ApiKeys.ts"
 import { KeysLive, ServerLive } from "./App.ts"
+import { databaseName, type DatabaseTarget, KeysConfig } from "./Config.ts"
+import { backUp, databaseToBackUp } from "./Database/Backup.ts"
+import { SqlLive } from "./Database/Sql.ts"
 import { type ApiKeyInfo, BrandId, Scope } from "./Domain/ApiKey.ts"
 import { version } from "./Version.ts"
 
@@ -105,17 +109,103 @@ const fit = (text: string, width: number) => {
 
 const padTo = (text: string, width: number) => text + " ".repeat(Math.max(0, width - Bun.stringWidth(text)))
 
-/** The widest a name column gets: on a terminal, what is left of its width; elsewhere 40. */
-const nameWidth = (otherColumns: number) => Math.max(8, (process.stdout.columns ?? otherColumns + 40) - otherColumns)
-
-/** Columns padded by display width; the column at `flexible` is cut to fit the terminal. */
-const table = (rows: ReadonlyArray<ReadonlyArray<string>>, flexible: number) => {
-  const widthOf = (column: number) => Math.max(...rows.map((row) => Bun.stringWidth(row[column]!)))
-  const others = rows[0]!.reduce((sum, _, column) => column === flexible ? sum : sum + widthOf(column) + 2, 0)
-  const cells = rows.map((row) => row.map((cell, column) => column === flexible ? fit(cell, nameWidth(others)) : cell))
-  const widths = cells[0]!.map((_, column) => Math.max(...cells.map((row) => Bun.stringWidth(row[column]!))))
-  return cells.map((row) => row.map((cell, column) => padTo(cell, widths[column]!)).join("  ").trimEnd()).join("\n")
+/** Scopes as `campaigns:rw,analytics:r`: each resource once, with the first letter of each of its actions. */
+const scopesInShort = (scopes: ReadonlyArray<Scope>) => {
+  const actions = new Map<string, string>()
+  for (const scope of Scope.literals) {
+    if (!scopes.includes(scope)) continue
+    const [resource, action] = scope.split(":") as [string, string]
+    actions.set(resource, (actions.get(resource) ?? "") + action[0])
+  }
+  return [...actions].map(([resource, letters]) => `${resource}:${letters}`).join(",")
 }
+
+const dateOrNever = (date: DateTime.Utc | null) => date === null ? "never" : DateTime.formatIsoDateUtc(date)
+
+interface ListedKey {
+  readonly key: ApiKeyInfo
+  readonly status: string
+}
+
+/**
+ * A column of `keys list`. A table wider than the output gives way column by column, from the
+ * lowest `priority` up: first each takes its `short` form, then, if that is still too wide, each
+ * is dropped (README, The key command line). A column without a priority is always shown whole,
+ * except the one that `fills`: it is cut with `…` to the width the others leave, down to
+ * `fills` columns before anything else gives way.
+ */
+interface Column {
+  readonly header: string
+  readonly full: (listed: ListedKey) => string
+  readonly short?: (listed: ListedKey) => string
+  readonly priority?: number
+  readonly fills?: number
+}
+
+const columns: ReadonlyArray<Column> = [
+  { header: "KEY ID", full: ({ key }) => key.keyId },
+  { header: "BRAND", full: ({ key }) => key.brandId, short: ({ key }) => `${key.brandId.slice(0, 8)}…`, priority: 3 },
+  { header: "NAME", full: ({ key }) => shownName(key.name), fills: 12 },
+  { header: "SCOPES", full: ({ key }) => key.scopes.join(","), short: ({ key }) => scopesInShort(key.scopes), priority: 4 },
+  { header: "STATUS", full: ({ status }) => status },
+  {
+    header: "CREATED",
+    full: ({ key }) => DateTime.formatIso(key.createdAt),
+    short: ({ key }) => DateTime.formatIsoDateUtc(key.createdAt),
+    priority: 1
+  },
+  { header: "EXPIRES", full: ({ key }) => isoOrNever(key.expiresAt), short: ({ key }) => dateOrNever(key.expiresAt), priority: 2 }
+]
+
+type Shown = ReadonlyArray<{ readonly column: Column; readonly form: "full" | "short" }>
+
+/** Every way the table can be shown, widest first: each one column's next step narrower than the one before. */
+const narrowings: ReadonlyArray<Shown> = (() => {
+  const givingWay = columns.filter((column) => column.priority !== undefined).sort((a, b) => a.priority! - b.priority!)
+  const steps = [
+    ...givingWay.filter((column) => column.short !== undefined).map((column) => (shown: Shown): Shown =>
+      shown.map((entry) => entry.column === column ? { column, form: "short" } : entry)
+    ),
+    ...givingWay.map((column) => (shown: Shown): Shown => shown.filter((entry) => entry.column !== column))
+  ]
+  return steps.reduce<Array<Shown>>(
+    (layouts, step) => [...layouts, step(layouts.at(-1)!)],
+    [columns.map((column) => ({ column, form: "full" }))]
+  )
+})()
+
+const widest = (cells: ReadonlyArray<string>) => Math.max(...cells.map((cell) => Bun.stringWidth(cell)))
+
+/** The keys as the widest of `narrowings` that fits in `width` terminal columns (the narrowest when none does). */
+const table = (listed: ReadonlyArray<ListedKey>, width: number) => {
+  const laidOut = narrowings.map((shown) =>
+    shown.map(({ column, form }) => {
+      const cells = [column.header, ...listed.map(form === "short" ? column.short! : column.full)]
+      return { column, cells, width: column.fills === undefined ? widest(cells) : Math.min(column.fills, widest(cells)) }
+    })
+  )
+  const tableWidth = (shown: ReadonlyArray<{ readonly width: number }>) =>
+    shown.reduce((sum, { width }) => sum + width, 2 * (shown.length - 1))
+  const chosen = laidOut.find((shown) => tableWidth(shown) <= width) ?? laidOut.at(-1)!
+  const left = width - tableWidth(chosen)
+  const fitted = chosen.map(({ cells, column, width }) =>
+    column.fills === undefined ? cells : cells.map((cell) => fit(cell, width + Math.max(0, left)))
+  )
+  const widths = fitted.map(widest)
+  return fitted[0]!.map((_, row) => fitted.map((cells, column) => padTo(cells[row]!, widths[column]!)).join("  ").trimEnd())
+    .join("\n")
+}
+
+/**
+ * The width the table fits in: the terminal's; when the output is not a terminal, `COLUMNS` if
+ * it is a whole number above 0, else 80 (README, The key command line).
+ */
+const outputWidth = process.stdout.isTTY && process.stdout.columns > 0
+  ? Effect.succeed(process.stdout.columns)
+  : Config.integer("COLUMNS").pipe(
+    Config.validate({ message: "not above 0", validation: (columns) => columns > 0 }),
+    Config.orElse(() => Config.succeed(80))
+  )
 
 const list = Command.make("list", { json }, (options) =>
   Effect.gen(function*() {
@@ -134,18 +224,7 @@ const list = Command.make("list", { json }, (options) =>
       }))))
     }
     if (keys.length === 0) return yield* Console.log("No API keys yet: create one with `keys create`.")
-    yield* Console.log(table([
-      ["KEY ID", "BRAND", "NAME", "SCOPES", "STATUS", "CREATED", "EXPIRES"],
-      ...keys.map((key) => [
-        key.keyId,
-        key.brandId,
-        shownName(key.name),
-        key.scopes.join(","),
-        status(key, now),
-        DateTime.formatIso(key.createdAt),
-        isoOrNever(key.expiresAt)
-      ])
-    ], 2))
+    yield* Console.log(table(keys.map((key) => ({ key, status: status(key, now) })), yield* outputWidth))
   })).pipe(Command.withDescription("List API keys (never their secrets)."))
 
 const keyIdArg = Args.text({ name: "keyId" }).pipe(
@@ -172,14 +251,55 @@ const revoke = Command.make("revoke", { typed: keyIdArg }, ({ typed }) =>
     yield* Console.log(`Revoked API key ${keyId}: it is refused from the next request on (within 1 s on PostgreSQL).`)
   })).pipe(Command.withDescription("Revoke an API key at once."))
 
+/**
+ * What a command that opens the database says first, on stderr so that `--json` output stays one
+ * line: which database (README, The key command line). A SQLite file that is not there yet is
+ * about to be made: said at once, as it is most likely the wrong directory or DATABASE_URL.
+ */
+const databaseNotice = (target: DatabaseTarget) =>
+  Effect.sync(() => {
+    const isNew = target._tag === "sqlite" && target.filename !== ":memory:" && !existsSync(target.filename)
+    return `Database: ${databaseName(target)}${isNew ? " (new: no database was there)" : ""}`
+  })
+
+/** `layer`, which opens the database `target` names, saying which one once it is open. */
+const announced = <A, E, R>(target: DatabaseTarget, layer: Layer.Layer<A, E, R>) =>
+  Layer.unwrapEffect(Effect.map(databaseNotice(target), (notice) => Layer.tap(layer, () => Console.error(notice))))
+
+// Every variable the key commands read, read first: a bad one is named with the others, not alone.
+const KeysAnnounced = Layer.unwrapEffect(Effect.map(KeysConfig, ([target]) => announced(target, KeysLive)))
+
 const keys = Command.make("keys").pipe(
   Command.withDescription("Manage API keys in the database at DATABASE_URL."),
   Command.withSubcommands([
-    create.pipe(Command.provide(KeysLive)),
-    list.pipe(Command.provide(KeysLive)),
-    revoke.pipe(Command.provide(KeysLive))
+    create.pipe(Command.provide(KeysAnnounced)),
+    list.pipe(Command.provide(KeysAnnounced)),
+    revoke.pipe(Command.provide(KeysAnnounced))
   ])
 )
+
+/** Refused, or failed: one sentence on stderr and exit 1 (README, Backups). */
+const backupFailed = (message: string) =>
+  Effect.zipRight(Console.error(message), Effect.sync(() => void (process.exitCode = 1)))
+
+const backup = Command.make("backup", {
+  file: Args.text({ name: "file" }).pipe(
+    Args.withDescription("The new file to write the copy to; an existing file is never overwritten. The copy serves as DATABASE_URL as it is.")
+  )
+}, ({ file }) =>
+  databaseToBackUp.pipe(
+    Effect.flatMap((target) => backUp(file, announced(target, SqlLive))),
+    Effect.flatMap((written) => Console.log(`Backup written: ${written.file} (${written.bytes} bytes).`)),
+    Effect.catchTags({
+      BackupRefused: (refused) => backupFailed(refused.message),
+      SqlError: (error) =>
+        backupFailed(`No backup was written: ${error.cause instanceof Error ? error.cause.message : error.message}.`)
+    })
+  )).pipe(
+    Command.withDescription(
+      "Write a consistent copy of the SQLite database at DATABASE_URL to a new file, with mode 0600, while the server runs and writes (PostgreSQL: use pg_dump)."
+    )
+  )
 
 const ansi = /\x1b\[[0-9;]*m/g
 /** What @effect/cli prints under every option whatever it is for: its type, said in words. */
@@ -234,9 +354,9 @@ export const CliConsole = (argv: ReadonlyArray<string>) =>
 
 const run = Command.make("campaign-api").pipe(
   Command.withDescription(
-    "Campaign Activation and Identity API: the server and its key management. Every command takes --help; the program takes --version."
+    "Campaign Activation and Identity API: the server, its key management and backups. Every command takes --help; the program takes --version."
   ),
-  Command.withSubcommands([serve, keys]),
+  Command.withSubcommands([serve, keys, backup]),
   Command.run({ name: "campaign-api", version })
 )
 

@@ -36,11 +36,12 @@ describe("--help", () => {
     }
   })
 
-  it("campaign-api describes itself and lists serve and keys", async () => {
+  it("campaign-api describes itself and lists serve, keys and backup", async () => {
     const text = await help([])
     expect(text).toContain("Campaign Activation and Identity API")
     expect(text).toMatch(/- serve\s+Start the HTTP API/)
     expect(text).toMatch(/- keys\s+Manage API keys/)
+    expect(text).toMatch(/- backup <file>\s+Write a consistent copy of the SQLite database/)
   })
 
   it("keys lists create, list and revoke with what each does", async () => {
@@ -54,7 +55,8 @@ describe("--help", () => {
   it.each([
     [["keys", "create"], "Create an API key", ["--brand", "--scopes", "--name", "--expires-in", "--json"]],
     [["keys", "list"], "List API keys", ["--json"]],
-    [["keys", "revoke"], "Revoke an API key", ["<keyId>"]]
+    [["keys", "revoke"], "Revoke an API key", ["<keyId>"]],
+    [["backup"], "Write a consistent copy of the SQLite database", ["<file>"]]
   ])("%j describes the command and every option and argument", async (args, summary, entries) => {
     const text = await help(args)
     expect(text).toContain(summary)
@@ -88,7 +90,7 @@ describe("help pages", () => {
   it.each([[["keys"], "$ campaign-api keys"], [["keys", "create"], "$ campaign-api keys create --brand"], [
     ["keys", "revoke"],
     "$ campaign-api keys revoke <keyId>"
-  ]])("%j names the program and its commands in the usage line", async (args, usage) => {
+  ], [["backup"], "$ campaign-api backup <file>"]])("%j names the program and its commands in the usage line", async (args, usage) => {
     expect(await help(args)).toContain(usage)
   })
 
@@ -101,12 +103,12 @@ describe("help pages", () => {
 
   it("puts each command's description under it rather than padding the list to the longest usage", async () => {
     const lines = (await help([])).split("\n").filter((line) => line.startsWith("  - "))
-    expect(lines.length).toBe(5)
+    expect(lines.length).toBe(6)
     for (const line of lines) expect(line.trim()).not.toMatch(/\S {2,}\S/)
   })
 
   it("lists the built-in options once, in the root description, not on every page", async () => {
-    for (const args of [[], ["keys"], ["keys", "create"], ["serve"]]) {
+    for (const args of [[], ["keys"], ["keys", "create"], ["serve"], ["backup"]]) {
       const text = await help(args)
       for (const builtIn of ["--wizard", "--completions", "--log-level"]) expect(text).not.toContain(builtIn)
     }
@@ -162,6 +164,7 @@ describe("exit codes", () => {
     ["a --brand that is not a UUID", ["keys", "create", "--brand", "acme", "--scopes", "campaigns:read"]],
     ["an unknown scope", ["keys", "create", "--brand", brandId, "--scopes", "campaigns:delete"]],
     ["a missing key id", ["keys", "revoke"]],
+    ["a missing backup file", ["backup"]],
     ["a name over 200 characters", ["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--name", "n".repeat(201)]]
   ])("2 and one line on stderr for %s", async (_, args) => {
     const result = await runCli(args, { DATABASE_URL: tempDatabase() })

@@ -1,9 +1,10 @@
 import { describe, expect, it } from "@effect/vitest"
 import { chmodSync, statSync, writeFileSync } from "node:fs"
-import { dirname, join } from "node:path"
+import { dirname, join, relative } from "node:path"
+import { postgres, sharedSkipped } from "./support/backends.ts"
 import { whoami } from "./support/client.ts"
 import { inspect } from "./support/database.ts"
-import { runCli, startServer, tempDatabase } from "./support/server.ts"
+import { createKey, type Environment, mainTs, root, runCli, startServer, tempDatabase } from "./support/server.ts"
 
 const brandId = "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f"
 
@@ -102,7 +103,7 @@ describe("keys command line", () => {
     for (const name of ["tab\there", "日本語の名前", "", "x".repeat(190)]) {
       expect((await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--name", name], env)).code).toBe(0)
     }
-    const lines = (await runCli(["keys", "list"], env)).stdout.trimEnd().split("\n")
+    const lines = (await runCli(["keys", "list"], { ...env, COLUMNS: "160" })).stdout.trimEnd().split("\n")
     const scopesAt = lines.map((line) => Bun.stringWidth(line.slice(0, line.indexOf(line.startsWith("KEY ID") ? "SCOPES" : "campaigns:read"))))
     expect(new Set(scopesAt).size).toBe(1)
     expect(lines[1]).toContain("tab\\there")
@@ -166,6 +167,139 @@ describe("keys command line", () => {
       const result = await runCli(["serve"], { DATABASE_URL: tempDatabase(), [name!]: value! })
       expect(result.code).toBe(78)
       expect(result.stderr).toContain(name)
+    }
+  })
+})
+
+/**
+ * Runs the real command line on a terminal `columns` wide, as a person would: what appeared on it
+ * (stdout and stderr together), line by line, without colour codes.
+ */
+const onTerminal = async (args: ReadonlyArray<string>, env: Environment, columns: number) => {
+  let output = ""
+  const decoder = new TextDecoder()
+  const closed = Promise.withResolvers<void>()
+  const proc = Bun.spawn(["bun", mainTs, ...args], {
+    cwd: root,
+    env: Object.fromEntries(
+      Object.entries({ ...process.env, ...env }).filter((entry): entry is [string, string] => entry[1] !== undefined)
+    ),
+    terminal: {
+      cols: columns,
+      rows: 24,
+      data: (_, data) => void (output += decoder.decode(data, { stream: true })),
+      exit: () => closed.resolve()
+    }
+  })
+  const code = await proc.exited
+  await closed.promise
+  return { code, lines: output.replace(/\x1b\[[0-9;]*m/g, "").split("\r\n").filter((line) => line !== "") }
+}
+
+describe("keys list fits the width it is shown in", () => {
+  const otherBrand = "9c1d2e3f-4a5b-4c6d-8e7f-8091a2b3c4d5"
+
+  /** A database whose keys make the whole table about 190 columns wide; their `keys list --json`. */
+  const listedKeys = async () => {
+    const database = tempDatabase()
+    const env = { DATABASE_URL: database }
+    const named = await runCli(
+      ["keys", "create", "--brand", brandId, "--scopes", "campaigns:read,campaigns:write,analytics:read", "--name", "n".repeat(100), "--expires-in", "30"],
+      env
+    )
+    expect(named.code).toBe(0)
+    await createKey(database, { brandId: otherBrand, scopes: ["campaigns:read"] })
+    const listed: Array<{ keyId: string; brandId: string; createdAt: string; expiresAt: string | null }> = JSON.parse(
+      (await runCli(["keys", "list", "--json"], env)).stdout
+    )
+    return { env, listed }
+  }
+
+  const expectNarrow = (lines: ReadonlyArray<string>, listed: Awaited<ReturnType<typeof listedKeys>>["listed"]) => {
+    const table = lines.filter((line) => !line.startsWith("Database: "))
+    expect(table.map((line) => Bun.stringWidth(line)).filter((width) => width > 80)).toEqual([])
+    expect(table[0]!.split(/ {2,}/)).toEqual(["KEY ID", "BRAND", "NAME", "SCOPES", "STATUS"])
+    for (const key of listed) {
+      const row = table.find((line) => line.startsWith(key.keyId))
+      expect(row).toContain(`${key.brandId.slice(0, 8)}…`)
+      expect(row).not.toContain(key.brandId)
+    }
+    expect(table.join("\n")).toContain("campaigns:rw,analytics:r")
+  }
+
+  const expectWide = (lines: ReadonlyArray<string>, listed: Awaited<ReturnType<typeof listedKeys>>["listed"]) => {
+    const table = lines.filter((line) => !line.startsWith("Database: "))
+    expect(table.map((line) => Bun.stringWidth(line)).filter((width) => width > 200)).toEqual([])
+    expect(table[0]!.split(/ {2,}/)).toEqual(["KEY ID", "BRAND", "NAME", "SCOPES", "STATUS", "CREATED", "EXPIRES"])
+    for (const key of listed) {
+      const row = table.find((line) => line.startsWith(key.keyId))
+      expect(row).toContain(key.brandId)
+      expect(row).toContain(key.createdAt)
+      expect(row).toContain(key.expiresAt ?? "never")
+    }
+    expect(table.join("\n")).toContain("campaigns:read,campaigns:write,analytics:read")
+  }
+
+  it("on a terminal 80 columns wide, drops the dates, shortens brands and scopes, and cuts the name to fit; at 200 shows every field whole", async () => {
+    const { env, listed } = await listedKeys()
+    // A COLUMNS left over from before the terminal was resized does not count: the terminal's own width does.
+    const narrow = await onTerminal(["keys", "list"], { ...env, COLUMNS: "200" }, 80)
+    expect(narrow.code).toBe(0)
+    expectNarrow(narrow.lines, listed)
+    expect(narrow.lines.find((line) => line.includes("nnnn"))).toMatch(/n… /)
+    const wide = await onTerminal(["keys", "list"], { ...env, COLUMNS: "80" }, 200)
+    expect(wide.code).toBe(0)
+    expectWide(wide.lines, listed)
+  })
+
+  it("when the output is not a terminal, fits 80 columns, or the width COLUMNS gives", async () => {
+    const { env, listed } = await listedKeys()
+    const piped = await runCli(["keys", "list"], { ...env, COLUMNS: undefined })
+    expect(piped.code).toBe(0)
+    expectNarrow(piped.stdout.trimEnd().split("\n"), listed)
+    const wide = await runCli(["keys", "list"], { ...env, COLUMNS: "200" })
+    expectWide(wide.stdout.trimEnd().split("\n"), listed)
+    const json = await runCli(["keys", "list", "--json"], { ...env, COLUMNS: "20" })
+    expect(JSON.parse(json.stdout)).toEqual(listed)
+  })
+})
+
+describe("the database a key command uses", () => {
+  it("is named on stderr by its absolute path, said to be new when no database was there, and --json stdout stays one line", async () => {
+    const database = tempDatabase()
+    // Relative, as an operator in the checkout would write it: the notice names the file it resolves to.
+    const env = { DATABASE_URL: relative(root, database) }
+    const first = await runCli(["keys", "list", "--json"], env)
+    expect(first).toMatchObject({ code: 0, stdout: "[]\n", stderr: `Database: ${database} (new: no database was there)\n` })
+
+    const created = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--json"], env)
+    expect(created.code).toBe(0)
+    expect(created.stderr).toBe(`Database: ${database}\n`)
+    const lines = created.stdout.trimEnd().split("\n")
+    expect(lines).toHaveLength(1)
+    const { keyId } = JSON.parse(lines[0]!)
+
+    for (const args of [["keys", "list"], ["keys", "list", "--json"], ["keys", "revoke", keyId]]) {
+      const result = await runCli(args, env)
+      expect({ args, code: result.code, stderr: result.stderr }).toEqual({ args, code: 0, stderr: `Database: ${database}\n` })
+    }
+  })
+
+  it.skipIf(sharedSkipped !== undefined)("on PostgreSQL is named by host, port and database, never with its user or password", async () => {
+    const url = new URL(await postgres.database())
+    url.password = "s3cret-word"
+    const env = { DATABASE_URL: url.toString() }
+    const named = `Database: postgres://${url.host}${url.pathname}\n`
+    const created = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--json"], env)
+    expect(created).toMatchObject({ code: 0, stderr: named })
+    expect(created.stdout.trimEnd().split("\n")).toHaveLength(1)
+    expect(JSON.parse(created.stdout).brandId).toBe(brandId)
+    const listed = await runCli(["keys", "list", "--json"], env)
+    expect(listed).toMatchObject({ code: 0, stderr: named })
+    expect(JSON.parse(listed.stdout)).toHaveLength(1)
+    for (const { stdout, stderr } of [created, listed]) {
+      expect(`${stdout}${stderr}`).not.toContain("s3cret-word")
+      expect(stderr).not.toContain("@")
     }
   })
 })
