@@ -7,6 +7,7 @@ import { Authentication } from "./ApiKeys/Authentication.ts"
 import { AppConfig, checkedFirst, KeysConfig, ServeConfig } from "./Config.ts"
 import { GroupCommit } from "./Database/GroupCommit.ts"
 import { DatabaseInUse, SqlLive, SqlServerLive } from "./Database/Sql.ts"
+import { Draining } from "./Draining.ts"
 import { logAtStart } from "./Logging.ts"
 import { WebServerLive } from "./Edge/WebServer.ts"
 import { Idempotency } from "./Idempotency.ts"
@@ -27,7 +28,7 @@ export const ServicesLive = Layer.mergeAll(Authentication.Live, Activations.Live
   Layer.provideMerge(Layer.mergeAll(ApiKeys.Live, RateLimit.Live)),
   Layer.provideMerge(Layer.merge(ReposLive, GroupCommit.Live)),
   Layer.provideMerge(SqlServerLive),
-  Layer.provideMerge(Layer.mergeAll(Ids.Live, AppConfig.Live))
+  Layer.provideMerge(Layer.mergeAll(Ids.Live, AppConfig.Live, Draining.Live))
 )
 
 /**

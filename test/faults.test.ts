@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { renameSync, rmSync, statSync } from "node:fs"
 import {
   activate,
+  activatePath,
   type Answer,
   call,
   gatedBody,
@@ -20,7 +21,7 @@ import {
   lockDatabase,
   orphans
 } from "./support/database.ts"
-import { eventually, randomInt, runLoops } from "./support/load.ts"
+import { connectionLoad, eventually, randomInt, runLoops } from "./support/load.ts"
 import { createKey, type CreatedTestKey, runCli, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
 
 const unlimited = { RATE_LIMIT_MAX: "1000000" }
@@ -93,6 +94,50 @@ describe("crash safety", () => {
 })
 
 describe("graceful shutdown", () => {
+  it("on SIGTERM under 50 connections of activations: /readyz turns 503 at once, requests are still served for SHUTDOWN_DELAY_SECONDS with Connection: close, every request sent is answered, and every 200 is in the database", async () => {
+    const database = tempDatabase()
+    const server = await startServer(database, { ...unlimited, SHUTDOWN_DELAY_SECONDS: "1" })
+    const key = await createKey(database)
+    const activation = () =>
+      rawRequest("POST", activatePath(), [
+        ["authorization", `Bearer ${key.apiKey}`],
+        ["idempotency-key", uniqueKey()],
+        ["content-type", "application/json"]
+      ], JSON.stringify({ socialUsername: "@rolling" }))
+    try {
+      // The balancer in front: it sends new connections until it sees /readyz fail.
+      let inRotation = true
+      const load = connectionLoad(server.url, 50, activation, () => inRotation)
+      await eventually("activations to be answered", () => countRows(database, "activations") >= 200)
+      server.process.kill("SIGTERM")
+      await eventually("/readyz to fail", async () => (await call(server.url, { path: "/readyz" })).status === 503)
+      // Not ready, and still serving: the balancer has the window to move clients away.
+      const servedMeanwhile = await call(server.url, { path: "/v1/whoami", apiKey: key.apiKey })
+      inRotation = false
+      const report = await load
+      const exitCode = await server.process.exited
+
+      expect(exitCode).toBe(0)
+      expect(report.unanswered).toEqual([])
+      expect(report.answers.length).toBe(report.sent)
+      const statuses = new Set(report.answers.map(({ status }) => status))
+      expect([...statuses].filter((status) => status !== 200 && status !== 503)).toEqual([])
+      // Served through the window, each answer then telling its client to move on.
+      const closing = report.answers.filter(({ headers }) => headers["connection"] === "close")
+      expect(closing.filter(({ status }) => status === 200).length).toBeGreaterThan(0)
+      expect(servedMeanwhile.status).toBe(200)
+      expect(servedMeanwhile.headers.get("connection")).toBe("close")
+      for (const answer of report.answers.filter(({ status }) => status === 200)) {
+        expect(activationExists(database, answer.json.activation.id)).toBe(true)
+      }
+      expect(logged(server, "draining")).toEqual([expect.objectContaining({ delaySeconds: 1 })])
+      expect(logged(server, "stopped")).toEqual([expect.objectContaining({ unfinished: 0 })])
+      expect(integrityCheck(database)).toBe("ok")
+    } finally {
+      await server.stop()
+    }
+  })
+
   it("on SIGTERM finishes the request in flight, answers a request begun on an open connection with 503, refuses new connections, exits 0 and leaves the database closed and intact", async () => {
     const database = tempDatabase()
     const server = await startServer(database)

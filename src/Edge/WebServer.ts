@@ -1,8 +1,9 @@
 import { Cause, Deferred, Duration, Effect, Exit, Fiber, FiberRef, HashMap, Layer, Logger, LogLevel, Option, Runtime, Schedule } from "effect"
 import { ActivationsHandlers } from "../Activations/Http.ts"
 import { CampaignApi } from "../Api.ts"
-import { EdgeConfig, ServerConfig, StartupError } from "../Config.ts"
+import { EdgeConfig, ServerConfig, ShutdownConfig, StartupError } from "../Config.ts"
 import { InternalError, type NotFound, ServiceUnavailable } from "../Domain/Errors.ts"
+import { Draining } from "../Draining.ts"
 import { HealthHandlers } from "../Health/Http.ts"
 import { IdentityHandlers } from "../Identity/Http.ts"
 import { makeAccessLog, makeRefusalTally, requestIdOf } from "./AccessLog.ts"
@@ -270,19 +271,26 @@ const internalError = new InternalError({ message: "An unexpected error occurred
 const shuttingDown = errorReply(new ServiceUnavailable({ message: "The server is shutting down; retry on another instance." }))
 
 /**
- * The API on `Bun.serve`: Bun's own router hands each API request to its handler. On SIGTERM it
- * stops listening, answers late arrivals on open connections with a 503 envelope, waits for what
- * is in flight, and only then lets the layers (the database) close.
+ * The API on `Bun.serve`: Bun's own router hands each API request to its handler. On SIGTERM
+ * (README, Operating it: Shutdown) it first keeps serving for SHUTDOWN_DELAY_SECONDS with
+ * `/readyz` at 503 and every answer closing its connection, so that a load balancer moves its
+ * clients elsewhere before anything is refused; then it stops listening, answers late arrivals on
+ * open connections with a 503 envelope, waits for what is in flight, and only then lets the
+ * layers (the database) close.
  */
 export const WebServerLive = Layer.scopedDiscard(
   Effect.gen(function*() {
     const { host, port } = yield* ServerConfig
+    const delay = yield* ShutdownConfig
+    const draining = yield* Draining
     const edge = yield* makeEdge
     // Added before the server, so they run after the drain (finalizers run last-added first):
     // the 401s and the outage's failures counted until the very end are logged too.
     yield* Effect.addFinalizer(() => Effect.forEach(edge.summaries, (summary) => summary.write(true), { discard: true }))
 
-    let draining = false
+    // Closing: told to stop, every answer closes its connection. Stopped: no longer listening.
+    let closing = false
+    let stopped = false
     let inFlight = 0
     const idle = yield* Deferred.make<void>()
 
@@ -294,15 +302,15 @@ export const WebServerLive = Layer.scopedDiscard(
 
     const settle = (response: Response) => {
       inFlight--
-      if (draining) {
+      if (closing) {
         response.headers.set("connection", "close")
-        if (inFlight === 0) Deferred.unsafeDone(idle, Effect.void)
+        if (stopped && inFlight === 0) Deferred.unsafeDone(idle, Effect.void)
       }
       return response
     }
     const failed = (error: unknown): never => {
       inFlight--
-      if (draining && inFlight === 0) Deferred.unsafeDone(idle, Effect.void)
+      if (stopped && inFlight === 0) Deferred.unsafeDone(idle, Effect.void)
       throw error
     }
 
@@ -334,7 +342,7 @@ export const WebServerLive = Layer.scopedDiscard(
     }
 
     const guard = (serve: Handle) => (request: Request & { params: Record<string, string> }, server?: Bun.Server<unknown>) => {
-      if (draining) return lateArrival(request)
+      if (stopped) return lateArrival(request)
       // Asked once per request: an object each time.
       const peer = server?.requestIP(request)
       const closing = overLimit(peer)
@@ -390,8 +398,12 @@ export const WebServerLive = Layer.scopedDiscard(
       }),
       (server) =>
         Effect.gen(function*() {
-          draining = true
-          yield* Effect.logInfo("draining", { inFlight })
+          closing = true
+          draining.start()
+          yield* Effect.logInfo("draining", { inFlight, delaySeconds: Duration.toSeconds(delay) })
+          yield* Effect.sleep(delay)
+          stopped = true
+          yield* Effect.logInfo("closing the listener", { inFlight })
           void server.stop(false)
           if (inFlight === 0) Deferred.unsafeDone(idle, Effect.void)
           yield* Deferred.await(idle).pipe(Effect.timeout(drainTimeout), Effect.ignore)

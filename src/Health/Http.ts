@@ -2,6 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { Duration, Effect } from "effect"
 import type { CampaignApi } from "../Api.ts"
 import { DatabaseFile } from "../Database/Sql.ts"
+import { Draining } from "../Draining.ts"
 import { RateLimit } from "../RateLimit.ts"
 import { ServiceUnavailable } from "../Domain/Errors.ts"
 import { compile } from "../Edge/Endpoint.ts"
@@ -9,6 +10,7 @@ import type { Handlers } from "../Edge/Exchange.ts"
 import { HealthApi } from "./Api.ts"
 
 const notReady = new ServiceUnavailable({ message: "The database does not answer." })
+const stopping = Effect.fail(new ServiceUnavailable({ message: "The server is shutting down." }))
 const alive = { status: 200, body: compile(HealthApi.alive).encodeSuccess({ ok: true, status: "alive" }) }
 const encodeReady = compile(HealthApi.ready).encodeSuccess
 
@@ -18,6 +20,7 @@ export const HealthHandlers = Effect.gen(function*() {
   const file = yield* DatabaseFile
   const database = sql.onDialectOrElse({ pg: () => "postgres" as const, orElse: () => "sqlite" as const })
   const rateLimit = yield* RateLimit
+  const draining = yield* Draining
   // A real table, not `SELECT 1`: that would answer without touching the database file.
   const ping = file.ensurePresent.pipe(
     Effect.zipRight(sql`SELECT COUNT(*) AS n FROM api_keys WHERE key_id = ''`),
@@ -26,8 +29,9 @@ export const HealthHandlers = Effect.gen(function*() {
   )
   const handlers: Handlers<typeof CampaignApi>["health"] = {
     alive: () => Effect.succeed(alive),
+    // Not ready from the moment the server is told to stop, while it still serves everything else.
     ready: () =>
-      Effect.as(ping, {
+      draining.started() ? stopping : Effect.as(ping, {
         status: 200,
         body: encodeReady({ ok: true, status: "ready", database, rateLimiter: rateLimit.status() })
       })

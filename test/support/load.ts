@@ -1,3 +1,5 @@
+import { openConnection, type RawConnection, type RawOutcome, type RawResponse } from "./client.ts"
+
 /** A copy of `items` in random order (Fisher-Yates). */
 export const shuffle = <A>(items: ReadonlyArray<A>): Array<A> => {
   const copy = [...items]
@@ -49,4 +51,61 @@ export const runLoops = (loops: number, step: (loop: number) => Promise<void>) =
     done,
     errors
   }
+}
+
+/** What `connectionLoad` saw: every request it sent and how each ended. */
+export interface ConnectionLoadReport {
+  readonly sent: number
+  readonly answers: ReadonlyArray<RawResponse>
+  /** Requests sent that got no answer: the connection closed, was reset, or hung. */
+  readonly unanswered: ReadonlyArray<RawOutcome["_tag"]>
+  /** Connections refused before any request was sent on them. */
+  readonly refused: number
+}
+
+/**
+ * Load as clients behind a load balancer make it: `connections` loops, each sending `request()`
+ * on its connection, one at a time, opening a new one after an answer that says
+ * `Connection: close`. Once `open()` is false (the balancer has taken the server out of rotation)
+ * a loop opens no new connection, and a connection refused ends its loop; every request sent is
+ * counted, with how it ended.
+ */
+export const connectionLoad = (
+  url: string,
+  connections: number,
+  request: () => Uint8Array,
+  open: () => boolean
+): Promise<ConnectionLoadReport> => {
+  let sent = 0
+  let refused = 0
+  const answers: Array<RawResponse> = []
+  const unanswered: Array<RawOutcome["_tag"]> = []
+  const loop = async () => {
+    while (open()) {
+      let connection: RawConnection
+      try {
+        connection = await openConnection(url)
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== "ECONNREFUSED") throw error
+        refused++
+        return
+      }
+      for (;;) {
+        sent++
+        connection.send(request())
+        const outcome = await connection.next({ timeoutMs: 20_000 })
+        if (outcome._tag !== "Answered") {
+          unanswered.push(outcome._tag)
+          connection.destroy()
+          break
+        }
+        answers.push(outcome.response)
+        if (outcome.response.headers["connection"] === "close") {
+          connection.destroy()
+          break
+        }
+      }
+    }
+  }
+  return Promise.all(Array.from({ length: connections }, loop)).then(() => ({ sent, answers, unanswered, refused }))
 }

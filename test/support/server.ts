@@ -32,8 +32,15 @@ export interface StartOptions {
   readonly runtime?: ReadonlyArray<string>
 }
 
+/** A child stops at once on SIGTERM unless a test asks for the drain window (README, Operating it: Shutdown). */
 const spawnMain = (args: ReadonlyArray<string>, env: Environment, { cwd = root, runtime = [mainTs] }: StartOptions = {}) =>
-  spawn(["bun", ...runtime, ...args], { cwd, env: environment(env), stdin: "ignore", stdout: "pipe", stderr: "pipe" })
+  spawn(["bun", ...runtime, ...args], {
+    cwd,
+    env: environment({ SHUTDOWN_DELAY_SECONDS: "0", ...env }),
+    stdin: "ignore",
+    stdout: "pipe",
+    stderr: "pipe"
+  })
 
 export interface RunningServer {
   readonly url: string
