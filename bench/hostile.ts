@@ -59,7 +59,7 @@ const startServer = async (env: Record<string, string> = {}): Promise<Server> =>
   const port = freePort()
   const child = Bun.spawn(["taskset", "-c", "1", ...serverCommand], {
     cwd: root,
-    env: { ...process.env, DATABASE_URL: database, HOST: "127.0.0.1", PORT: String(port), LOG_LEVEL: "info", ...env },
+    env: { ...process.env, DATABASE_URL: database, HOST: "127.0.0.1", PORT: String(port), LOG_LEVEL: "info", SHUTDOWN_DELAY_SECONDS: "0", ...env },
     stdout: "ignore",
     stderr: Bun.file(logFile)
   })

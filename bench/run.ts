@@ -301,7 +301,8 @@ const startServer = async (
   const url = `http://127.0.0.1:${port}`
   const startedAt = performance.now()
   const spawned = spawn(["taskset", "-c", serverCpu, ...cmd], {
-    env: { ...env, PORT: String(port), HOST: "127.0.0.1", DATABASE_URL: databaseFile },
+    // Stopped between scenarios: no balancer to wait for (README, Operating it: Shutdown).
+    env: { SHUTDOWN_DELAY_SECONDS: "0", ...env, PORT: String(port), HOST: "127.0.0.1", DATABASE_URL: databaseFile },
     timeoutMs: budgetMs,
     ...(stderrFile === undefined ? {} : { stderrFile })
   })
@@ -500,7 +501,7 @@ const measureBinary = async (dir: string): Promise<BinaryResult> => {
     const port = freePort()
     const startedAt = performance.now()
     const spawned = spawn([binary, "serve"], {
-      env: { PORT: String(port), HOST: "127.0.0.1", DATABASE_URL: databaseFile, LOG_LEVEL: serviceLogLevel },
+      env: { PORT: String(port), HOST: "127.0.0.1", DATABASE_URL: databaseFile, LOG_LEVEL: serviceLogLevel, SHUTDOWN_DELAY_SECONDS: "0" },
       timeoutMs: 60_000
     })
     try {

@@ -61,7 +61,7 @@ const startServer = async (cmd: Array<string>, env: Record<string, string>, apiK
   const port = freePort()
   const child = spawn(cmd, {
     cwd: root,
-    env: { ...process.env, ...env, PORT: String(port), HOST: "127.0.0.1", LOG_LEVEL: "warn", RATE_LIMIT_MAX: "1000000000" },
+    env: { ...process.env, SHUTDOWN_DELAY_SECONDS: "0", ...env, PORT: String(port), HOST: "127.0.0.1", LOG_LEVEL: "warn", RATE_LIMIT_MAX: "1000000000" },
     stdout: "ignore",
     stderr: "inherit"
   })

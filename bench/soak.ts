@@ -48,6 +48,7 @@ const server = spawn(["bun", mainTs, "serve"], {
     HOST: "127.0.0.1",
     DATABASE_URL: database,
     IDEMPOTENCY_TTL_HOURS: String(ttlSeconds / 3600),
+    SHUTDOWN_DELAY_SECONDS: "0",
     RATE_LIMIT_MAX: "1000000000"
   },
   stdin: "ignore",
