@@ -1,9 +1,10 @@
 import { describe, expect, it } from "@effect/vitest"
-import { chmodSync, statSync, writeFileSync } from "node:fs"
+import { chmodSync, existsSync, readFileSync, statSync, writeFileSync } from "node:fs"
 import { dirname, join, relative } from "node:path"
 import { postgres, sharedSkipped } from "./support/backends.ts"
-import { whoami } from "./support/client.ts"
-import { inspect } from "./support/database.ts"
+import { activate, type Answer, uniqueKey, whoami } from "./support/client.ts"
+import { activationExists, countRows, inspect, integrityCheck, orphans, permissions } from "./support/database.ts"
+import { eventually, runLoops } from "./support/load.ts"
 import { createKey, type Environment, mainTs, root, runCli, startServer, tempDatabase } from "./support/server.ts"
 
 const brandId = "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f"
@@ -301,5 +302,83 @@ describe("the database a key command uses", () => {
       expect(`${stdout}${stderr}`).not.toContain("s3cret-word")
       expect(stderr).not.toContain("@")
     }
+  })
+})
+
+describe("backup", () => {
+  it("copies the database while the server writes: the copy serves as it is, with every activation answered before it began, whole, and mode 0600", async () => {
+    const database = tempDatabase()
+    const key = await createKey(database)
+    const server = await startServer(database, { RATE_LIMIT_MAX: "1000000" })
+    const answered: Array<{ readonly idempotencyKey: string; readonly body: { socialUsername: string }; readonly answer: Answer }> = []
+    const load = runLoops(8, async (loop) => {
+      const attempt = { key: uniqueKey(), body: { socialUsername: `@backup-${loop}` } }
+      const answer = await activate(server.url, { apiKey: key.apiKey, ...attempt })
+      expect(answer.status).toBe(200)
+      answered.push({ idempotencyKey: attempt.key, body: attempt.body, answer })
+    })
+    const copy = join(dirname(tempDatabase()), "copy.sqlite")
+    let beforeBackup: typeof answered = []
+    let backup: Awaited<ReturnType<typeof runCli>>
+    try {
+      await eventually("activations under way", () => answered.length >= 100)
+      beforeBackup = [...answered]
+      backup = await runCli(["backup", copy], { DATABASE_URL: database })
+      const afterBackup = answered.length
+      await eventually("writes after the backup", () => answered.length >= afterBackup + 50)
+    } finally {
+      load.stop()
+      await load.done
+      await server.stop()
+    }
+    expect(load.errors).toEqual([])
+    expect(backup.code).toBe(0)
+    expect(backup.stderr).toBe(`Database: ${database}\n`)
+    const bytes = statSync(copy).size
+    expect(backup.stdout).toBe(`Backup written: ${copy} (${bytes} bytes).\n`)
+    expect(permissions(copy)).toBe(0o600)
+    expect(integrityCheck(copy)).toBe("ok")
+    expect(orphans(copy)).toEqual({ activations: 0, idempotencyKeys: 0 })
+    // A copy of one moment: everything answered before it began, and less than the server wrote in all.
+    expect(countRows(copy, "activations")).toBeGreaterThanOrEqual(beforeBackup.length)
+    expect(countRows(copy, "activations")).toBeLessThan(countRows(database, "activations"))
+
+    // Restored: the copy is DATABASE_URL as it is. The key works and each activation replays byte for byte.
+    const restored = await startServer(copy)
+    try {
+      expect((await whoami(restored.url, key.apiKey)).status).toBe(200)
+      for (const { answer, body, idempotencyKey } of beforeBackup) {
+        expect(activationExists(copy, answer.json.activation.id)).toBe(true)
+        const replay = await activate(restored.url, { apiKey: key.apiKey, key: idempotencyKey, body })
+        expect({ status: replay.status, text: replay.text }).toEqual({ status: 200, text: answer.text })
+      }
+    } finally {
+      await restored.stop()
+    }
+  })
+
+  it("never overwrites a file, refuses a database that is not there, :memory: and PostgreSQL, with one sentence and exit 1, leaving nothing behind", async () => {
+    const database = tempDatabase()
+    await createKey(database)
+    const existing = join(dirname(database), "existing")
+    writeFileSync(existing, "keep me")
+    const missingDirectory = join(dirname(database), "no-such-directory", "copy.sqlite")
+    const refusals: ReadonlyArray<readonly [Environment, string, RegExp]> = [
+      [{ DATABASE_URL: database }, existing, /already exists: a backup never overwrites a file/],
+      [{ DATABASE_URL: database }, missingDirectory, /does not exist: make the directory first/],
+      [{ DATABASE_URL: join(dirname(database), "absent.sqlite") }, join(dirname(database), "a.sqlite"), /There is no database at/],
+      [{ DATABASE_URL: ":memory:" }, join(dirname(database), "b.sqlite"), /no file to back up/],
+      [{ DATABASE_URL: "postgres://app:s3cret-word@127.0.0.1:5432/x" }, join(dirname(database), "c.sqlite"), /use pg_dump/]
+    ]
+    for (const [env, file, sentence] of refusals) {
+      const result = await runCli(["backup", file], env)
+      expect({ file, code: result.code, stdout: result.stdout }).toEqual({ file, code: 1, stdout: "" })
+      expect(result.stderr).toMatch(sentence)
+      expect(result.stderr.trimEnd().split("\n").length).toBeLessThanOrEqual(2)
+      expect(result.stderr).not.toContain("s3cret-word")
+      if (file !== existing) expect(existsSync(file)).toBe(false)
+    }
+    expect(readFileSync(existing, "utf8")).toBe("keep me")
+    expect(existsSync(join(dirname(database), "absent.sqlite"))).toBe(false)
   })
 })
