@@ -2,6 +2,7 @@
  * The benchmark (issue 4): the real service against a framework-free baseline on the same machine.
  *
  *   bun bench/run.ts                      # BENCH_DURATION=10 (seconds per measured run), BENCH_WARMUP=15,
+ *                                         # BENCH_STARTUP_ONLY=1 (start-up against a bare Bun.serve only),
  *                                         # BENCH_LOG_RUNS=4, BENCH_LOG_SECONDS=5 (the access log's runs)
  *
  * Each server runs on its own temporary database (prepared by the service's `keys create`), pinned
@@ -51,7 +52,7 @@ const warmupSeconds = envSeconds("BENCH_WARMUP", 15)
 const connections = 50
 const serverCpu = "1"
 const loadCpu = "0"
-const startupRuns = 5
+const startupRuns = 9
 /** Pause after each wrk run so the requests still queued in the server finish. */
 const settleMs = 1000
 /** Other processes using more CPU than this (100 = one core) during a measured run make it noisy. */
@@ -67,6 +68,9 @@ const allScenarios: ReadonlyArray<{ readonly name: ScenarioName; readonly title:
   { name: "replay", title: "(c) activate replays: the same key and body every request" },
   { name: "mix", title: "(d) mix: 90% whoami, 10% activate with a fresh key" }
 ]
+
+/** BENCH_STARTUP_ONLY=1 measures the binary's start-up against the bare server's, and stops there. */
+const startupOnly = process.env["BENCH_STARTUP_ONLY"] === "1"
 
 /** BENCH_SCENARIOS=whoami,fresh runs only those (all four by default). */
 const scenarios = (() => {
@@ -485,6 +489,9 @@ interface BinaryResult {
   readonly buildSeconds: number
   readonly startToFirst200Ms: ReadonlyArray<number>
   readonly medianStartToFirst200Ms: number
+  /** A bare compiled `Bun.serve` (bench/bare-serve.ts), started in turns with the service. */
+  readonly bareStartToFirst200Ms: ReadonlyArray<number>
+  readonly medianBareStartToFirst200Ms: number
 }
 
 const measureBinary = async (dir: string): Promise<BinaryResult> => {
@@ -496,21 +503,37 @@ const measureBinary = async (dir: string): Promise<BinaryResult> => {
   const databaseFile = join(dir, "binary.sqlite")
   const apiKey = await createKey([binary], databaseFile)
 
-  const times: Array<number> = []
-  for (let run = 0; run < startupRuns; run++) {
+  const bare = join(dir, "bare-serve")
+  await runCommand([bun, "build", "bench/bare-serve.ts", "--compile", "--bytecode", "--outfile", bare], { timeoutMs: 180_000 })
+
+  const startToFirst200 = async (cmd: ReadonlyArray<string>) => {
     const port = freePort()
     const startedAt = performance.now()
-    const spawned = spawn([binary, "serve"], {
+    const spawned = spawn(cmd, {
       env: { PORT: String(port), HOST: "127.0.0.1", DATABASE_URL: databaseFile, LOG_LEVEL: serviceLogLevel, SHUTDOWN_DELAY_SECONDS: "0" },
       timeoutMs: 60_000
     })
     try {
-      times.push(await waitForWhoami(spawned, `http://127.0.0.1:${port}`, apiKey, { startedAt, intervalMs: 2, timeoutMs: 30_000 }))
+      return await waitForWhoami(spawned, `http://127.0.0.1:${port}`, apiKey, { startedAt, intervalMs: 2, timeoutMs: 30_000 })
     } finally {
       await stop(spawned.process)
     }
   }
-  return { sizeBytes, buildSeconds, startToFirst200Ms: times, medianStartToFirst200Ms: median(times) }
+  // In turns, so that the VM's slower minutes hit both alike.
+  const times: Array<number> = []
+  const bareTimes: Array<number> = []
+  for (let run = 0; run < startupRuns; run++) {
+    times.push(await startToFirst200([binary, "serve"]))
+    bareTimes.push(await startToFirst200([bare]))
+  }
+  return {
+    sizeBytes,
+    buildSeconds,
+    startToFirst200Ms: times,
+    medianStartToFirst200Ms: median(times),
+    bareStartToFirst200Ms: bareTimes,
+    medianBareStartToFirst200Ms: median(bareTimes)
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -597,7 +620,11 @@ const main = async () => {
     console.log("building the single binary...")
     const binary = await measureBinary(dir)
     console.log(`binary: ${number(binary.sizeBytes / 1024 / 1024, 1)} MB, start to first 200 from whoami: ` +
-      `median ${number(binary.medianStartToFirst200Ms, 1)} ms of ${binary.startToFirst200Ms.map((t) => t.toFixed(1)).join(", ")}`)
+      `median ${number(binary.medianStartToFirst200Ms, 1)} ms of ${binary.startToFirst200Ms.map((t) => t.toFixed(1)).join(", ")}; ` +
+      `bare compiled Bun.serve median ${number(binary.medianBareStartToFirst200Ms, 1)} ms of ` +
+      `${binary.bareStartToFirst200Ms.map((t) => t.toFixed(1)).join(", ")} ` +
+      `(${number(binary.medianStartToFirst200Ms / binary.medianBareStartToFirst200Ms, 1)}×)`)
+    if (startupOnly) return
 
     const serviceDb = join(dir, "service.sqlite")
     const serviceInfoDb = join(dir, "service-info.sqlite")
@@ -671,7 +698,9 @@ const main = async () => {
     const serverLogs = Object.fromEntries(servers.map((s) => [s.name, `${s.spawned.stdout}${s.spawned.stderr}`.trim()]))
 
     console.log(`\nbinary: ${number(binary.sizeBytes / 1024 / 1024, 1)} MB (${binary.sizeBytes} bytes), ` +
-      `start to first 200 from whoami: median ${number(binary.medianStartToFirst200Ms, 1)} ms of ${startupRuns} runs`)
+      `start to first 200 from whoami: median ${number(binary.medianStartToFirst200Ms, 1)} ms of ${startupRuns} runs; ` +
+      `a bare compiled Bun.serve in turns with it: ${number(binary.medianBareStartToFirst200Ms, 1)} ms ` +
+      `(${number(binary.medianStartToFirst200Ms / binary.medianBareStartToFirst200Ms, 1)}×)`)
     console.log(`peak RSS over the whole run (VmHWM): ` +
       servers.map((s) => `${s.name} ${number(lifetimePeakRssMb[s.name]!, 1)} MB`).join(", "))
     if (serverLogs["service"] !== "") {

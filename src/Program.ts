@@ -1,10 +1,9 @@
 /** The command line as a program: its layers, its console and its exit codes (README, Exit codes). */
 import { CliConfig, ValidationError } from "@effect/cli"
 import { BunContext, BunRuntime } from "@effect/platform-bun"
-import { Console, Effect, Layer } from "effect"
-import * as ConfigError from "effect/ConfigError"
+import { Effect, Layer } from "effect"
 import { cli, CliConsole } from "./Cli.ts"
-import { configProblems } from "./Config.ts"
+import { withConfigurationExit } from "./Launch.ts"
 import { LoggingLive } from "./Logging.ts"
 
 cli(process.argv).pipe(
@@ -14,11 +13,6 @@ cli(process.argv).pipe(
   Effect.withConsole(Effect.runSync(CliConsole(process.argv))),
   // @effect/cli has already printed what was wrong with the command line: exit 2, as usage errors do.
   Effect.catchIf(ValidationError.isValidationError, () => Effect.sync(() => process.exit(2))),
-  // Every bad variable at once, one sentence each (README, Configuration).
-  Effect.catchIf(ConfigError.isConfigError, (error) =>
-    Effect.zipRight(Console.error(configProblems(error).join("\n")), Effect.sync(() => process.exit(78)))),
-  // A configured path, address or port that cannot be used: one sentence naming it, exit 78 too.
-  Effect.catchTag("StartupError", (error) =>
-    Effect.zipRight(Console.error(error.message), Effect.sync(() => process.exit(78)))),
+  withConfigurationExit,
   BunRuntime.runMain({ disablePrettyLogger: true })
 )

@@ -1,7 +1,3 @@
-// Deep imports: the package index loads the whole OpenTelemetry SDK, which OTLP export does not need.
-import * as OtlpSerialization from "@effect/opentelemetry/OtlpSerialization"
-import * as OtlpTracer from "@effect/opentelemetry/OtlpTracer"
-import { FetchHttpClient } from "@effect/platform"
 import { Effect, Layer, Option } from "effect"
 import { TracingConfig } from "./Config.ts"
 import { version } from "./Version.ts"
@@ -16,6 +12,15 @@ export const TracingLive = Layer.unwrapEffect(
     if (Option.isNone(endpoint)) {
       return Layer.setTracerEnabled(false)
     }
+    // Loaded only when tracing is on, and by deep imports: the package index loads the whole
+    // OpenTelemetry SDK, which OTLP export does not need.
+    const [OtlpSerialization, OtlpTracer, { FetchHttpClient }] = yield* Effect.promise(() =>
+      Promise.all([
+        import("@effect/opentelemetry/OtlpSerialization"),
+        import("@effect/opentelemetry/OtlpTracer"),
+        import("@effect/platform")
+      ])
+    )
     return OtlpTracer.layer({
       url: new URL("v1/traces", endpoint.value.href.endsWith("/") ? endpoint.value : `${endpoint.value.href}/`).href,
       resource: { serviceName, serviceVersion: version }

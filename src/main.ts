@@ -1,11 +1,13 @@
 /**
  * The entry point. `serve` may first replace its own process to size the garbage-collected heap
  * (Memory.ts), so the program is loaded only after that: loaded before, it was loaded twice
- * (from source, 0.4 s more to start).
+ * (from source, 0.4 s more to start). A bare `serve` loads the server alone (Serve.ts).
  */
 import "./Memory.ts"
 
-import("./Program.ts").catch((error: unknown) => {
+const args = process.argv.slice(2)
+
+;(args.length === 1 && args[0] === "serve" ? import("./Serve.ts") : import("./Program.ts")).catch((error: unknown) => {
   console.error(error)
   process.exit(1)
 })

@@ -1,6 +1,5 @@
 import { Duration, Effect, Layer } from "effect"
 import { DatabaseConfig } from "../Config.ts"
-import * as Postgres from "./Postgres.ts"
 import { busyTimeout } from "./Services.ts"
 import * as Sqlite from "./Sqlite.ts"
 
@@ -10,7 +9,8 @@ const makeSqlLive = (busyTimeoutMs: number) =>
   Layer.unwrapEffect(Effect.map(DatabaseConfig, (target) =>
     target._tag === "sqlite"
       ? Sqlite.layer(target.filename, busyTimeoutMs)
-      : Postgres.layer(target)))
+      // Loaded only for a PostgreSQL URL: the embedded default does not pay for its client at start.
+      : Layer.unwrapEffect(Effect.map(Effect.promise(() => import("./Postgres.ts")), (Postgres) => Postgres.layer(target)))))
 
 /** The database DATABASE_URL names, opened and migrated; a locked SQLite database blocks up to the busy timeout. */
 export const SqlLive = makeSqlLive(Duration.toMillis(busyTimeout))
