@@ -11,6 +11,8 @@ import { eventually } from "./load.ts"
 
 export const root = new URL("../..", import.meta.url).pathname
 export const mainTs = join(root, "src/main.ts")
+/** What a child runs: the program bundled once for the run (globalSetup.ts), or src/main.ts outside one. */
+export const mainJs = process.env["CAMPAIGN_API_TEST_MAIN"] ?? mainTs
 
 /** The run's temporary directory (removed when the run ends, see globalSetup.ts), or the system's. */
 export const testTmp = (): string => process.env["CAMPAIGN_API_TEST_TMP"] ?? tmpdir()
@@ -26,14 +28,14 @@ const environment = (overrides: Environment): Record<string, string> =>
     Object.entries({ ...process.env, ...overrides }).filter((entry): entry is [string, string] => entry[1] !== undefined)
   )
 
-/** Where and how a child is started: in `cwd` (the checkout by default) as `bun <runtime...>`, src/main.ts by its absolute path unless given. */
+/** Where and how a child is started: in `cwd` (the checkout by default) as `bun <runtime...>`, the bundle (`mainJs`) unless given. */
 export interface StartOptions {
   readonly cwd?: string
   readonly runtime?: ReadonlyArray<string>
 }
 
 /** A child stops at once on SIGTERM unless a test asks for the drain window (README, Operating it: Shutdown). */
-const spawnMain = (args: ReadonlyArray<string>, env: Environment, { cwd = root, runtime = [mainTs] }: StartOptions = {}) =>
+const spawnMain = (args: ReadonlyArray<string>, env: Environment, { cwd = root, runtime = [mainJs] }: StartOptions = {}) =>
   spawn(["bun", ...runtime, ...args], {
     cwd,
     env: environment({ SHUTDOWN_DELAY_SECONDS: "0", ...env }),
