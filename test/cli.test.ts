@@ -5,7 +5,7 @@ import { postgres, sharedSkipped } from "./support/backends.ts"
 import { activate, type Answer, uniqueKey, whoami } from "./support/client.ts"
 import { activationExists, countRows, inspect, integrityCheck, orphans, permissions } from "./support/database.ts"
 import { eventually, runLoops } from "./support/load.ts"
-import { createKey, type Environment, mainJs, root, runCli, startServer, tempDatabase } from "./support/server.ts"
+import { createKey, type Environment, program, root, runCli, startServer, tempDatabase } from "./support/server.ts"
 
 const brandId = "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f"
 
@@ -180,7 +180,7 @@ const onTerminal = async (args: ReadonlyArray<string>, env: Environment, columns
   let output = ""
   const decoder = new TextDecoder()
   const closed = Promise.withResolvers<void>()
-  const proc = Bun.spawn(["bun", mainJs, ...args], {
+  const proc = Bun.spawn([...program, ...args], {
     cwd: root,
     env: Object.fromEntries(
       Object.entries({ ...process.env, ...env }).filter((entry): entry is [string, string] => entry[1] !== undefined)

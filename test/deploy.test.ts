@@ -3,7 +3,7 @@ import { spawnSync } from "bun"
 import { readFileSync, writeFileSync } from "node:fs"
 import { dirname, join } from "node:path"
 import { whoami } from "./support/client.ts"
-import { createKey, mainJs, root, startServer, tempDatabase } from "./support/server.ts"
+import { createKey, program, root, startServer, tempDatabase } from "./support/server.ts"
 
 const unitFile = join(root, "deploy/campaign-api.service")
 const unit = readFileSync(unitFile, "utf8")
@@ -25,7 +25,7 @@ describe("the systemd unit in deploy/ (README, Deployment)", () => {
   it.skipIf(missing !== undefined && !process.env["CI"])("passes systemd-analyze verify without a warning", () => {
     // Its ExecStart pointed at a program that exists here: systemd checks that the command is executable.
     const copy = join(dirname(tempDatabase()), "campaign-api.service")
-    writeFileSync(copy, unit.replace(/^ExecStart=.*$/m, `ExecStart=${process.execPath} ${mainJs} serve`))
+    writeFileSync(copy, unit.replace(/^ExecStart=.*$/m, `ExecStart=${program.map((word) => Bun.which(word) ?? word).join(" ")} serve`))
     const verified = spawnSync([systemdAnalyze || "systemd-analyze", "verify", copy])
     expect({ exitCode: verified.exitCode, stderr: verified.stderr.toString(), stdout: verified.stdout.toString() })
       .toEqual({ exitCode: 0, stderr: "", stdout: "" })

@@ -10,7 +10,7 @@ import { eventually } from "./support/load.ts"
 import {
   createKey,
   type Environment,
-  mainJs,
+  program,
   revokeKey,
   root,
   type RunningServer,
@@ -379,7 +379,7 @@ describe("structured logs", () => {
 
   it("keeps serving when nobody reads its log any more (the reader of stderr went away)", async () => {
     const port = 20_000 + Math.floor(Math.random() * 20_000)
-    const proc = spawn(["bun", mainJs, "serve"], {
+    const proc = spawn([...program, "serve"], {
       cwd: root,
       env: { ...process.env, DATABASE_URL: tempDatabase(), HOST: "127.0.0.1", PORT: String(port), LOG_LEVEL: "info", SHUTDOWN_DELAY_SECONDS: "0" },
       stdout: "ignore",

@@ -11,8 +11,10 @@ import { eventually } from "./load.ts"
 
 export const root = new URL("../..", import.meta.url).pathname
 export const mainTs = join(root, "src/main.ts")
-/** What a child runs: the program bundled once for the run (globalSetup.ts), or src/main.ts outside one. */
-export const mainJs = process.env["CAMPAIGN_API_TEST_MAIN"] ?? mainTs
+/** The command a child runs: the binary built once for the run (globalSetup.ts), or `bun src/main.ts` outside one. */
+export const program: ReadonlyArray<string> = process.env["CAMPAIGN_API_TEST_BINARY"] === undefined
+  ? ["bun", mainTs]
+  : [process.env["CAMPAIGN_API_TEST_BINARY"]]
 
 /** The run's temporary directory (removed when the run ends, see globalSetup.ts), or the system's. */
 export const testTmp = (): string => process.env["CAMPAIGN_API_TEST_TMP"] ?? tmpdir()
@@ -28,15 +30,15 @@ const environment = (overrides: Environment): Record<string, string> =>
     Object.entries({ ...process.env, ...overrides }).filter((entry): entry is [string, string] => entry[1] !== undefined)
   )
 
-/** Where and how a child is started: in `cwd` (the checkout by default) as `bun <runtime...>`, the bundle (`mainJs`) unless given. */
+/** Where and how a child is started: in `cwd` (the checkout by default), as `bun <runtime...>` when given, else `program`. */
 export interface StartOptions {
   readonly cwd?: string
   readonly runtime?: ReadonlyArray<string>
 }
 
 /** A child stops at once on SIGTERM unless a test asks for the drain window (README, Operating it: Shutdown). */
-const spawnMain = (args: ReadonlyArray<string>, env: Environment, { cwd = root, runtime = [mainJs] }: StartOptions = {}) =>
-  spawn(["bun", ...runtime, ...args], {
+const spawnMain = (args: ReadonlyArray<string>, env: Environment, { cwd = root, runtime }: StartOptions = {}) =>
+  spawn([...(runtime === undefined ? program : ["bun", ...runtime]), ...args], {
     cwd,
     env: environment({ SHUTDOWN_DELAY_SECONDS: "0", ...env }),
     stdin: "ignore",
