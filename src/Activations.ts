@@ -3,7 +3,7 @@ import { ActivationsRepo } from "./Activations/ActivationsRepo.ts"
 import type { Activation, ActivationRequest } from "./Domain/Activation.ts"
 import type { ApiKeyIdentity } from "./Domain/ApiKey.ts"
 import { Ids } from "./Ids.ts"
-import { spans } from "./Edge/Span.ts"
+import { spans } from "./Spans.ts"
 
 export class Activations extends Context.Tag("Activations")<Activations, {
   readonly activate: (input: {

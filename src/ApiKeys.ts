@@ -4,7 +4,7 @@ import { ApiKeysRepo, type ApiKeyRow } from "./ApiKeys/ApiKeysRepo.ts"
 import { type ApiKeyIdentity, ApiKeyInfo, type BrandId, type KeyId, type Scope } from "./Domain/ApiKey.ts"
 import { KeyRefused, type RefusalReason } from "./Domain/Errors.ts"
 import { Ids } from "./Ids.ts"
-import { spans } from "./Edge/Span.ts"
+import { spans } from "./Spans.ts"
 
 /** `cak_<keyId>_<secret>`: a public 16-character id and 256 random bits as hex. */
 const keyFormat = /^cak_([a-z0-9]{16})_([0-9a-f]{64})$/

@@ -4,7 +4,7 @@ import { GroupCommit } from "./Database/GroupCommit.ts"
 import { IdempotencyConflict, IdempotencyInProgress } from "./Domain/Errors.ts"
 import { IdempotencyRepo, type IdempotencyRow } from "./Idempotency/IdempotencyRepo.ts"
 import type { Reply } from "./Edge/Exchange.ts"
-import { spans } from "./Edge/Span.ts"
+import { spans } from "./Spans.ts"
 
 export interface IdempotentRequest {
   readonly brandId: string

@@ -1,7 +1,7 @@
 import { RateLimiter } from "@effect/experimental"
 import { Context, Duration, Effect, Layer, Option } from "effect"
 import { AppConfig, RedisConfig } from "./Config.ts"
-import { spans } from "./Edge/Span.ts"
+import { spans } from "./Spans.ts"
 import { RateLimitStore } from "./RateLimit/Store.ts"
 
 /** What one request's charge left over, in the terms of the RateLimit headers. */

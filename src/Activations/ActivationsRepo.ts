@@ -2,7 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer, Option } from "effect"
 import type { Activation } from "../Domain/Activation.ts"
 import { type BatchedInsert, insertBatched } from "../Database/GroupCommit.ts"
-import { spans } from "../Edge/Span.ts"
+import { spans } from "../Spans.ts"
 
 type Stored = {
   readonly id: string

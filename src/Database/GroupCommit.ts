@@ -1,7 +1,7 @@
 import { SqlClient } from "@effect/sql"
 import { SqlError } from "@effect/sql/SqlError"
 import { Cause, Chunk, Clock, Context, Deferred, Duration, Effect, Exit, FiberRef, HashMap, Layer, Option, Queue, Schedule, Tracer } from "effect"
-import { spans, tracing } from "../Edge/Span.ts"
+import { spans, tracing } from "../Spans.ts"
 import { busyTimeout, DatabaseFile } from "./Sql.ts"
 import { isRetryable } from "./SqlErrors.ts"
 

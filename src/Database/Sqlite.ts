@@ -10,7 +10,7 @@ import { StartupError } from "../Config.ts"
 import { DatabaseFile, DatabaseInUse, ReadSql } from "./Services.ts"
 import { migrations } from "./migrations/index.ts"
 import { databaseError } from "./SqlErrors.ts"
-import { tracing } from "../Edge/Span.ts"
+import { tracing } from "../Spans.ts"
 
 const sqliteHeader = Buffer.from("SQLite format 3\0")
 

@@ -10,7 +10,7 @@ import { makeAccessLog, makeRefusalTally, requestIdOf } from "./AccessLog.ts"
 import { docsPage, documentRoutes, encodedFor, openApiDocument, type PreparedDocument } from "./Documents.ts"
 import type { Exchange, Handler, Handlers, Reply } from "./Exchange.ts"
 import { errorReply, makeRenderer, toWebResponse } from "./Render.ts"
-import { tracing } from "./Span.ts"
+import { tracing } from "../Spans.ts"
 import { makeFallback, type Route, routesOf } from "./Router.ts"
 
 /** How long in-flight requests may take to finish after SIGTERM before their connections are closed. */

@@ -2,7 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer, Option } from "effect"
 import { type BatchedInsert, insertBatched } from "../Database/GroupCommit.ts"
 import { ReadSql } from "../Database/Sql.ts"
-import { spans } from "../Edge/Span.ts"
+import { spans } from "../Spans.ts"
 
 export interface IdempotencyRow {
   readonly brandId: string
