@@ -27,8 +27,8 @@ process.env["LOG_LEVEL"] ??= "warn"
 process.env["RATE_LIMIT_MAX"] = "1000000000"
 // Imported after the environment is set: the layers read it when they are built.
 const { ApiKeys } = await import("../src/ApiKeys.ts")
-const { KeysLive, ServicesLive } = await import("../src/App.ts")
-const { makeEdge } = await import("../src/Edge/WebServer.ts")
+const { EdgeLive, KeysLive, ServicesLive } = await import("../src/App.ts")
+const { makeEdge } = await import("../src/Edge/Edge.ts")
 const { LoggingLive } = await import("../src/Logging.ts")
 const { TracingLive } = await import("../src/Tracing.ts")
 
@@ -48,7 +48,7 @@ const { apiKey } = await Effect.runPromise(
 const runtime = ManagedRuntime.make(
   ServicesLive.pipe(Layer.provideMerge(Layer.merge(TracingLive, LoggingLive)), Layer.provideMerge(BunContext.layer))
 )
-const { fetch } = await runtime.runPromise(makeEdge)
+const { fetch } = await runtime.runPromise(Effect.flatMap(EdgeLive, makeEdge))
 
 // Declared as a client over HTTP declares it: a Request made in process has no Content-Length,
 // and the body reader would take the chunked path that wrk's requests never take.

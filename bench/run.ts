@@ -1,5 +1,5 @@
 /**
- * The benchmark (issue 4): the real service against a framework-free baseline on the same machine.
+ * The benchmark: the real service against a framework-free baseline on the same machine.
  *
  *   bun bench/run.ts                      # BENCH_DURATION=10 (seconds per measured run), BENCH_WARMUP=15,
  *                                         # BENCH_STARTUP_ONLY=1 (start-up against a bare Bun.serve only),

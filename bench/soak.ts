@@ -1,5 +1,5 @@
 /**
- * The soak (issue 3): minutes of mixed traffic against the real server, bounded and self-stopping.
+ * The soak: minutes of mixed traffic against the real server, bounded and self-stopping.
  *
  *   bun bench/soak.ts        # SOAK_SECONDS=180, SOAK_CONCURRENCY=4, SOAK_TTL_SECONDS=30, SOAK_MAX_RSS_GROWTH_MB=64
  *

@@ -22,7 +22,7 @@ export class Activations extends Context.Tag("Activations")<Activations, {
       // The layer's clock (a test's TestClock, in tests), read without an effect of its own.
       const clock = yield* Effect.clock
       return {
-        // A pipeline, not `Effect.gen`, as every step a request runs (Activations/Http.ts says why).
+        // A pipeline, not `Effect.gen`, as every step a request runs (README, Layout: the request path).
         activate: ({ by, campaignId, creatorId, request }) =>
           Effect.flatMap(ids.uuid, (id) => {
             const now = clock.unsafeCurrentTimeMillis()

@@ -1,13 +1,12 @@
 import { HttpApi, OpenApi } from "@effect/platform"
 import { ActivationsApi } from "./Activations/Api.ts"
-import { finishDocument } from "./Edge/ApiDocument.ts"
+import { finishDocument } from "./ApiDocument.ts"
 import { Envelope, InternalError, MethodNotAllowed, NotFound, ServiceUnavailable } from "./Domain/Errors.ts"
 import { HealthApi } from "./Health/Api.ts"
 import { IdentityApi } from "./Identity/Api.ts"
 import { version } from "./Version.ts"
 
-/** The whole public API, definition only: handlers live beside each feature. */
-export class CampaignApi extends HttpApi.make("campaign-api")
+const definition = HttpApi.make("campaign-api")
   .add(ActivationsApi.prefix("/v1"))
   .add(IdentityApi.prefix("/v1"))
   .add(HealthApi)
@@ -22,5 +21,6 @@ export class CampaignApi extends HttpApi.make("campaign-api")
     OpenApi.Description,
     "Activate campaigns for creators and resolve the identity behind an API key. Every error is `{ ok: false, code, message }`; every authenticated response carries `RateLimit` and `RateLimit-Policy` headers. Each route has one spelling (a trailing slash aside): another letter case, `//`, `;params` or any percent-encoding is 404. `HEAD` is answered on every GET route, as the GET without its body."
   )
-  .annotate(OpenApi.Transform, finishDocument)
-{}
+
+/** The whole public API, definition only: handlers and steps live beside each feature. */
+export class CampaignApi extends definition.annotate(OpenApi.Transform, finishDocument(definition)) {}

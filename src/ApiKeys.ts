@@ -63,7 +63,7 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
 
       // Every key by id, loaded again whenever the generation moves: a request reads one number,
       // not the key's row. A key created or revoked by any process counts from the next request on
-      // SQLite, within one poll on PostgreSQL (README). The counter only grows: keys loaded at a
+      // SQLite, within one poll on PostgreSQL (README, Running several instances). The counter only grows: keys loaded at a
       // newer generation than a request reads (after a fresh read, below) serve it as well.
       type Cached = ApiKeyRow & { readonly digest: Uint8Array }
       let cache: { readonly generation: number; readonly keys: ReadonlyMap<string, Cached> } | undefined

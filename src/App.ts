@@ -1,17 +1,24 @@
-import { Effect, Layer } from "effect"
+import { Effect, Layer, Option } from "effect"
 import { Activations } from "./Activations.ts"
 import { ActivationsRepo } from "./Activations/ActivationsRepo.ts"
+import { ActivationsHandlers } from "./Activations/Http.ts"
+import { CampaignApi } from "./Api.ts"
 import { ApiKeys } from "./ApiKeys.ts"
 import { ApiKeysRepo } from "./ApiKeys/ApiKeysRepo.ts"
-import { Authentication } from "./ApiKeys/Authentication.ts"
-import { AppConfig, checkedFirst, KeysConfig, ServeConfig } from "./Config.ts"
+import { ApiKeysSteps } from "./ApiKeys/Http.ts"
+import { AppConfig, checkedFirst, KeysConfig, RedisConfig, ServeConfig } from "./Config.ts"
 import { GroupCommit } from "./Database/GroupCommit.ts"
 import { DatabaseInUse, SqlLive, SqlServerLive } from "./Database/Sql.ts"
 import { Draining } from "./Draining.ts"
 import { logAtStart } from "./Logging.ts"
+import type { EdgeOptions } from "./Edge/Edge.ts"
+import { JsonBodySteps } from "./Edge/JsonBody.ts"
 import { WebServerLive } from "./Edge/WebServer.ts"
+import { HealthHandlers } from "./Health/Http.ts"
 import { Idempotency } from "./Idempotency.ts"
+import { IdempotencySteps } from "./Idempotency/Http.ts"
 import { IdempotencyRepo } from "./Idempotency/IdempotencyRepo.ts"
+import { IdentityHandlers } from "./Identity/Http.ts"
 import { Ids } from "./Ids.ts"
 import { RateLimit } from "./RateLimit.ts"
 import { TracingLive } from "./Tracing.ts"
@@ -24,7 +31,7 @@ import { TracingLive } from "./Tracing.ts"
 const ReposLive = Layer.mergeAll(ApiKeysRepo.Live, ActivationsRepo.Live, IdempotencyRepo.Live)
 
 /** Every service the API calls, on the database DATABASE_URL names. */
-export const ServicesLive = Layer.mergeAll(Authentication.Live, Activations.Live, Idempotency.Live).pipe(
+export const ServicesLive = Layer.mergeAll(Activations.Live, Idempotency.Live).pipe(
   Layer.provideMerge(Layer.mergeAll(ApiKeys.Live, RateLimit.Live)),
   Layer.provideMerge(Layer.merge(ReposLive, GroupCommit.Live)),
   Layer.provideMerge(SqlServerLive),
@@ -42,9 +49,28 @@ const DatabaseAnnounced = Layer.effectDiscard(Effect.flatMap(DatabaseInUse, ({ c
     ...(createdDirectory === undefined ? {} : { createdDirectory })
   })))
 
+/**
+ * What the edge serves: the definition, the handler of each endpoint and the step of each
+ * middleware tag the definition declares (README, Layout: the request path).
+ */
+export const EdgeLive = Effect.gen(function*() {
+  const options: EdgeOptions<typeof CampaignApi> = {
+    api: CampaignApi,
+    handlers: {
+      activations: yield* ActivationsHandlers,
+      identity: yield* IdentityHandlers,
+      health: yield* HealthHandlers
+    },
+    steps: { ...(yield* ApiKeysSteps), ...IdempotencySteps, ...JsonBodySteps },
+    // With the rate limits on Redis every request waits on it: none is answered synchronously.
+    synchronousGets: Option.isNone(yield* RedisConfig)
+  }
+  return options
+})
+
 /** The HTTP server: the API on Bun, with the services it needs. */
 export const ServerLive = DatabaseAnnounced.pipe(
-  Layer.provideMerge(WebServerLive),
+  Layer.provideMerge(WebServerLive(EdgeLive)),
   Layer.provide(ServicesLive),
   Layer.provide(TracingLive),
   checkedFirst(ServeConfig)

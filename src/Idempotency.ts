@@ -3,7 +3,6 @@ import { AppConfig } from "./Config.ts"
 import { GroupCommit } from "./Database/GroupCommit.ts"
 import { IdempotencyConflict, IdempotencyInProgress } from "./Domain/Errors.ts"
 import { IdempotencyRepo, type IdempotencyRow } from "./Idempotency/IdempotencyRepo.ts"
-import type { Reply } from "./Edge/Exchange.ts"
 import { spans } from "./Spans.ts"
 
 export interface IdempotentRequest {
@@ -35,11 +34,18 @@ export const canonicalJson = (value: unknown): string =>
 export const fingerprintOf = (request: IdempotentRequest): string =>
   Bun.SHA256.hash(`${request.method.toUpperCase()}\n${request.path}\n${canonicalJson(request.body)}`, "hex")
 
-const replayedHeaders = { "idempotent-replayed": "true" }
+/** What a request under an Idempotency-Key is answered with: the stored bytes, and whether they answer a repeat. */
+export interface IdempotentAnswer {
+  readonly status: number
+  readonly body: string
+  readonly replayed: boolean
+}
 
-/** The reply to send: the stored bytes, marked when they answer a repeat. */
-const toReply = (stored: { readonly status: number; readonly body: string }, replayed: boolean): Reply =>
-  replayed ? { status: stored.status, body: stored.body, headers: replayedHeaders } : { status: stored.status, body: stored.body }
+const answerOf = (row: IdempotencyRow, replayed: boolean): IdempotentAnswer => ({
+  status: row.statusCode,
+  body: row.responseBody,
+  replayed
+})
 
 const conflict = new IdempotencyConflict({
   message: "This Idempotency-Key was already used with a different request; use a new key for a new request."
@@ -67,7 +73,7 @@ const purgePause = Duration.millis(5)
  * repeat of another is read from the database, as correct and a little slower, and kept from then
  * on. A new entry is not kept when it is stored: under fresh activations every copy outlived a
  * young-generation collection and was collected only by a full one (the copies were 15 % of what
- * each young collection kept, bench/BENCHMARKS.md), while most keys are never repeated.
+ * each young collection kept: bench/BENCHMARKS.md, Less allocated per request), while most keys are never repeated.
  * A larger copy adds to the garbage-collected heap's headroom.
  */
 const recentLimit = 1_000
@@ -81,7 +87,7 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
   readonly run: <E>(
     request: IdempotentRequest,
     operation: Effect.Effect<StoredResponse, E>
-  ) => Effect.Effect<Reply, E | IdempotencyConflict | IdempotencyInProgress>
+  ) => Effect.Effect<IdempotentAnswer, E | IdempotencyConflict | IdempotencyInProgress>
 }>() {
   static readonly Live = Layer.scoped(
     Idempotency,
@@ -123,11 +129,11 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
 
       const replayOrConflict = (stored: IdempotencyRow, fingerprint: string) =>
         stored.fingerprint === fingerprint
-          ? Effect.succeed(toReply({ status: stored.statusCode, body: stored.responseBody }, true))
+          ? Effect.succeed(answerOf(stored, true))
           : Effect.fail(conflict)
 
       // The operation's writes and its stored response commit together, or neither does. A pipeline,
-      // not `Effect.gen`, as every step a request runs (Activations/Http.ts says why).
+      // not `Effect.gen`, as every step a request runs (README, Layout: the request path).
       const attempt = <E>(request: IdempotentRequest, fingerprint: string, operation: Effect.Effect<StoredResponse, E>) =>
         Effect.flatMap(operation, (response) => {
           const now = clock.unsafeCurrentTimeMillis()
@@ -149,7 +155,7 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
         fingerprint: string,
         operation: Effect.Effect<StoredResponse, E>,
         lostRaces = 0
-      ): Effect.Effect<Reply, E | IdempotencyConflict | IdempotencyInProgress> =>
+      ): Effect.Effect<IdempotentAnswer, E | IdempotencyConflict | IdempotencyInProgress> =>
         Effect.suspend(() => {
           const slot = `${request.brandId}\n${request.key}`
           const original = inFlight.get(slot)
@@ -177,7 +183,7 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
                 inFlight.set(slot, done)
                 return attempt(request, fingerprint, operation).pipe(
                   // Committed: the entry is durable, and the response is what was stored.
-                  Effect.map((row) => toReply({ status: row.statusCode, body: row.responseBody }, false)),
+                  Effect.map((row) => answerOf(row, false)),
                   Effect.ensuring(Effect.suspend(() => {
                     inFlight.delete(slot)
                     return Deferred.succeed(done, undefined)

@@ -111,7 +111,7 @@ const jsonLines = Logger.make((options) => bufferedStderr(jsonLine(options)))
 /**
  * The access line exactly as `jsonLine` writes it, from one object of a fixed shape: no text parts
  * to sort out, no spread, no `Date` unless the millisecond changed. Whoami at info, side by side with
- * the same server writing its lines with `jsonLine`, went 2 % faster (bench/BENCHMARKS.md).
+ * the same server writing its lines with `jsonLine`, went 2 % faster (bench/BENCHMARKS.md, The access log side by side).
  */
 export const accessLine = (
   annotations: HashMap.HashMap<string, unknown>,

@@ -14,18 +14,20 @@ import {
 import { expectEnvelope } from "./support/contract.ts"
 import { eventually } from "./support/load.ts"
 import { backends } from "./support/backends.ts"
-import { createKey, type CreatedTestKey, revokeKey, type RunningServer, startServer } from "./support/server.ts"
+import { type InProcessServer, serveInProcess } from "./support/inProcess.ts"
+import { createKey, type CreatedTestKey, revokeKey, startServer } from "./support/server.ts"
 
 
 describe.each(backends)("on $name", (backend) => {
   let database: string
-  let server: RunningServer
+  // In process (README, Tests): the raw wire of a server built from its layers here.
+  let server: InProcessServer
   let writer: CreatedTestKey
   let reader: CreatedTestKey
 
   beforeAll(async () => {
     database = await backend.database()
-    server = await startServer(database, backend.env)
+    server = await serveInProcess(database, backend.env)
     writer = await createKey(database, { scopes: ["campaigns:write", "campaigns:read"] })
     reader = await createKey(database, { scopes: ["campaigns:read", "analytics:read"] })
   })
@@ -443,12 +445,12 @@ describe.each(backends)("on $name", (backend) => {
   })
 
   describe("rate limiting", () => {
-    let limited: RunningServer
+    let limited: InProcessServer
     let limitedDb: string
 
     beforeAll(async () => {
       limitedDb = await backend.database()
-      limited = await startServer(limitedDb, { ...backend.env, RATE_LIMIT_MAX: "3", RATE_LIMIT_WINDOW_SECONDS: "3600" })
+      limited = await serveInProcess(limitedDb, { ...backend.env, RATE_LIMIT_MAX: "3", RATE_LIMIT_WINDOW_SECONDS: "3600" })
     })
     afterAll(async () => {
       await limited?.stop()

@@ -2,6 +2,10 @@ import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { Validator } from "@seriousme/openapi-schema-validator"
 import Ajv2020 from "ajv/dist/2020"
 import addFormats from "ajv-formats"
+import { Context, Option } from "effect"
+import { CampaignApi } from "../src/Api.ts"
+import { RequiredScope } from "../src/ApiKeys/Api.ts"
+import { declaredEndpoints } from "../src/Declaration.ts"
 import type { Scope } from "../src/Domain/ApiKey.ts"
 import { activate, activatePath, type Answer, call } from "./support/client.ts"
 import { createKey, runCli, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
@@ -146,7 +150,13 @@ describe("GET /openapi.json", () => {
         description: expect.any(String)
       })
     })
-    const scopes: Record<string, Array<string>> = { "activations.activate": ["campaigns:write"], "identity.whoami": [] }
+    // As the definition declares them: the scope an operation requires is annotated on it once.
+    const scopes = Object.fromEntries(
+      declaredEndpoints(CampaignApi).map(({ endpoint, group }) => [
+        `${group.identifier}.${endpoint.name}`,
+        Option.toArray(Context.getOption(endpoint.annotations, RequiredScope))
+      ])
+    )
     for (const operationId of Object.keys(contractErrors)) {
       expect(operation(operationId).security).toEqual(secured.includes(operationId) ? [{ bearer: scopes[operationId] }] : [])
     }

@@ -9,9 +9,8 @@ import { GroupCommit } from "../src/Database/GroupCommit.ts"
 import { ReadSql, SqlLive } from "../src/Database/Sql.ts"
 import type { Activation } from "../src/Domain/Activation.ts"
 import { IdempotencyConflict, IdempotencyInProgress } from "../src/Domain/Errors.ts"
-import { fingerprintOf, Idempotency, type IdempotentRequest, type StoredResponse } from "../src/Idempotency.ts"
+import { fingerprintOf, Idempotency, type IdempotentAnswer, type IdempotentRequest, type StoredResponse } from "../src/Idempotency.ts"
 import { IdempotencyRepo, type IdempotencyRow } from "../src/Idempotency/IdempotencyRepo.ts"
-import type { Reply } from "../src/Edge/Exchange.ts"
 import { postgres, sharedSkipped, withPostgres } from "./support/backends.ts"
 import { inspect } from "./support/database.ts"
 import { eventually } from "./support/load.ts"
@@ -316,9 +315,9 @@ const request = (): IdempotentRequest => ({
 
 const created = (body: unknown): StoredResponse => ({ status: 201, body: JSON.stringify(body), resourceId: null })
 
-const bodyOf = (reply: Reply) => Effect.succeed(reply.body)
+const bodyOf = (answer: IdempotentAnswer) => Effect.succeed(answer.body)
 
-const isReplay = (reply: Reply) => reply.headers?.["idempotent-replayed"] === "true"
+const isReplay = (answer: IdempotentAnswer) => answer.replayed
 
 layer(IdempotencyOnFreshFile)("Idempotency on SQLite", (it) => {
   /** An operation that counts its runs and answers with the run number. */

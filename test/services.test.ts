@@ -15,6 +15,7 @@ import { IdempotencyKeyHeader, isMissingIdempotencyKey } from "../src/Domain/Ide
 import { canonicalJson, fingerprintOf, type IdempotentRequest } from "../src/Idempotency.ts"
 import { Ids } from "../src/Ids.ts"
 import { databaseError } from "../src/Database/SqlErrors.ts"
+import type { Exchange } from "../src/Edge/Exchange.ts"
 import { makeRenderer } from "../src/Edge/Render.ts"
 import { accessLine, jsonLine } from "../src/Logging.ts"
 import { RateLimit } from "../src/RateLimit.ts"
@@ -379,8 +380,18 @@ describe("the renderer's outage log", () => {
   it.effect("one line with the cause per 10 s, the rest counted: the last count once it has been quiet for 10 s or at shutdown, and a new outage's cause at once", () =>
     Effect.gen(function*() {
       const { renderFailure, summarize } = makeRenderer()
-      const failTimes = (n: number) => Effect.repeatN(renderFailure(down), n - 1)
-      expect((yield* renderFailure(down)).status).toBe(503)
+      const exchange: Exchange = {
+        request: new Request("http://127.0.0.1/v1/whoami"),
+        path: "/v1/whoami",
+        route: "/v1/whoami",
+        params: {},
+        requestId: "outage",
+        headers: {},
+        key: undefined,
+        bodyRead: false
+      }
+      const failTimes = (n: number) => Effect.repeatN(renderFailure(down, exchange), n - 1)
+      expect((yield* renderFailure(down, exchange)).status).toBe(503)
       yield* failTimes(4)
       expect(lines).toEqual([{ cause: true, more: 0 }])
       // Still failing 5 s in: nothing more yet.

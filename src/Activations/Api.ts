@@ -1,38 +1,11 @@
-import { HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, OpenApi } from "@effect/platform"
+import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
-import { ApiKeyAuth } from "../ApiKeys/Api.ts"
+import { ApiKeyAuth, RequiredScope, RequireScope } from "../ApiKeys/Api.ts"
 import { ActivatePath, ActivateRequest, ActivateResponse } from "../Domain/Activation.ts"
-import {
-  Envelope,
-  Forbidden,
-  IdempotencyConflict,
-  IdempotencyInProgress,
-  IdempotencyKeyRequired,
-  MalformedJson,
-  PayloadTooLarge,
-  UnsupportedMediaType,
-  ValidationError
-} from "../Domain/Errors.ts"
+import { Envelope, IdempotencyConflict, IdempotencyInProgress, ValidationError } from "../Domain/Errors.ts"
 import { IdempotencyKeyHeader } from "../Domain/IdempotencyKey.ts"
-
-/**
- * The definition's word for the checks of an activation after authentication, each with its
- * refusals for the OpenAPI document and the typed client. They run as the steps of the
- * handler (`Activations/Http.ts`), in the README's order of checks.
- */
-export class RequireCampaignsWrite extends HttpApiMiddleware.Tag<RequireCampaignsWrite>()(
-  "Activations/RequireCampaignsWrite",
-  { failure: Envelope(Forbidden) }
-) {}
-
-export class RequireIdempotencyKey extends HttpApiMiddleware.Tag<RequireIdempotencyKey>()(
-  "Activations/RequireIdempotencyKey",
-  { failure: Schema.Union(Envelope(IdempotencyKeyRequired), Envelope(ValidationError)) }
-) {}
-
-export class JsonBody extends HttpApiMiddleware.Tag<JsonBody>()("Activations/JsonBody", {
-  failure: Schema.Union(Envelope(UnsupportedMediaType), Envelope(PayloadTooLarge), Envelope(MalformedJson))
-}) {}
+import { JsonBody } from "../Domain/JsonBody.ts"
+import { RequireIdempotencyKey } from "../Idempotency/Api.ts"
 
 const activate = HttpApiEndpoint.post("activate", "/creators/:creatorId/campaigns/:campaignId/activate")
   .setPath(ActivatePath)
@@ -42,10 +15,12 @@ const activate = HttpApiEndpoint.post("activate", "/creators/:creatorId/campaign
   .addError(Envelope(ValidationError))
   .addError(Envelope(IdempotencyConflict))
   .addError(Envelope(IdempotencyInProgress))
+  // The order of checks (README, Errors), run by the edge in this order before the handler.
   .middleware(ApiKeyAuth)
-  .middleware(RequireCampaignsWrite)
+  .middleware(RequireScope)
   .middleware(RequireIdempotencyKey)
   .middleware(JsonBody)
+  .annotate(RequiredScope, "campaigns:write")
   .annotate(OpenApi.Summary, "Activate a campaign for a creator")
   .annotate(
     OpenApi.Description,

@@ -27,7 +27,7 @@ const datePattern = /^\d{4}-\d{2}-\d{2}$/
 /**
  * The request's fields are one refinement each, returning the message of the first rule a value
  * breaks: each refinement of a chain is a decoding step of its own, and decoding the payload
- * allocated 9 KB per request with chains, 2.7 KB so (bench/BENCHMARKS.md).
+ * allocated 9 KB per request with chains, 2.7 KB so (bench/BENCHMARKS.md, Less allocated per request).
  */
 export const PlannedPostDate = Schema.String.annotations(message("plannedPostAt must be a date string YYYY-MM-DD"))
   .pipe(Schema.filter((value) =>

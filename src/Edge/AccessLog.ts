@@ -31,8 +31,7 @@ export type AccessLogFields = {
 
 /** The fields of a finished request's line. */
 const fieldsOf = (exchange: Exchange, status: number, startedAt: number): AccessLogFields => {
-  const { identity, refusal } = exchange
-  const key = identity ?? refusal
+  const { key } = exchange
   return {
     method: exchange.request.method,
     route: exchange.route,
@@ -40,7 +39,7 @@ const fieldsOf = (exchange: Exchange, status: number, startedAt: number): Access
     durationMs: Math.round((performance.now() - startedAt) * 1000) / 1000,
     keyId: key?.keyId ?? null,
     brandId: key?.brandId ?? null,
-    reason: refusal?.reason ?? null
+    reason: key?.reason ?? null
   }
 }
 

@@ -11,7 +11,7 @@ import {
   statusOf,
   ValidationError
 } from "../Domain/Errors.ts"
-import type { Exchange, Reply } from "./Exchange.ts"
+import { type Exchange, Refused, type Reply } from "./Exchange.ts"
 import { hasBody } from "./RequestBody.ts"
 
 /** An error as the envelope `{ ok: false, code, message }` with its status. */
@@ -42,7 +42,7 @@ const outageLogInterval = 10_000
 
 /**
  * The one renderer: every way a request can end badly leaves as the envelope. A tagged failure
- * is its own envelope, a schema's decode failure is VALIDATION_ERROR naming the field, the
+ * is its own envelope (a refusal's with its headers, and its note for the access line), a schema's decode failure is VALIDATION_ERROR naming the field, the
  * database being unusable is 503, and anything else is a generic 500 with the cause in the log.
  *
  * The first 503 of an outage is logged with its cause; those that follow within the interval are
@@ -77,11 +77,16 @@ export const makeRenderer = () => {
       return Effect.logWarning("database unavailable").pipe(Effect.annotateLogs({ moreSinceLastLine: more }))
     })
 
-  const renderFailure = (cause: Cause.Cause<unknown>): Effect.Effect<Reply> => {
+  const renderFailure = (cause: Cause.Cause<unknown>, exchange: Exchange): Effect.Effect<Reply> => {
     const failure = Cause.failureOption(cause)
     if (Option.isSome(failure)) {
       const error = failure.value
       if (isApiError(error)) return Effect.succeed(errorReply(error))
+      if (error instanceof Refused) {
+        if (error.key !== undefined) exchange.key = error.key
+        const reply = errorReply(error.error)
+        return Effect.succeed(error.headers === undefined ? reply : { ...reply, headers: error.headers })
+      }
       if (isParseError(error)) {
         const issues = ArrayFormatter.formatErrorSync(error)
         return Effect.succeed(errorReply(new ValidationError({ message: describeIssue(issues[0]) })))

@@ -1,27 +1,31 @@
-import type { HttpApi, HttpApiEndpoint, HttpApiGroup } from "@effect/platform"
+import type { HttpApi } from "@effect/platform"
+import type { Effect } from "effect"
 import { MethodNotAllowed, NotFound } from "../Domain/Errors.ts"
-import type { Handler, Handlers, Reply } from "./Exchange.ts"
+import { declaredEndpoints } from "../Declaration.ts"
+import { chainOf } from "./Chain.ts"
+import type { Exchange, Failure, Handler, Handlers, Reply, Steps } from "./Exchange.ts"
 import { errorReply } from "./Render.ts"
 
-/** An endpoint of the definition with its handler. */
+/** A route: what a request for it runs, its endpoint's whole chain or one of the edge's own answers. */
 export interface Route {
   readonly method: string
   /** The pattern as the definition spells it, `:name` for a parameter (also Bun's route syntax). */
   readonly path: string
-  readonly handler: Handler
+  readonly run: (exchange: Exchange) => Effect.Effect<Reply, Failure>
 }
 
-/** Every endpoint of the definition, each with the handler of the same group and name. */
-export const routesOf = <Api extends HttpApi.HttpApi.Any>(api: Api, handlers: Handlers<Api>): ReadonlyArray<Route> =>
-  Object.values((api as unknown as HttpApi.HttpApi<string, HttpApiGroup.HttpApiGroup.AnyWithProps>).groups).flatMap(
-    (group) =>
-      Object.values(group.endpoints).map((endpoint: HttpApiEndpoint.HttpApiEndpoint.AnyWithProps) => {
-        const handler = (handlers as Record<string, Record<string, Handler> | undefined>)[group.identifier]?.[endpoint.name]
-        // The type of `handlers` already demands every endpoint; this guards a cast somewhere upstream.
-        if (handler === undefined) throw new Error(`No handler for ${group.identifier}.${endpoint.name}`)
-        return { method: endpoint.method, path: endpoint.path, handler }
-      })
-  )
+/**
+ * Every endpoint of the definition, each running its chain: the steps of the middleware it
+ * declares, then the handler of the same group and name.
+ */
+export const routesOf = <Api extends HttpApi.HttpApi.Any>(api: Api, handlers: Handlers<Api>, steps: Steps): ReadonlyArray<Route> =>
+  declaredEndpoints(api).map((declared) => {
+    const handler = (handlers as Record<string, Record<string, Handler<any>> | undefined>)[declared.group.identifier]
+      ?.[declared.endpoint.name]
+    // The type of `handlers` already demands every endpoint; this guards a cast somewhere upstream.
+    if (handler === undefined) throw new Error(`No handler for ${declared.group.identifier}.${declared.endpoint.name}`)
+    return { method: declared.endpoint.method, path: declared.endpoint.path, run: chainOf(declared, steps, handler) }
+  })
 
 interface Pattern {
   readonly route: Route

@@ -92,7 +92,7 @@ export const startServer = async (
   }
 }
 
-const freePort = (): number => {
+export const freePort = (): number => {
   const listener = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } })
   const { port } = listener
   listener.stop(true)

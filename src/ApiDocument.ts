@@ -1,7 +1,15 @@
+import type { HttpApi } from "@effect/platform"
+import { Context, Option } from "effect"
+import { RequiredScope } from "./ApiKeys/Api.ts"
+import { declaredEndpoints, middlewareOf } from "./Declaration.ts"
+import { RequireIdempotencyKey } from "./Idempotency/Api.ts"
+
 /**
  * Finishing touches on the generated OpenAPI document, so that it matches the wire:
  * HttpApi always lists its own HttpApiDecodeError, which never reaches a client here
  * (it leaves as VALIDATION_ERROR), and response headers have no place in HttpApi schemas.
+ * What differs between operations is read from their declaration: the scope each requires, and
+ * whether it answers repeats of an `Idempotency-Key` (`Idempotent-Replayed`).
  */
 type Json = Record<string, any>
 
@@ -23,7 +31,7 @@ const rateLimitHeaders = {
 }
 const retryAfter = header("Seconds to wait before retrying.", { type: "integer", minimum: 1 })
 
-const headersFor = (status: string, secured: boolean, operationId: string): Json => ({
+const headersFor = (status: string, secured: boolean, replays: boolean): Json => ({
   "X-Request-Id": requestIdHeader,
   ...(secured && status !== "401" ? rateLimitHeaders : {}),
   ...(status === "401"
@@ -36,7 +44,7 @@ const headersFor = (status: string, secured: boolean, operationId: string): Json
     ? { "Allow": { ...header("The methods the route takes, e.g. `GET, HEAD`."), required: true } }
     : status === "409"
     ? { "Retry-After": header("`1`, with `IDEMPOTENCY_IN_PROGRESS` only.", { type: "integer" }) }
-    : status === "200" && operationId === "activations.activate"
+    : status === "200" && replays
     ? {
       "Idempotent-Replayed": header("Present, as `true`, when this is the stored response of an earlier request.", {
         type: "string",
@@ -62,18 +70,36 @@ const pathExamples: Readonly<Record<string, string>> = {
   campaignId: "9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d"
 }
 
-/** The scope each secured operation needs, declared in its security requirement (whoami needs none). */
-const requiredScopes: Readonly<Record<string, ReadonlyArray<string>>> = {
-  "activations.activate": ["campaigns:write"]
+/** What the OpenAPI document says of an operation beyond its schemas, from its declaration. */
+interface Declaration {
+  readonly scope: Option.Option<string>
+  readonly replays: boolean
 }
 
-export const finishDocument = (spec: Json): Json => {
+/** The transform for `api`'s document (`OpenApi.Transform`), by operation id (`group.endpoint`). */
+export const finishDocument = (api: HttpApi.HttpApi.Any) => {
+  const declarations = new Map<string, Declaration>(
+    declaredEndpoints(api).map((declared) => [
+      `${declared.group.identifier}.${declared.endpoint.name}`,
+      {
+        scope: Context.getOption(declared.endpoint.annotations, RequiredScope),
+        replays: middlewareOf(declared).some((tag) => tag.key === RequireIdempotencyKey.key)
+      }
+    ])
+  )
+  return (spec: Json): Json => finish(spec, declarations)
+}
+
+const finish = (spec: Json, declarations: ReadonlyMap<string, Declaration>): Json => {
   const bearer = spec.components?.securitySchemes?.bearer
   if (bearer !== undefined) bearer.bearerFormat = "cak_<keyId>_<secret>"
   for (const operations of Object.values<Json>(spec.paths)) {
     for (const operation of Object.values<Json>(operations)) {
-      const scopes = requiredScopes[operation.operationId]
-      if (scopes !== undefined) operation.security = [{ bearer: [...scopes] }]
+      const declaration = declarations.get(operation.operationId)
+      // The scope in the security requirement (whoami needs none).
+      if (declaration !== undefined && Option.isSome(declaration.scope)) {
+        operation.security = [{ bearer: [declaration.scope.value] }]
+      }
       const secured = operation.security.length > 0
       for (const [status, response] of Object.entries<Json>(operation.responses)) {
         const content = response.content?.["application/json"]
@@ -86,7 +112,7 @@ export const finishDocument = (spec: Json): Json => {
           content.schema = schema
           if (Number(status) >= 400) response.description = codesOf(schema).join(", ")
         }
-        response.headers = headersFor(status, secured, operation.operationId)
+        response.headers = headersFor(status, secured, declaration?.replays ?? false)
       }
       for (const parameter of operation.parameters) {
         if (parameter.in === "header" && parameter.name === "idempotency-key") {

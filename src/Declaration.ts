@@ -1,0 +1,28 @@
+import type { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware } from "@effect/platform"
+
+/**
+ * Reading the HttpApi definition as the one declaration of each endpoint: what the edge runs for
+ * it, what the OpenAPI document says of it, and what the tests check, all read from here.
+ */
+
+/** An endpoint of the definition, in the group that holds it. */
+export interface Declared {
+  readonly group: HttpApiGroup.HttpApiGroup.AnyWithProps
+  readonly endpoint: HttpApiEndpoint.HttpApiEndpoint.AnyWithProps
+}
+
+/** Every endpoint of the definition, group by group, in the order the definition adds them. */
+export const declaredEndpoints = (api: HttpApi.HttpApi.Any): ReadonlyArray<Declared> =>
+  Object.values((api as unknown as HttpApi.HttpApi<string, HttpApiGroup.HttpApiGroup.AnyWithProps>).groups).flatMap(
+    (group) => Object.values(group.endpoints).map((endpoint: HttpApiEndpoint.HttpApiEndpoint.AnyWithProps) => ({ group, endpoint }))
+  )
+
+/**
+ * The middleware an endpoint declares, in the order they run: the group's, then the endpoint's own,
+ * each in the order the definition adds them. This is the order of checks.
+ */
+export const middlewareOf = ({ endpoint, group }: Declared): ReadonlyArray<HttpApiMiddleware.TagClassAny> => [
+  ...group.middlewares,
+  ...endpoint.middlewares
+]
+

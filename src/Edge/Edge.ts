@@ -1,0 +1,236 @@
+import type { HttpApi } from "@effect/platform"
+import { Cause, Duration, Effect, Exit, Fiber, FiberRef, HashMap, LogLevel, Option, Runtime } from "effect"
+import { EdgeConfig, ServerConfig } from "../Config.ts"
+import type { NotFound } from "../Domain/Errors.ts"
+import { tracing } from "../Spans.ts"
+import { makeAccessLog, makeRefusalTally, requestIdOf } from "./AccessLog.ts"
+import { docsPage, documentRoutes, encodedFor, openApiDocument, type PreparedDocument } from "./Documents.ts"
+import type { Exchange, Handlers, Reply, Steps } from "./Exchange.ts"
+import { makeRenderer, toWebResponse } from "./Render.ts"
+import { makeFallback, type Route, routesOf } from "./Router.ts"
+
+/** A document from bytes prepared once: compressed as the client takes it, 304 when it has them. */
+const serveDocument = (prepared: (exchange: Exchange) => Effect.Effect<PreparedDocument, NotFound>): Route["run"] => (exchange) =>
+  Effect.map(prepared(exchange), (document) => {
+    const headers = {
+      "content-type": document.contentType,
+      "cache-control": document.cacheControl,
+      "etag": document.etag,
+      "vary": "accept-encoding"
+    }
+    if (exchange.request.headers.get("if-none-match") === document.etag) {
+      return { status: 304, body: new Uint8Array(0), headers }
+    }
+    const encoded = encodedFor(document, exchange.request.headers.get("accept-encoding"))
+    return {
+      status: 200,
+      body: encoded === undefined ? document.plain : encoded.bytes,
+      headers: encoded === undefined ? headers : { ...headers, "content-encoding": encoded.coding }
+    }
+  })
+
+/** The client's address when there is no connection: in process (tests, the bench). */
+export const inProcess = "(in process)"
+
+/**
+ * What Bun's router and its fallback call. The client's address is asked of Bun once per
+ * request, by the guard, and handed on.
+ */
+export type Handle = (request: Request & { params: Record<string, string> }, clientAddress: string) => Response | Promise<Response>
+
+/** How often repeated 401s from one address are summed up in the log. */
+const refusalSummaryInterval = Duration.minutes(1)
+
+/** A count the log sums up every `interval`, and once more when the server stops. */
+export interface Summary {
+  readonly interval: Duration.Duration
+  readonly write: (stopping: boolean) => Effect.Effect<void>
+}
+
+/** The path as sent, without the query string: Bun's `URL` would normalise it. */
+const rawPath = (url: string): string => {
+  const start = url.indexOf("/", url.indexOf("//") + 2)
+  const query = url.indexOf("?", start)
+  return query === -1 ? url.slice(start) : url.slice(start, query)
+}
+
+/** What `Bun.serve` is given: its router's table for the API and a `fetch` for everything else. */
+export interface Edge {
+  readonly routes: Record<
+    string,
+    Record<string, Handle>
+  >
+  /** Answers any request, routing it itself: Bun's fallback, and the entry for tests and the bench. */
+  readonly fetch: (request: Request, clientAddress?: string) => Response | Promise<Response>
+  /**
+   * What is counted rather than logged line by line (401s per client address, the requests a
+   * database outage failed), each with how often the server writes its summary; `stopping`: the
+   * last one, whatever is counted.
+   */
+  readonly summaries: ReadonlyArray<Summary>
+  /**
+   * Names the port the server listens on: the documents name `PUBLIC_URL` or, by default, this
+   * server at that port. Each document is made by the first request that asks for it and served
+   * from its bytes from then on (the docs page, 3 MB, is never held by a server nobody reads it from).
+   */
+  readonly listening: (port: number) => void
+}
+
+/**
+ * What the composition root (`App.ts`) hands the edge: the definition, a handler for each of its
+ * endpoints (one missing is a type error), the step of each middleware tag it declares, and
+ * whether a GET may be answered synchronously (no REDIS_URL: nothing it runs waits).
+ */
+export interface EdgeOptions<Api extends HttpApi.HttpApi.Any> {
+  readonly api: Api
+  readonly handlers: Handlers<Api>
+  readonly steps: Steps
+  readonly synchronousGets: boolean
+}
+
+/**
+ * The edge, built once from layers: every endpoint of the HttpApi definition with its chain (the
+ * steps it declares, then its handler), the documents, and one runtime to run each request's
+ * Effect program. Per request: an exchange object, the chain, the renderer for any failure, one
+ * access-log line, and the web response; with tracing on, a server span.
+ */
+export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, steps, synchronousGets }: EdgeOptions<Api>) =>
+  Effect.gen(function*() {
+    const { docsEnabled, publicUrl } = yield* EdgeConfig
+    const { port } = yield* ServerConfig
+    let listeningPort = port
+    const serverUrl = () =>
+      Option.match(publicUrl, { onNone: () => `http://localhost:${listeningPort}`, onSome: (url) => url.href })
+    const openApi = yield* Effect.cached(Effect.suspend(() => openApiDocument(api, serverUrl())))
+    const docs = yield* Effect.cached(Effect.suspend(() => docsPage(api, serverUrl())))
+    const routes: ReadonlyArray<Route> = [
+      ...routesOf(api, handlers, steps),
+      { method: "GET", path: documentRoutes.openApi, run: serveDocument(() => openApi) },
+      ...(docsEnabled
+        ? [
+          { method: "GET", path: documentRoutes.docs, run: serveDocument(() => Effect.map(docs, ({ page }) => page)) },
+          {
+            method: "GET",
+            path: documentRoutes.docsScript,
+            run: serveDocument((exchange) => Effect.flatMap(docs, ({ script }) => script(exchange)))
+          }
+        ]
+        : [])
+    ]
+    const fallback = makeFallback(routes)
+    const traced = yield* tracing
+    // Decided once: below LOG_LEVEL=info no access-log line is built at all.
+    const accessLogged = traced || LogLevel.lessThanEqual(yield* FiberRef.get(FiberRef.currentMinimumLogLevel), LogLevel.Info)
+    const withAccessLog = yield* makeAccessLog(traced)
+    const runtime = yield* Effect.runtime<never>()
+    const runSyncExit = Runtime.runSyncExit(runtime)
+    const runPromise = Runtime.runPromise(runtime)
+
+    /**
+     * A GET reads no body: with the rate limits in memory its program (a whoami) never waits, and
+     * answering it synchronously, without a promise or a scheduler turn, is a sixth of its cost.
+     * Should it wait after all, it goes on in its fiber, joined; that costs more than a promise from
+     * the start, which is why a POST (always a body to read), and every request when the rate limits
+     * are on Redis (a round trip each), starts with one.
+     */
+    const answer = (method: string, program: Effect.Effect<Reply>): Reply | Promise<Reply> => {
+      if (!synchronousGets || (method !== "GET" && method !== "HEAD")) return runPromise(program)
+      const exit = runSyncExit(program)
+      if (Exit.isSuccess(exit)) return exit.value
+      const defect = Cause.squash(exit.cause)
+      return Runtime.isAsyncFiberException(defect)
+        ? runPromise(Fiber.join(defect.fiber as Fiber.RuntimeFiber<Reply>))
+        : Promise.reject(defect)
+    }
+
+    const withServerSpan = (exchange: Exchange) => (self: Effect.Effect<Reply>) =>
+      self.pipe(
+        Effect.tap((reply) =>
+          Effect.annotateCurrentSpan({
+            "http.response.status_code": reply.status,
+            "http.response.header.x-request-id": exchange.requestId
+          })
+        ),
+        Effect.withSpan(`http.server ${exchange.request.method}`, {
+          kind: "server",
+          captureStackTrace: false,
+          attributes: { "http.request.method": exchange.request.method, "http.route": exchange.route, "url.path": exchange.path }
+        })
+      )
+
+    const renderer = makeRenderer()
+    const refusals = makeRefusalTally()
+    const summaries: ReadonlyArray<Summary> = [
+      {
+        interval: refusalSummaryInterval,
+        write: () =>
+          Effect.suspend(() =>
+            Effect.forEach(refusals.drain(), ([clientAddress, count]) =>
+              Effect.logInfo("repeated unauthorized requests", { clientAddress, count, status: 401 }), { discard: true })
+          )
+      },
+      { interval: renderer.interval, write: renderer.summarize }
+    ]
+
+    /** One request of `route`, with the parameters the router read from its path. */
+    const run = (route: Pick<Route, "path" | "run">, request: Request, path: string, params: Record<string, string>, clientAddress: string) => {
+      const startedAt = performance.now()
+      const exchange: Exchange = {
+        request,
+        path,
+        route: route.path,
+        params,
+        requestId: requestIdOf(request),
+        headers: {},
+        key: undefined,
+        bodyRead: false
+      }
+      const rendered = Effect.catchAllCause(route.run(exchange), (cause) => renderer.renderFailure(cause, exchange))
+      // A 401 is logged only as the first from its address in an interval; the rest are counted.
+      const answered = accessLogged
+        ? Effect.withFiberRuntime<Reply>((fiber) =>
+          withAccessLog(rendered, fiber, exchange, startedAt, (status) => status !== 401 || refusals.first(clientAddress))
+        )
+        : rendered
+      // Every line this request's fiber logs carries its id. The fiber is the request's own and ends
+      // with it, so the annotation is set on it, not scoped (`Effect.annotateLogs` costs a sixth
+      // of a whoami, restoring a value nobody reads afterwards).
+      const program = Effect.zipRight(
+        FiberRef.update(FiberRef.currentLogAnnotations, HashMap.set<string, unknown>("requestId", exchange.requestId)),
+        traced ? withServerSpan(exchange)(answered) : answered
+      )
+      const reply = answer(request.method, program)
+      return reply instanceof Promise
+        ? reply.then((reply) => toWebResponse(exchange, reply))
+        : toWebResponse(exchange, reply)
+    }
+
+    const fetch = (request: Request, client = inProcess): Response | Promise<Response> => {
+      const path = rawPath(request.url)
+      const found = fallback(request.method, path)
+      if (found._tag === "Dispatch") return run(found.route, request, path, found.params, client)
+      return run({ path: found.route, run: () => Effect.succeed(found.reply) }, request, path, {}, client)
+    }
+
+    const table: Edge["routes"] = {}
+    for (const route of routes) {
+      table[route.path] ??= {}
+      table[route.path]![route.method] = (request, client) => {
+        const path = rawPath(request.url)
+        // Bun's router percent-decodes parameters and takes `;` in them: such a path is not this
+        // route's spelling, and the fallback says so (404).
+        return path.includes("%") || path.includes(";")
+          ? fetch(request, client)
+          : run(route, request, path, request.params, client)
+      }
+    }
+    const listening = (port: number) => {
+      listeningPort = port
+    }
+    return {
+      routes: table,
+      fetch,
+      listening,
+      summaries
+    } satisfies Edge
+  })

@@ -1,0 +1,197 @@
+/**
+ * The edge's `fetch` in process, with test doubles where a real store is not the point: each
+ * endpoint runs the chain its definition declares, in the order of checks (README, Errors), and
+ * only the edge turns what steps and handlers return into HTTP.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { ConfigProvider, Effect, Layer, Logger, LogLevel } from "effect"
+import { Activations } from "../src/Activations.ts"
+import { ActivationsHandlers } from "../src/Activations/Http.ts"
+import { CampaignApi } from "../src/Api.ts"
+import { ApiKeys } from "../src/ApiKeys.ts"
+import { ApiKeysSteps } from "../src/ApiKeys/Http.ts"
+import { declaredEndpoints, middlewareOf } from "../src/Declaration.ts"
+import type { ApiKeyIdentity, BrandId, KeyId } from "../src/Domain/ApiKey.ts"
+import { IdempotencyInProgress, KeyRefused } from "../src/Domain/Errors.ts"
+import { makeEdge } from "../src/Edge/Edge.ts"
+import type { Handlers, Steps } from "../src/Edge/Exchange.ts"
+import { JsonBodySteps } from "../src/Edge/JsonBody.ts"
+import { Idempotency } from "../src/Idempotency.ts"
+import { IdempotencySteps } from "../src/Idempotency/Http.ts"
+import { IdentityHandlers } from "../src/Identity/Http.ts"
+import { RateLimit, type RateLimitDecision } from "../src/RateLimit.ts"
+import { activatePath } from "./support/client.ts"
+import { makeTestLayer } from "./support/testLayer.ts"
+
+const writer: ApiKeyIdentity = {
+  keyId: "wr1ter0000000000" as KeyId,
+  brandId: "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f" as BrandId,
+  scopes: ["campaigns:write"]
+}
+const reader: ApiKeyIdentity = { ...writer, keyId: "r3ader0000000000" as KeyId, scopes: ["campaigns:read"] }
+const tokens: Record<string, ApiKeyIdentity> = { "cak_writer": writer, "cak_reader": reader }
+
+interface Doubles {
+  /** What the rate limit decides for every request. */
+  decision: RateLimitDecision
+  /** How the idempotency double answers: run the operation, or a duplicate still in progress. */
+  inProgress: boolean
+  activations: number
+}
+
+const makeDoubles = (doubles: Doubles) =>
+  Layer.mergeAll(
+    makeTestLayer(ApiKeys)({
+      authenticate: (token) =>
+        tokens[token] === undefined
+          ? Effect.fail(new KeyRefused({ reason: "unknown key", keyId: null, brandId: null }))
+          : Effect.succeed(tokens[token]!)
+    }),
+    makeTestLayer(RateLimit)({
+      policy: { max: 120, windowSeconds: 60 },
+      consume: () => Effect.sync(() => doubles.decision)
+    }),
+    makeTestLayer(Activations)({
+      activate: ({ campaignId, creatorId, request }) =>
+        Effect.sync(() => {
+          doubles.activations++
+          return {
+            id: "b3af032d-83ae-454d-b26e-68ac511bf8d9",
+            campaignId,
+            creatorId,
+            status: "ACTIVE" as const,
+            socialUsername: request.socialUsername,
+            plannedPostAt: request.plannedPostAt,
+            activatedAt: "2026-11-25T12:00:00.000Z"
+          }
+        })
+    }),
+    makeTestLayer(Idempotency)({
+      run: (_, operation) =>
+        doubles.inProgress
+          ? Effect.fail(new IdempotencyInProgress({ message: "A request with this Idempotency-Key is still being processed; retry shortly." }))
+          : Effect.map(operation, ({ body, status }) => ({ status, body, replayed: false }))
+    })
+  )
+
+const config = ConfigProvider.fromMap(new Map([["PORT", "0"], ["DOCS_ENABLED", "false"]]))
+
+/** The edge as the server builds it, on the doubles; `without` leaves out a middleware tag's step. */
+const edgeOn = (doubles: Doubles, without?: string) =>
+  Effect.gen(function*() {
+    const steps: Steps = { ...(yield* ApiKeysSteps), ...IdempotencySteps, ...JsonBodySteps }
+    const health: Handlers<typeof CampaignApi>["health"] = {
+      alive: () => Effect.succeed({ status: 200, body: "{}" }),
+      ready: () => Effect.succeed({ status: 200, body: "{}" })
+    }
+    return yield* makeEdge({
+      api: CampaignApi,
+      handlers: { activations: yield* ActivationsHandlers, identity: yield* IdentityHandlers, health },
+      steps: without === undefined ? steps : Object.fromEntries(Object.entries(steps).filter(([key]) => key !== without)),
+      synchronousGets: true
+    })
+  }).pipe(
+    Effect.provide(makeDoubles(doubles)),
+    Effect.withConfigProvider(config),
+    Logger.withMinimumLogLevel(LogLevel.None),
+    Effect.runPromise
+  )
+
+const fresh = (): Doubles => ({ decision: { allowed: true, remaining: 119, retryAfterSeconds: 0 }, inProgress: false, activations: 0 })
+
+/** A request that fails every check that `passing` does not name, in the order of checks. */
+const activation = (passing: ReadonlyArray<"key" | "scope" | "idempotencyKey" | "mediaType" | "json" | "valid">) =>
+  new Request(`http://localhost${activatePath()}`, {
+    method: "POST",
+    headers: {
+      ...(passing.includes("key") ? { authorization: `Bearer ${passing.includes("scope") ? "cak_writer" : "cak_reader"}` } : {}),
+      ...(passing.includes("idempotencyKey") ? { "idempotency-key": "order-1" } : {}),
+      "content-type": passing.includes("mediaType") ? "application/json" : "text/plain"
+    },
+    body: !passing.includes("json") ? "{" : passing.includes("valid") ? `{"socialUsername":"@jane"}` : `{"socialUsername":"jane"}`
+  })
+
+const answer = async (response: Response | Promise<Response>) => {
+  const resolved = await response
+  return { status: resolved.status, headers: resolved.headers.toJSON() as Record<string, string>, json: await resolved.json() }
+}
+
+describe("the edge, in process on test doubles", () => {
+  it("runs each endpoint's declared middleware in the order of checks: the first that fails answers, and nothing after it runs", async () => {
+    const doubles = fresh()
+    const { fetch } = await edgeOn(doubles)
+    const ladder = [
+      [[], 401, "UNAUTHORIZED"],
+      [["key"], 403, "FORBIDDEN"],
+      [["key", "scope"], 400, "IDEMPOTENCY_KEY_REQUIRED"],
+      [["key", "scope", "idempotencyKey"], 415, "UNSUPPORTED_MEDIA_TYPE"],
+      [["key", "scope", "idempotencyKey", "mediaType"], 400, "MALFORMED_JSON"],
+      [["key", "scope", "idempotencyKey", "mediaType", "json"], 400, "VALIDATION_ERROR"]
+    ] as const
+    for (const [passing, status, code] of ladder) {
+      const { json, status: got } = await answer(fetch(activation(passing)))
+      expect({ passing, status: got, code: json.code }).toEqual({ passing, status, code })
+    }
+    expect(doubles.activations).toBe(0)
+    const passed = await answer(fetch(activation(["key", "scope", "idempotencyKey", "mediaType", "json", "valid"])))
+    expect(passed.status).toBe(200)
+    expect(passed.json.activation.socialUsername).toBe("@jane")
+    expect(doubles.activations).toBe(1)
+  })
+
+  it("reads the order from the definition: activate declares key, scope, Idempotency-Key and JSON body; whoami the key alone", () => {
+    const declared = Object.fromEntries(
+      declaredEndpoints(CampaignApi).map((endpoint) => [
+        `${endpoint.group.identifier}.${endpoint.endpoint.name}`,
+        middlewareOf(endpoint).map((tag) => tag.key)
+      ])
+    )
+    expect(declared).toEqual({
+      "activations.activate": ["ApiKeys/ApiKeyAuth", "ApiKeys/RequireScope", "Idempotency/RequireIdempotencyKey", "JsonBody"],
+      "identity.whoami": ["ApiKeys/ApiKeyAuth"],
+      "health.alive": [],
+      "health.ready": []
+    })
+  })
+
+  it("refuses to start when a declared middleware has no step, naming the endpoint and the tag", async () => {
+    await expect(edgeOn(fresh(), "JsonBody")).rejects.toThrow("activations.activate declares JsonBody, which has no step")
+  })
+
+  it("keeps the headers a passed step added on a later refusal: a 403 carries the RateLimit headers and the scope's challenge", async () => {
+    const { fetch } = await edgeOn(fresh())
+    const { headers, status } = await answer(fetch(activation(["key"])))
+    expect(status).toBe(403)
+    expect(headers).toMatchObject({
+      "ratelimit-policy": `"default";q=120;w=60`,
+      "ratelimit": `"default";r=119;t=0`,
+      "www-authenticate": `Bearer error="insufficient_scope", scope="campaigns:write"`
+    })
+  })
+
+  it("turns the rate limit's decision into a 429 with Retry-After, before the scope is looked at", async () => {
+    const doubles = fresh()
+    doubles.decision = { allowed: false, remaining: 0, retryAfterSeconds: 7 }
+    const { fetch } = await edgeOn(doubles)
+    const { headers, json, status } = await answer(fetch(activation(["key"])))
+    expect({ status, code: json.code }).toEqual({ status: 429, code: "RATE_LIMITED" })
+    expect(headers).toMatchObject({ "retry-after": "7", "ratelimit": `"default";r=0;t=7` })
+    expect(headers["www-authenticate"]).toBeUndefined()
+  })
+
+  it("answers whoami from the key its step gave the handler, synchronously", async () => {
+    const { fetch } = await edgeOn(fresh())
+    const response = fetch(new Request("http://localhost/v1/whoami", { headers: { authorization: "Bearer cak_reader" } }))
+    expect(response).toBeInstanceOf(Response)
+    expect((await answer(response)).json).toStrictEqual({ ok: true, keyId: reader.keyId, brandId: reader.brandId, scopes: ["campaigns:read"] })
+  })
+
+  it("turns the idempotency service's plain answer into HTTP: a duplicate still in progress is 409 with Retry-After: 1", async () => {
+    const doubles = fresh()
+    doubles.inProgress = true
+    const { fetch } = await edgeOn(doubles)
+    const { headers, json, status } = await answer(fetch(activation(["key", "scope", "idempotencyKey", "mediaType", "json", "valid"])))
+    expect({ status, code: json.code }).toEqual({ status: 409, code: "IDEMPOTENCY_IN_PROGRESS" })
+    expect(headers["retry-after"]).toBe("1")
+  })
+})
