@@ -21,7 +21,7 @@ import {
   lockDatabase,
   orphans
 } from "./support/database.ts"
-import { connectionLoad, eventually, randomInt, runLoops } from "./support/load.ts"
+import { connectionLoad, eventually, randomInt, runLoops, serverHasRead } from "./support/load.ts"
 import { createKey, type CreatedTestKey, runCli, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
 
 const unlimited = { RATE_LIMIT_MAX: "1000000" }
@@ -159,7 +159,8 @@ describe("graceful shutdown", () => {
         key: uniqueKey(),
         rawBody: gatedBody(body.slice(0, 10), body.slice(10), new Promise((resolve) => release = resolve))
       })
-      await Bun.sleep(300)
+      // The idle and busy connections, and the activation's: its headers and first bytes read.
+      await serverHasRead(server.url, { connections: 3 })
       server.process.kill("SIGTERM")
       await eventually("the drain to start", () => logged(server, "draining").length > 0)
       expect(logged(server, "draining")[0]!["inFlight"]).toBeGreaterThanOrEqual(1)
@@ -233,13 +234,21 @@ describe("database faults", () => {
   it("answers a read while a write is waiting for another process's lock", async () => {
     const release = lockDatabase(database, "writes")
     try {
-      const write = activate(server.url, { apiKey: key.apiKey, key: uniqueKey() })
-      await Bun.sleep(500)
+      const connection = await openConnection(server.url)
+      connection.send(rawRequest("POST", activatePath(), [
+        ["authorization", `Bearer ${key.apiKey}`],
+        ["idempotency-key", uniqueKey()],
+        ["content-type", "application/json"]
+      ], JSON.stringify({ socialUsername: "@locked" })))
+      // The write read off its connection, so waiting for the lock, before the read is sent.
+      await serverHasRead(server.url, { from: [connection.localPort] })
+      const write = connection.next({ timeoutMs: 15_000 }).finally(() => connection.destroy())
       const read = whoami(server.url, key.apiKey)
       const first = await Promise.race([write.then(() => "write"), read.then(() => "read")])
       expect(first, "whoami was held up until the waiting write gave up").toBe("read")
       expect((await read).status).toBe(200)
-      expectEnvelope(await write, 503, "SERVICE_UNAVAILABLE")
+      const refused = responseOf(await write)
+      expect({ status: refused.status, code: refused.json.code }).toEqual({ status: 503, code: "SERVICE_UNAVAILABLE" })
     } finally {
       release()
     }

@@ -185,6 +185,8 @@ const parseResponse = (data: Buffer, bodyless: boolean): { response: RawResponse
 }
 
 export interface RawConnection {
+  /** This end's port: the connection's name in the server's socket table. */
+  readonly localPort: number
   readonly send: (bytes: string | Uint8Array) => void
   /** Closes the sending side only (a truncated request). */
   readonly endWriting: () => void
@@ -222,6 +224,7 @@ export const openConnection = (url: string): Promise<RawConnection> =>
     })
     socket.once("connect", () =>
       resolve({
+        localPort: socket.localPort!,
         send: (bytes) => socket.write(bytes),
         endWriting: () => socket.end(),
         pending: () => buffer.length,

@@ -109,3 +109,20 @@ export const connectionLoad = (
   }
   return Promise.all(Array.from({ length: connections }, loop)).then(() => ({ sent, answers, unanswered, refused }))
 }
+
+/**
+ * Until the server listening at `url` has read every byte sent to it (the kernel's receive queues,
+ * from `ss`) on exactly `connections` connections, or on the connections from the local ports
+ * `from`: a request sent is then in the server's hands, the event a test waits for instead of a
+ * fixed sleep.
+ */
+export const serverHasRead = (url: string, on: { readonly connections: number } | { readonly from: ReadonlyArray<number> }) => {
+  const port = new URL(url).port
+  const filter = "from" in on ? ` and ( ${on.from.map((local) => `dport = :${local}`).join(" or ")} )` : ""
+  const expected = "from" in on ? on.from.length : on.connections
+  return eventually(`the server to read everything sent on ${expected} connections`, () => {
+    const lines = Bun.spawnSync(["ss", "-Htn", "state", "established", `( sport = :${port} )${filter}`]).stdout.toString()
+      .trim().split("\n").filter((line) => line.trim() !== "")
+    return lines.length === expected && lines.every((line) => line.trim().split(/\s+/)[0] === "0")
+  }, { intervalMs: 5 })
+}
