@@ -3,7 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { CampaignApi } from "../src/Api.ts"
 import { campaignId, creatorId } from "./support/client.ts"
-import { createKey, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
+import { type InProcessServer, serveInProcess } from "./support/inProcess.ts"
+import { createKey, tempDatabase } from "./support/server.ts"
 
 const campaignClient = (baseUrl: string, apiKey: string) =>
   HttpApiClient.make(CampaignApi, {
@@ -12,11 +13,11 @@ const campaignClient = (baseUrl: string, apiKey: string) =>
   })
 
 let database: string
-let server: RunningServer
+let server: InProcessServer
 
 beforeAll(async () => {
   database = tempDatabase()
-  server = await startServer(database)
+  server = await serveInProcess(database)
 })
 
 afterAll(async () => {

@@ -3,16 +3,17 @@ import { activate, type Answer, uniqueKey, whoami } from "./support/client.ts"
 import { expectEnvelope } from "./support/contract.ts"
 import { backends } from "./support/backends.ts"
 import { shuffle } from "./support/load.ts"
-import { createKey, type RunningServer, startServer } from "./support/server.ts"
+import { type InProcessServer, serveInProcess } from "./support/inProcess.ts"
+import { createKey } from "./support/server.ts"
 
 describe.each(backends)("on $name", (backend) => {
   describe("idempotency under contention", () => {
     let database: string
-    let server: RunningServer
+    let server: InProcessServer
 
     beforeAll(async () => {
       database = await backend.database()
-      server = await startServer(database, { ...backend.env, RATE_LIMIT_MAX: "1000000" })
+      server = await serveInProcess(database, { ...backend.env, RATE_LIMIT_MAX: "1000000" })
     })
     afterAll(async () => {
       await server?.stop()
@@ -58,11 +59,11 @@ describe.each(backends)("on $name", (backend) => {
   describe("rate limit accuracy under concurrency", () => {
     const limit = 20
     let database: string
-    let server: RunningServer
+    let server: InProcessServer
 
     beforeAll(async () => {
       database = await backend.database()
-      server = await startServer(database, { ...backend.env, RATE_LIMIT_MAX: String(limit), RATE_LIMIT_WINDOW_SECONDS: "3600" })
+      server = await serveInProcess(database, { ...backend.env, RATE_LIMIT_MAX: String(limit), RATE_LIMIT_WINDOW_SECONDS: "3600" })
     })
     afterAll(async () => {
       await server?.stop()

@@ -14,14 +14,15 @@ import {
   whoami
 } from "./support/client.ts"
 import { expectClientAnswer, expectEnvelope } from "./support/contract.ts"
-import { createKey, type CreatedTestKey, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
+import { type InProcessServer, serveInProcess } from "./support/inProcess.ts"
+import { createKey, type CreatedTestKey, tempDatabase } from "./support/server.ts"
 
-let server: RunningServer
+let server: InProcessServer
 let writer: CreatedTestKey
 
 beforeAll(async () => {
   const database = tempDatabase()
-  server = await startServer(database, { RATE_LIMIT_MAX: "1000000" })
+  server = await serveInProcess(database, { RATE_LIMIT_MAX: "1000000" })
   writer = await createKey(database)
 })
 afterAll(async () => {

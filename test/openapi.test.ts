@@ -8,20 +8,21 @@ import { RequiredScope } from "../src/ApiKeys/Api.ts"
 import { declaredEndpoints } from "../src/Declaration.ts"
 import type { Scope } from "../src/Domain/ApiKey.ts"
 import { activate, activatePath, type Answer, call } from "./support/client.ts"
-import { createKey, runCli, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
+import { type InProcessServer, serveInProcess } from "./support/inProcess.ts"
+import { createKey, runCli, tempDatabase } from "./support/server.ts"
 
 type Json = Record<string, any>
 
 const rateLimitMax = 3
 const publicUrl = "https://campaigns.example.test/"
 
-let server: RunningServer
+let server: InProcessServer
 let database: string
 let document: Json
 
 beforeAll(async () => {
   database = tempDatabase()
-  server = await startServer(database, { RATE_LIMIT_MAX: String(rateLimitMax), PUBLIC_URL: publicUrl })
+  server = await serveInProcess(database, { RATE_LIMIT_MAX: String(rateLimitMax), PUBLIC_URL: publicUrl })
   const answer = await call(server.url, { path: "/openapi.json" })
   expect(answer.status).toBe(200)
   expect(answer.headers.get("content-type")).toMatch(/^application\/json/)
