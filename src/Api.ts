@@ -1,5 +1,6 @@
 import { HttpApi, OpenApi } from "@effect/platform"
 import { ActivationsApi } from "./Activations/Api.ts"
+import { AnalyticsApi } from "./Analytics/Api.ts"
 import { finishDocument } from "./ApiDocument.ts"
 import { Envelope, InternalError, MethodNotAllowed, NotFound, ServiceUnavailable } from "./Domain/Errors.ts"
 import { HealthApi } from "./Health/Api.ts"
@@ -8,6 +9,7 @@ import { version } from "./Version.ts"
 
 const definition = HttpApi.make("campaign-api")
   .add(ActivationsApi.prefix("/v1"))
+  .add(AnalyticsApi.prefix("/v1"))
   .add(IdentityApi.prefix("/v1"))
   .add(HealthApi)
   // Any request may miss its route: a path of another spelling is 404, another method 405 with `Allow`.

@@ -1,7 +1,7 @@
 import type { HttpApi } from "@effect/platform"
 import { Context, Option } from "effect"
 import { RequiredScope } from "./ApiKeys/Api.ts"
-import { declaredEndpoints, middlewareOf } from "./Declaration.ts"
+import { declaredEndpoints, middlewareOf, SuccessHeaders } from "./Declaration.ts"
 import { RequireIdempotencyKey } from "./Idempotency/Api.ts"
 
 /**
@@ -74,6 +74,8 @@ const pathExamples: Readonly<Record<string, string>> = {
 interface Declaration {
   readonly scope: Option.Option<string>
   readonly replays: boolean
+  /** Headers its 200 (and 304) carries, with what they mean. */
+  readonly successHeaders: Readonly<Record<string, string>>
 }
 
 /** The transform for `api`'s document (`OpenApi.Transform`), by operation id (`group.endpoint`). */
@@ -83,7 +85,8 @@ export const finishDocument = (api: HttpApi.HttpApi.Any) => {
       `${declared.group.identifier}.${declared.endpoint.name}`,
       {
         scope: Context.getOption(declared.endpoint.annotations, RequiredScope),
-        replays: middlewareOf(declared).some((tag) => tag.key === RequireIdempotencyKey.key)
+        replays: middlewareOf(declared).some((tag) => tag.key === RequireIdempotencyKey.key),
+        successHeaders: Option.getOrElse(Context.getOption(declared.endpoint.annotations, SuccessHeaders), () => ({}))
       }
     ])
   )
@@ -113,6 +116,12 @@ const finish = (spec: Json, declarations: ReadonlyMap<string, Declaration>): Jso
           if (Number(status) >= 400) response.description = codesOf(schema).join(", ")
         }
         response.headers = headersFor(status, secured, declaration?.replays ?? false)
+        if (status === "200" || status === "304") {
+          for (const [name, description] of Object.entries(declaration?.successHeaders ?? {})) {
+            // The ETag is on every 200 and 304 of its operation; a Link only when there is a next page.
+            response.headers[name] = { ...header(description), ...(name === "Link" ? {} : { required: true }) }
+          }
+        }
       }
       for (const parameter of operation.parameters) {
         if (parameter.in === "header" && parameter.name === "idempotency-key") {

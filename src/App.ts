@@ -2,6 +2,7 @@ import { Effect, Layer, Option } from "effect"
 import { Activations } from "./Activations.ts"
 import { ActivationsRepo } from "./Activations/ActivationsRepo.ts"
 import { ActivationsHandlers } from "./Activations/Http.ts"
+import { AnalyticsHandlers } from "./Analytics/Http.ts"
 import { CampaignApi } from "./Api.ts"
 import { ApiKeys } from "./ApiKeys.ts"
 import { ApiKeysRepo } from "./ApiKeys/ApiKeysRepo.ts"
@@ -58,6 +59,7 @@ export const EdgeLive = Effect.gen(function*() {
     api: CampaignApi,
     handlers: {
       activations: yield* ActivationsHandlers,
+      analytics: yield* AnalyticsHandlers,
       identity: yield* IdentityHandlers,
       health: yield* HealthHandlers
     },

@@ -1,4 +1,5 @@
 import type { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware } from "@effect/platform"
+import { Context } from "effect"
 
 /**
  * Reading the HttpApi definition as the one declaration of each endpoint: what the edge runs for
@@ -26,3 +27,9 @@ export const middlewareOf = ({ endpoint, group }: Declared): ReadonlyArray<HttpA
   ...endpoint.middlewares
 ]
 
+
+/**
+ * Headers an endpoint's 200 carries beyond the ones every answer does (`ETag`, `Link`), by name with
+ * what they mean: an annotation, so that the OpenAPI document lists them (`ApiDocument.ts`).
+ */
+export class SuccessHeaders extends Context.Tag("SuccessHeaders")<SuccessHeaders, Readonly<Record<string, string>>>() {}

@@ -6,6 +6,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Layer, Logger, LogLevel } from "effect"
 import { Activations } from "../src/Activations.ts"
+import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
+import { AnalyticsHandlers } from "../src/Analytics/Http.ts"
 import { ActivationsHandlers } from "../src/Activations/Http.ts"
 import { CampaignApi } from "../src/Api.ts"
 import { ApiKeys } from "../src/ApiKeys.ts"
@@ -41,6 +43,8 @@ interface Doubles {
 
 const makeDoubles = (doubles: Doubles) =>
   Layer.mergeAll(
+    // The reads are not what these tests are about: any call to the repository dies, loudly.
+    makeTestLayer(ActivationsRepo)({}),
     makeTestLayer(ApiKeys)({
       authenticate: (token) =>
         tokens[token] === undefined
@@ -86,7 +90,12 @@ const edgeOn = (doubles: Doubles, without?: string) =>
     }
     return yield* makeEdge({
       api: CampaignApi,
-      handlers: { activations: yield* ActivationsHandlers, identity: yield* IdentityHandlers, health },
+      handlers: {
+        activations: yield* ActivationsHandlers,
+        analytics: yield* AnalyticsHandlers,
+        identity: yield* IdentityHandlers,
+        health
+      },
       steps: without === undefined ? steps : Object.fromEntries(Object.entries(steps).filter(([key]) => key !== without)),
       synchronousGets: true
     })
@@ -139,7 +148,7 @@ describe("the edge, in process on test doubles", () => {
     expect(doubles.activations).toBe(1)
   })
 
-  it("reads the order from the definition: activate declares key, scope, Idempotency-Key and JSON body; whoami the key alone", () => {
+  it("reads the order from the definition: activate declares key, scope, Idempotency-Key and JSON body; the reads key and scope; whoami the key alone", () => {
     const declared = Object.fromEntries(
       declaredEndpoints(CampaignApi).map((endpoint) => [
         `${endpoint.group.identifier}.${endpoint.endpoint.name}`,
@@ -148,6 +157,9 @@ describe("the edge, in process on test doubles", () => {
     )
     expect(declared).toEqual({
       "activations.activate": ["ApiKeys/ApiKeyAuth", "ApiKeys/RequireScope", "Idempotency/RequireIdempotencyKey", "JsonBody"],
+      "activations.get": ["ApiKeys/ApiKeyAuth", "ApiKeys/RequireScope"],
+      "activations.list": ["ApiKeys/ApiKeyAuth", "ApiKeys/RequireScope"],
+      "analytics.campaign": ["ApiKeys/ApiKeyAuth", "ApiKeys/RequireScope"],
       "identity.whoami": ["ApiKeys/ApiKeyAuth"],
       "health.alive": [],
       "health.ready": []

@@ -74,6 +74,33 @@ const contractErrors: Record<string, Record<string, Array<string>>> = {
     "500": ["INTERNAL_ERROR"],
     "503": ["SERVICE_UNAVAILABLE"]
   },
+  "activations.get": {
+    "400": ["VALIDATION_ERROR"],
+    "401": ["UNAUTHORIZED"],
+    "403": ["FORBIDDEN"],
+    "429": ["RATE_LIMITED"],
+    ...routeMisses,
+    "500": ["INTERNAL_ERROR"],
+    "503": ["SERVICE_UNAVAILABLE"]
+  },
+  "activations.list": {
+    "400": ["VALIDATION_ERROR"],
+    "401": ["UNAUTHORIZED"],
+    "403": ["FORBIDDEN"],
+    "429": ["RATE_LIMITED"],
+    ...routeMisses,
+    "500": ["INTERNAL_ERROR"],
+    "503": ["SERVICE_UNAVAILABLE"]
+  },
+  "analytics.campaign": {
+    "400": ["VALIDATION_ERROR"],
+    "401": ["UNAUTHORIZED"],
+    "403": ["FORBIDDEN"],
+    "429": ["RATE_LIMITED"],
+    ...routeMisses,
+    "500": ["INTERNAL_ERROR"],
+    "503": ["SERVICE_UNAVAILABLE"]
+  },
   "identity.whoami": {
     "401": ["UNAUTHORIZED"],
     "429": ["RATE_LIMITED"],
@@ -85,7 +112,7 @@ const contractErrors: Record<string, Record<string, Array<string>>> = {
   "health.ready": { ...routeMisses, "500": ["INTERNAL_ERROR"], "503": ["SERVICE_UNAVAILABLE"] }
 }
 
-const secured = ["activations.activate", "identity.whoami"]
+const secured = ["activations.activate", "activations.get", "activations.list", "analytics.campaign", "identity.whoami"]
 
 const standardHeaders = ["content-type", "content-length", "date", "connection", "keep-alive", "allow"]
 
@@ -101,9 +128,12 @@ describe("GET /openapi.json", () => {
     await expect(`${JSON.stringify(document, null, 2)}\n`).toMatchFileSnapshot("__snapshots__/openapi.json")
   })
 
-  it("has exactly the four operations, and every $ref resolves", () => {
+  it("has exactly the seven operations, and every $ref resolves", () => {
     expect(operations().map(({ method, operation, path }) => [operation.operationId, method, path]).sort()).toEqual([
       ["activations.activate", "post", "/v1/creators/{creatorId}/campaigns/{campaignId}/activate"],
+      ["activations.get", "get", "/v1/activations/{activationId}"],
+      ["activations.list", "get", "/v1/activations"],
+      ["analytics.campaign", "get", "/v1/campaigns/{campaignId}/analytics"],
       ["health.alive", "get", "/healthz"],
       ["health.ready", "get", "/readyz"],
       ["identity.whoami", "get", "/v1/whoami"]

@@ -152,8 +152,11 @@ layer(ActivationsRepo.Live.pipe(Layer.provideMerge(SqlLiveAt(tempDatabase()))))(
       const unplanned = activationRecord({ plannedPostAt: null, socialUsername: "@ünïcode_名前" })
       yield* repo.insert(planned, owner)
       yield* repo.insert(unplanned, owner)
-      expect(yield* repo.findById(planned.id)).toEqual(Option.some(planned))
-      expect(yield* repo.findById(unplanned.id)).toEqual(Option.some(unplanned))
+      expect(yield* repo.findById(brandId, planned.id)).toEqual(Option.some(planned))
+      expect(yield* repo.findById(brandId, unplanned.id)).toEqual(Option.some(unplanned))
+      // Another brand's record is not there for it: the brand is part of every read.
+      expect(yield* repo.findById(otherBrandId, planned.id)).toEqual(Option.none())
+      expect(yield* repo.findById(brandId, planned.id.toUpperCase())).toEqual(Option.some(planned))
     }))
 
   it.effect("insert records the brand and key that made the activation", () =>
@@ -170,7 +173,7 @@ layer(ActivationsRepo.Live.pipe(Layer.provideMerge(SqlLiveAt(tempDatabase()))))(
   it.effect("findById of an unknown id is none", () =>
     Effect.gen(function*() {
       const repo = yield* ActivationsRepo
-      expect(yield* repo.findById(uuidOf(++sequence))).toEqual(Option.none())
+      expect(yield* repo.findById(brandId, uuidOf(++sequence))).toEqual(Option.none())
     }))
 })
 
@@ -422,7 +425,7 @@ layer(IdempotencyOnFreshFile)("Idempotency on SQLite", (it) => {
         Effect.zipRight(Effect.fail(new DownstreamFailure()))
       )
       expect(yield* Effect.flip(idempotency.run(first, insertThenFail))).toBeInstanceOf(DownstreamFailure)
-      expect(yield* activations.findById(activation.id)).toEqual(Option.none())
+      expect(yield* activations.findById(brandId, activation.id)).toEqual(Option.none())
 
       const { operation, runs } = yield* countedOperation
       const retry = yield* idempotency.run(first, operation)
@@ -438,7 +441,7 @@ layer(IdempotencyOnFreshFile)("Idempotency on SQLite", (it) => {
       const first = request()
       const insert = activations.insert(activation, owner).pipe(Effect.as(created({ ok: true, activation })))
       yield* idempotency.run(first, insert)
-      expect(yield* activations.findById(activation.id)).toEqual(Option.some(activation))
+      expect(yield* activations.findById(brandId, activation.id)).toEqual(Option.some(activation))
       expect(isReplay(yield* idempotency.run(first, insert))).toBe(true)
     }))
 })
@@ -488,7 +491,7 @@ layer(IdempotencyRacedOnFreshFile)("Idempotency against another instance's write
       const response = yield* idempotency.run(first, ours)
       expect(isReplay(response)).toBe(true)
       expect(yield* bodyOf(response)).toBe("{\"ok\":true,\"by\":\"the other\"}")
-      expect(yield* activations.findById(activation.id)).toEqual(Option.none())
+      expect(yield* activations.findById(brandId, activation.id)).toEqual(Option.none())
     }))
 
   it.effect("losing the race to a different request is a conflict, and nothing of this one is kept", () =>
@@ -501,7 +504,7 @@ layer(IdempotencyRacedOnFreshFile)("Idempotency against another instance's write
       const activation = activationRecord()
       const ours = activations.insert(activation, owner).pipe(Effect.as(created({ ok: true })))
       expect(yield* Effect.flip(idempotency.run(first, ours))).toBeInstanceOf(IdempotencyConflict)
-      expect(yield* activations.findById(activation.id)).toEqual(Option.none())
+      expect(yield* activations.findById(brandId, activation.id)).toEqual(Option.none())
     }))
 })
 
@@ -527,7 +530,7 @@ layer(GroupCommitOnFreshFile)("GroupCommit", (it) => {
         ),
         { concurrency: "unbounded" }
       )
-      const stored = yield* Effect.forEach(records, (activation) => activations.findById(activation.id))
+      const stored = yield* Effect.forEach(records, (activation) => activations.findById(brandId, activation.id))
       return { records, outcomes, stored }
     })
 

@@ -10,8 +10,9 @@ import { type Handlers, Refused, type Reply } from "../Edge/Exchange.ts"
 import { Idempotency, type IdempotentAnswer } from "../Idempotency.ts"
 import { IdempotencyKey } from "../Idempotency/Api.ts"
 import { ActivationsApi } from "./Api.ts"
+import { ActivationReads } from "./Reads.ts"
 
-const endpoint = compile(ActivationsApi.endpoints.activate)
+const endpoint = compile(ActivationsApi.activate)
 
 const replayedHeaders = { "idempotent-replayed": "true" }
 
@@ -25,13 +26,15 @@ const retryShortly = { "retry-after": "1" }
 const stillInProgress = (error: IdempotencyInProgress) => Effect.fail(new Refused(error, retryShortly))
 
 /**
- * POST /v1/creators/{creatorId}/campaigns/{campaignId}/activate, once the steps its definition
+ * The activations' endpoints: the reads (`Reads.ts`), and POST
+ * /v1/creators/{creatorId}/campaigns/{campaignId}/activate, once the steps its definition
  * declares have passed (key, rate limit, scope, Idempotency-Key, JSON body: `Activations/Api.ts`):
  * the path and the payload validated, then the activation under its Idempotency-Key.
  */
 export const ActivationsHandlers = Effect.gen(function*() {
   const activations = yield* Activations
   const idempotency = yield* Idempotency
+  const reads = yield* ActivationReads
 
   const handlers: Handlers<typeof CampaignApi>["activations"] = {
     activate: (exchange, given) =>
@@ -55,7 +58,9 @@ export const ActivationsHandlers = Effect.gen(function*() {
             Effect.map(toReply),
             Effect.catchTag("IdempotencyInProgress", stillInProgress)
           )
-        }))
+        })),
+    get: reads.get,
+    list: reads.list
   }
   return handlers
 })

@@ -1,6 +1,6 @@
 import { Context, Effect } from "effect"
 import { ApiKeys, malformedKey } from "../ApiKeys.ts"
-import type { ApiKeyIdentity } from "../Domain/ApiKey.ts"
+import { type ApiKeyIdentity, grants } from "../Domain/ApiKey.ts"
 import { Forbidden, KeyRefused, RateLimited, Unauthorized } from "../Domain/Errors.ts"
 import type { Exchange, Passed, Step, Steps } from "../Edge/Exchange.ts"
 import { Refused } from "../Edge/Exchange.ts"
@@ -80,7 +80,7 @@ export const ApiKeysSteps = Effect.gen(function*() {
       })
       const refused = Effect.fail(forbidden(scope))
       const passed = Effect.succeed<Passed>({})
-      return (_, given) => Context.get(given as Context.Context<CurrentKey>, CurrentKey).scopes.includes(scope) ? passed : refused
+      return (_, given) => grants(Context.get(given as Context.Context<CurrentKey>, CurrentKey).scopes, scope) ? passed : refused
     }
   }
   return steps

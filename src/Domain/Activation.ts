@@ -130,3 +130,87 @@ export const ActivateResponse = Schema.Struct({
     }
   }]
 })
+
+/** `GET /v1/activations/{activationId}`: the id, a UUID in any letter case. */
+export const ActivationIdPath = Schema.Struct({
+  activationId: Uuid("activationId")
+})
+
+/** A page size: 1 to 100, written as a whole number. */
+const PageLimit = Schema.String.annotations(message("limit must be a whole number from 1 to 100")).pipe(
+  Schema.filter((text) => /^(?:[1-9]\d?|100)$/.test(text) || "limit must be a whole number from 1 to 100")
+).annotations({
+  jsonSchema: { type: "string", pattern: "^(?:[1-9]\\d?|100)$", description: "How many records a page holds: 1 to 100 (default 20)" },
+  examples: ["20"]
+})
+
+/**
+ * `GET /v1/activations`'s query parameters, all optional; any other is refused, naming it
+ * (README, Reads).
+ */
+export const ListActivationsQuery = Schema.Struct({
+  creatorId: Schema.optional(Uuid("creatorId")),
+  campaignId: Schema.optional(Uuid("campaignId")),
+  limit: Schema.optional(PageLimit),
+  startingAfter: Schema.optional(Uuid("startingAfter").annotations({
+    jsonSchema: {
+      type: "string",
+      format: "uuid",
+      description: "An activation id: the page holds the records whose id is below it (the `Link` header's next page names it)"
+    }
+  }))
+}).annotations({ parseOptions: { onExcessProperty: "error" } })
+export type ListActivationsQuery = typeof ListActivationsQuery.Type
+
+export const ActivationList = Schema.Struct({
+  ok: Schema.Literal(true),
+  activations: Schema.Array(Activation),
+  hasMore: Schema.Boolean.annotations({ description: "Whether there is a next page (the `Link` header names it)" })
+}).annotations({ identifier: "ActivationList" })
+
+/** A UTC calendar day, `YYYY-MM-DD`, for an analytics range. */
+const Day = (field: string) =>
+  Schema.String.annotations(message(`${field} must be a date YYYY-MM-DD`)).pipe(
+    Schema.filter((value) =>
+      !datePattern.test(value)
+        ? `${field} must be a date in the form YYYY-MM-DD`
+        : isCalendarDate(value) || `${field} must be a real calendar date`
+    )
+  ).annotations({
+    jsonSchema: { type: "string", format: "date", description: `The range's ${field === "from" ? "first" : "last"} UTC day, inclusive; omitted, the range is open on that side` },
+    examples: [field === "from" ? "2026-12-01" : "2026-12-31"]
+  })
+
+export const AnalyticsPath = Schema.Struct({
+  campaignId: Uuid("campaignId")
+})
+
+/** `from` and `to`, both optional (that `from` is not after `to` is the handler's check). */
+export const AnalyticsQuery = Schema.Struct({
+  from: Schema.optional(Day("from")),
+  to: Schema.optional(Day("to"))
+}).annotations({ parseOptions: { onExcessProperty: "error" } })
+export type AnalyticsQuery = typeof AnalyticsQuery.Type
+
+const DayCount = <K extends string>(identifier: string, field: K, description: string) =>
+  Schema.Struct({
+    date: formatted("date", "A UTC day"),
+    [field]: Schema.Number.annotations({ description })
+  } as { date: typeof Schema.String } & { [P in K]: typeof Schema.Number }).annotations({ identifier })
+
+export const CampaignAnalytics = Schema.Struct({
+  campaignId: formatted("uuid", "The campaign, as given in the path"),
+  from: Schema.NullOr(formatted("date", "The range's first day, or null when open")),
+  to: Schema.NullOr(formatted("date", "The range's last day, or null when open")),
+  activations: Schema.Number.annotations({ description: "The brand's activations of the campaign in the range" }),
+  creators: Schema.Number.annotations({ description: "How many distinct creators among them" }),
+  activationsByDay: Schema.Array(DayCount("ActivationsOnDay", "activations", "Activations made that UTC day")),
+  plannedPostsByDay: Schema.Array(DayCount("PlannedPostsOnDay", "posts", "Of those activations, the posts planned for that day")),
+  unscheduled: Schema.Number.annotations({ description: "Of those activations, the ones without a planned post" })
+}).annotations({ identifier: "CampaignAnalytics" })
+export type CampaignAnalytics = typeof CampaignAnalytics.Type
+
+export const AnalyticsResponse = Schema.Struct({
+  ok: Schema.Literal(true),
+  analytics: CampaignAnalytics
+}).annotations({ identifier: "AnalyticsResponse" })

@@ -3,6 +3,13 @@ import { Schema } from "effect"
 export const Scope = Schema.Literal("campaigns:read", "campaigns:write", "analytics:read")
 export type Scope = typeof Scope.Type
 
+/**
+ * Whether a key with `scopes` may do what `required` grants: a key that may write campaigns may
+ * read them too, as Stripe's and GitHub's write permissions include read (README, Reads).
+ */
+export const grants = (scopes: ReadonlyArray<Scope>, required: Scope): boolean =>
+  scopes.includes(required) || (required === "campaigns:read" && scopes.includes("campaigns:write"))
+
 export const KeyId = Schema.String.pipe(Schema.pattern(/^[a-z0-9]{16}$/), Schema.brand("KeyId"))
 export type KeyId = typeof KeyId.Type
 

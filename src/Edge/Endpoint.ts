@@ -1,18 +1,21 @@
 import { Either, Option, Schema } from "effect"
-import type { ParseError } from "effect/ParseResult"
+import { ArrayFormatter, type ParseError } from "effect/ParseResult"
+import { ValidationError } from "../Domain/Errors.ts"
 
 /**
  * An endpoint's schemas from the HttpApi definition, compiled once when the handler is built:
- * the path parameters', headers' and payload's decoders, and the success body's encoder to
+ * the path parameters', query parameters', headers' and payload's decoders, and the success body's encoder to
  * JSON text. The same schemas make the OpenAPI document and the typed client.
  */
 export const compile = <
   Path,
+  UrlParams,
   Headers,
   Payload,
   Success
 >(endpoint: {
   readonly pathSchema: Option.Option<Schema.Schema<Path, any, any>>
+  readonly urlParamsSchema: Option.Option<Schema.Schema<UrlParams, any, any>>
   readonly headersSchema: Option.Option<Schema.Schema<Headers, any, any>>
   readonly payloadSchema: Option.Option<Schema.Schema<Payload, any, any>>
   readonly successSchema: Schema.Schema<Success, any, any>
@@ -30,10 +33,51 @@ export const compile = <
       onSome: (schema) => Schema.decodeUnknownEither(schema as Schema.Schema<A, any>)
     })
   const encode = Schema.encodeSync(endpoint.successSchema as Schema.Schema<Success, any>)
+  const decodeUrlParams = decoder(endpoint.urlParamsSchema)
   return {
     decodePath: decoder(endpoint.pathSchema),
+    /** The request's query parameters; one the endpoint does not take is named as a query parameter. */
+    decodeQuery: (request: Request): Either.Either<UrlParams, ParseError | ValidationError> =>
+      Either.mapLeft(decodeUrlParams(queryOf(request)), (error) => {
+        const unknown = ArrayFormatter.formatErrorSync(error).find((issue) => issue._tag === "Unexpected")
+        return unknown === undefined
+          ? error
+          : new ValidationError({ message: `${String(unknown.path[0])} is not a query parameter of this operation.` })
+      }),
     decodeHeaders: decoder(endpoint.headersSchema),
     decodePayload: decoder(endpoint.payloadSchema),
     encodeSuccess: (success: Success): string => JSON.stringify(encode(success))
   }
+}
+
+/**
+ * A request's query parameters as the endpoint's URL parameter schema reads them: each name with
+ * its value, a name sent twice with its values in a list (which a schema of single values refuses).
+ */
+export const queryOf = (request: Request): Record<string, string | Array<string>> => {
+  const url = request.url
+  const at = url.indexOf("?")
+  const params: Record<string, string | Array<string>> = {}
+  if (at === -1) return params
+  for (const [name, value] of new URLSearchParams(url.slice(at + 1))) {
+    const seen = params[name]
+    params[name] = seen === undefined ? value : Array.isArray(seen) ? [...seen, value] : [seen, value]
+  }
+  return params
+}
+
+/** A strong validator of a response body (RFC 9110 §8.8.3): its SHA-256, quoted. */
+export const etagOf = (body: string): string => `"${Bun.SHA256.hash(body, "base64url").slice(0, 27)}"`
+
+/**
+ * Whether `If-None-Match` names `etag` (weak comparison, as RFC 9110 §13.1.2 has it for this
+ * header), or is `*`.
+ */
+export const notModified = (ifNoneMatch: string | null, etag: string): boolean => {
+  if (ifNoneMatch === null) return false
+  for (const tag of ifNoneMatch.split(",")) {
+    const candidate = tag.trim()
+    if (candidate === "*" || candidate === etag || candidate === `W/${etag}`) return true
+  }
+  return false
 }

@@ -1,8 +1,10 @@
 import CreateTables from "./0001_create_tables.ts"
 import ApiKeysGeneration from "./0002_api_keys_generation.ts"
+import ActivationReads from "./0003_activation_reads.ts"
 
 /** The one migration set: portable SQL, with a per-dialect branch where SQLite and PostgreSQL differ. */
 export const migrations = {
   "0001_create_tables": CreateTables,
-  "0002_api_keys_generation": ApiKeysGeneration
+  "0002_api_keys_generation": ApiKeysGeneration,
+  "0003_activation_reads": ActivationReads
 }

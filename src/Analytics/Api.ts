@@ -1,0 +1,25 @@
+import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
+import { ApiKeyAuth, RequiredScope, RequireScope } from "../ApiKeys/Api.ts"
+import { AnalyticsPath, AnalyticsQuery, AnalyticsResponse } from "../Domain/Activation.ts"
+import { Envelope, ValidationError } from "../Domain/Errors.ts"
+
+const campaign = HttpApiEndpoint.get("campaign", "/campaigns/:campaignId/analytics")
+  .setPath(AnalyticsPath)
+  .setUrlParams(AnalyticsQuery)
+  .addSuccess(AnalyticsResponse)
+  .addError(Envelope(ValidationError))
+  .middleware(ApiKeyAuth)
+  .middleware(RequireScope)
+  .annotate(RequiredScope, "analytics:read")
+  .annotate(OpenApi.Summary, "A campaign's numbers")
+  .annotate(
+    OpenApi.Description,
+    "The brand's activations of the campaign whose `activatedAt` falls on a UTC day from `from` to `to`, both inclusive and optional: how many, how many distinct creators, how many per day, their planned posts per day, and how many have no planned post. A campaign without activations is all zeros, not 404. Requires the scope `analytics:read`."
+  )
+
+export class AnalyticsApi extends HttpApiGroup.make("analytics")
+  .add(campaign)
+  .annotate(OpenApi.Title, "Analytics")
+{
+  static readonly campaign = campaign
+}

@@ -1,0 +1,108 @@
+/**
+ * Upgrading in place (README, Reads): a database the previous release made and filled (its
+ * migrations, 0001 and 0002, and its records) is migrated at start, and every old record reads
+ * back; its keys keep working.
+ */
+import { BunContext } from "@effect/platform-bun"
+import { PgClient, PgMigrator } from "@effect/sql-pg"
+import { SqliteClient, SqliteMigrator } from "@effect/sql-sqlite-bun"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Redacted } from "effect"
+import CreateTables from "../src/Database/migrations/0001_create_tables.ts"
+import ApiKeysGeneration from "../src/Database/migrations/0002_api_keys_generation.ts"
+import { fingerprintOf } from "../src/Idempotency.ts"
+import { call } from "./support/client.ts"
+import { backends } from "./support/backends.ts"
+import { serveInProcess } from "./support/inProcess.ts"
+import { createKey } from "./support/server.ts"
+
+/** The request that made an activation, as its Idempotency-Key's fingerprint covers it. */
+const requestOf = (a: { creatorId: string; campaignId: string; socialUsername: string; plannedPostAt: string | null }) => ({
+  method: "POST",
+  path: `/v1/creators/${a.creatorId}/campaigns/${a.campaignId}/activate`,
+  body: { socialUsername: a.socialUsername, plannedPostAt: a.plannedPostAt },
+  brandId: "",
+  key: ""
+})
+
+/** The migrations of the release before the reads, as it shipped them. */
+const previousRelease = { "0001_create_tables": CreateTables, "0002_api_keys_generation": ApiKeysGeneration }
+
+const migrateAsPreviousRelease = (database: string) =>
+  (database.startsWith("postgres")
+    ? PgMigrator.run({ loader: PgMigrator.fromRecord(previousRelease) }).pipe(Effect.provide(PgClient.layer({ url: Redacted.make(database) })))
+    : SqliteMigrator.run({ loader: SqliteMigrator.fromRecord(previousRelease) }).pipe(
+      Effect.provide(SqliteClient.layer({ filename: database }))
+    )).pipe(Effect.provide(BunContext.layer), Effect.asVoid, Effect.runPromise)
+
+describe.each(backends)("upgrading a database of the previous release on $name", (backend) => {
+  it("migrates at start: its keys work, and every activation it stored reads back, replays and is counted", async () => {
+    const database = await backend.database()
+    await migrateAsPreviousRelease(database)
+    const key = await createKey(database, { scopes: ["campaigns:write", "analytics:read"] })
+    const campaignId = "9A8B7C6D-5E4F-4A3B-9C2D-1E0F9A8B7C6D"
+    const stored = [
+      { id: "01a0b1c2-0000-7000-8000-000000000001", creatorId: "5d2a7c3e-1b4f-4e6a-8c9d-0e1f2a3b4c5d", plannedPostAt: "2026-12-01", activatedAt: "2026-11-20T10:00:00.000Z" },
+      { id: "01a0b1c2-0000-7000-8000-000000000002", creatorId: "5D2A7C3E-1B4F-4E6A-8C9D-0E1F2A3B4C5D", plannedPostAt: null, activatedAt: "2026-11-21T11:30:00.000Z" }
+    ].map((a) => ({
+      // In the order activate answers the fields.
+      id: a.id,
+      campaignId,
+      creatorId: a.creatorId,
+      status: "ACTIVE",
+      socialUsername: "@before",
+      plannedPostAt: a.plannedPostAt,
+      activatedAt: a.activatedAt
+    }))
+    const bodies = stored.map((activation) => JSON.stringify({ ok: true, activation }))
+    // What the previous release wrote for each activation: the record and its stored response.
+    await backend.exec(
+      database,
+      `INSERT INTO activations (id, brand_id, key_id, creator_id, campaign_id, status, social_username, planned_post_at, activated_at) VALUES ${
+        stored.map((a) =>
+          `('${a.id}', '${key.brandId}', '${key.keyId}', '${a.creatorId}', '${a.campaignId}', 'ACTIVE', '@before', ${
+            a.plannedPostAt === null ? "NULL" : `'${a.plannedPostAt}'`
+          }, '${a.activatedAt}')`
+        ).join(", ")
+      }`
+    )
+    const expiresAt = Date.now() + 86_400_000
+    await backend.exec(
+      database,
+      `INSERT INTO idempotency_keys (brand_id, idempotency_key, fingerprint, resource_id, status_code, response_body, created_at, expires_at) VALUES ${
+        stored.map((a, i) =>
+          `('${key.brandId}', 'before-${i}', '${fingerprintOf(requestOf(a))}', '${a.id}', 200, '${bodies[i]}', ${Date.now()}, ${expiresAt})`
+        ).join(", ")
+      }`
+    )
+
+    const server = await serveInProcess(database, backend.env)
+    try {
+      for (const [i, activation] of stored.entries()) {
+        const { body, path } = requestOf(activation)
+        const replay = await call(server.url, {
+          method: "POST",
+          path,
+          apiKey: key.apiKey,
+          headers: { "idempotency-key": `before-${i}`, "content-type": "application/json" },
+          body: JSON.stringify(body)
+        })
+        expect({ status: replay.status, text: replay.text, replayed: replay.headers.get("idempotent-replayed") })
+          .toEqual({ status: 200, text: bodies[i], replayed: "true" })
+      }
+      expect((await call(server.url, { path: "/v1/whoami", apiKey: key.apiKey })).status).toBe(200)
+      for (const [i, activation] of stored.entries()) {
+        const read = await call(server.url, { path: `/v1/activations/${activation.id}`, apiKey: key.apiKey })
+        expect(read.status).toBe(200)
+        expect(read.text).toBe(bodies[i])
+      }
+      const listed = await call(server.url, { path: `/v1/activations?campaignId=${campaignId.toLowerCase()}`, apiKey: key.apiKey })
+      expect(listed.json.activations.map((a: { id: string }) => a.id)).toEqual([stored[1]!.id, stored[0]!.id])
+      const counted = await call(server.url, { path: `/v1/campaigns/${campaignId}/analytics`, apiKey: key.apiKey })
+      expect(counted.json.analytics).toMatchObject({ activations: 2, creators: 1, unscheduled: 1 })
+      expect(await backend.count(database, "SELECT 1 FROM idempotency_keys")).toBe(2)
+    } finally {
+      await server.stop()
+    }
+  })
+})
