@@ -70,4 +70,24 @@ describe("the typed client derived from CampaignApi", () => {
       const conflict = yield* Effect.flip(activate(writer.apiKey, idempotencyKey, "@someoneelse"))
       expect(conflict._tag).toBe("IdempotencyConflict")
     }).pipe(Effect.provide(FetchHttpClient.layer)))
+
+  it.effect("reads back what it activated: one record, a page, and the campaign's numbers", () =>
+    Effect.gen(function*() {
+      const key = yield* Effect.promise(() => createKey(database, { scopes: ["campaigns:write", "analytics:read"] }))
+      const client = yield* campaignClient(server.url, key.apiKey)
+      const campaign = crypto.randomUUID()
+      const { activation } = yield* client.activations.activate({
+        path: { creatorId, campaignId: campaign },
+        headers: { "idempotency-key": crypto.randomUUID() },
+        payload: { socialUsername: "@reader", plannedPostAt: "2026-12-01" }
+      })
+      expect(yield* client.activations.get({ path: { activationId: activation.id } })).toEqual({ ok: true, activation })
+      const page = yield* client.activations.list({ urlParams: { campaignId: campaign, limit: "10" } })
+      expect(page).toEqual({ ok: true, activations: [activation], hasMore: false })
+      const { analytics } = yield* client.analytics.campaign({ path: { campaignId: campaign }, urlParams: {} })
+      expect(analytics).toMatchObject({ campaignId: campaign, activations: 1, creators: 1, unscheduled: 0 })
+      expect(analytics.plannedPostsByDay).toEqual([{ date: "2026-12-01", posts: 1 }])
+      const missing = yield* Effect.flip(client.activations.get({ path: { activationId: crypto.randomUUID() } }))
+      expect(missing._tag).toBe("NotFound")
+    }).pipe(Effect.provide(FetchHttpClient.layer)))
 })
