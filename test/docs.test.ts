@@ -73,12 +73,18 @@ afterAll(async () => {
 const visible = (text: string, exact = false) => page.getByText(text, { exact }).filter({ visible: true }).first()
 
 describe("GET /docs in headless Chromium", () => {
-  it("lists both operations", async (ctx) => {
+  it("lists every operation: activate, the reads, the analytics and whoami", async (ctx) => {
     ctx.skip(chromiumMissing, `${missing}: skipped outside CI`)
     expect(await page.title()).toBe("Campaign Activation and Identity API")
     await visible("Activate a campaign for a creator").waitFor()
+    await visible("Retrieve an activation").waitFor()
+    await visible("List activations").waitFor()
+    await visible("Analytics", true).click()
+    await visible("A campaign's numbers").waitFor()
     await visible("Identity", true).click()
-    await visible("Resolve the API key").waitFor()
+    // The operation as the page shows it (its heading), not only the sidebar's entry for it.
+    await page.getByRole("heading", { name: "Resolve the API key" }).filter({ visible: true }).first().waitFor()
+    await page.getByText("Test Request").filter({ visible: true }).first().waitFor()
     mkdirSync(dirname(screenshotPath), { recursive: true })
     await page.screenshot({ path: screenshotPath })
     expect(existsSync(screenshotPath)).toBe(true)
