@@ -60,6 +60,17 @@ const alternatives = (schema: Json): Array<Json> =>
 /** Another spelling of the path (404) or another method (405): any operation's path may get them. */
 const routeMisses = { "404": ["NOT_FOUND"], "405": ["METHOD_NOT_ALLOWED"] }
 
+/** A read's: a bad path id or query parameter, the key, its rate limit and its scope. */
+const readErrors = {
+    "400": ["VALIDATION_ERROR"],
+    "401": ["UNAUTHORIZED"],
+    "403": ["FORBIDDEN"],
+    "429": ["RATE_LIMITED"],
+    ...routeMisses,
+    "500": ["INTERNAL_ERROR"],
+    "503": ["SERVICE_UNAVAILABLE"]
+  }
+
 /** The README's error codes (API, Errors) for each operation, by status. */
 const contractErrors: Record<string, Record<string, Array<string>>> = {
   "activations.activate": {
@@ -74,33 +85,9 @@ const contractErrors: Record<string, Record<string, Array<string>>> = {
     "500": ["INTERNAL_ERROR"],
     "503": ["SERVICE_UNAVAILABLE"]
   },
-  "activations.get": {
-    "400": ["VALIDATION_ERROR"],
-    "401": ["UNAUTHORIZED"],
-    "403": ["FORBIDDEN"],
-    "429": ["RATE_LIMITED"],
-    ...routeMisses,
-    "500": ["INTERNAL_ERROR"],
-    "503": ["SERVICE_UNAVAILABLE"]
-  },
-  "activations.list": {
-    "400": ["VALIDATION_ERROR"],
-    "401": ["UNAUTHORIZED"],
-    "403": ["FORBIDDEN"],
-    "429": ["RATE_LIMITED"],
-    ...routeMisses,
-    "500": ["INTERNAL_ERROR"],
-    "503": ["SERVICE_UNAVAILABLE"]
-  },
-  "analytics.campaign": {
-    "400": ["VALIDATION_ERROR"],
-    "401": ["UNAUTHORIZED"],
-    "403": ["FORBIDDEN"],
-    "429": ["RATE_LIMITED"],
-    ...routeMisses,
-    "500": ["INTERNAL_ERROR"],
-    "503": ["SERVICE_UNAVAILABLE"]
-  },
+  "activations.get": readErrors,
+  "activations.list": readErrors,
+  "analytics.campaign": readErrors,
   "identity.whoami": {
     "401": ["UNAUTHORIZED"],
     "429": ["RATE_LIMITED"],
