@@ -10,6 +10,10 @@
  *   in one transaction look the (brand, key) up and replay it, or insert the activation and the
  *   idempotency row (the service's columns) and answer the service's body.
  *
+ * - reads: authenticate, check the scope (`campaigns:read`, or `campaigns:write`), then a record by
+ *   id and brand (answered as activate did, with a SHA-256 ETag), or a page of the brand's records
+ *   newest first, `limit` and `campaignId` (lowercased), one more row than the page for `hasMore`.
+ *
  * With a `postgres://` DATABASE_URL the same work runs on PostgreSQL through Bun's own client
  * (`Bun.SQL`, a pool of 10), each activation in one transaction, durable at commit.
  *
@@ -45,8 +49,20 @@ type ActivationRow = [string, string, string, string, string, string, string, st
 type IdempotencyInsert = [string, string, string, string, number, string, number, number]
 
 /** The statements, on either database; SQLite's answer synchronously, PostgreSQL's in a promise. */
+interface StoredActivation {
+  readonly id: string
+  readonly campaign_id: string
+  readonly creator_id: string
+  readonly status: string
+  readonly social_username: string
+  readonly planned_post_at: string | null
+  readonly activated_at: string
+}
+
 interface Store {
   readonly findKey: (keyId: string) => KeyRow | null | Promise<KeyRow | null>
+  readonly findActivation: (brandId: string, id: string) => StoredActivation | null | Promise<StoredActivation | null>
+  readonly pageByCampaign: (brandId: string, campaignId: string, limit: number) => ReadonlyArray<StoredActivation> | Promise<ReadonlyArray<StoredActivation>>
   /** In one transaction: `work` gets the statements of that transaction. */
   readonly transaction: <A>(work: (tx: Transaction) => A | Promise<A>) => A | Promise<A>
   readonly close: () => void
@@ -87,6 +103,13 @@ const sqliteStore = (filename: string): Store => {
   const insertIdempotency = db.query<never, IdempotencyInsert>(
     `INSERT INTO idempotency_keys ${idempotencyColumns} VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
   )
+  const readColumns = "id, campaign_id, creator_id, status, social_username, planned_post_at, activated_at"
+  const findActivation = db.query<StoredActivation, [string, string]>(
+    `SELECT ${readColumns} FROM activations WHERE id = ? AND brand_id = ?`
+  )
+  const pageByCampaign = db.query<StoredActivation, [string, string, number]>(
+    `SELECT ${readColumns} FROM activations WHERE brand_id = ? AND lower(campaign_id) = ? ORDER BY id DESC LIMIT ?`
+  )
   const tx: Transaction = {
     deleteExpiredKey: (brandId, key, now) => deleteExpiredKey.run(brandId, key, now),
     findIdempotency: (brandId, key) => findIdempotency.get(brandId, key),
@@ -95,6 +118,8 @@ const sqliteStore = (filename: string): Store => {
   }
   return {
     findKey: (keyId) => findKey.get(keyId),
+    findActivation: (brandId, id) => findActivation.get(id, brandId),
+    pageByCampaign: (brandId, campaignId, limit) => pageByCampaign.all(brandId, campaignId, limit),
     transaction: (work) => db.transaction(() => work(tx))(),
     close: () => db.close()
   }
@@ -105,6 +130,13 @@ const postgresStore = (url: string): Store => {
   return {
     findKey: async (keyId) =>
       ((await sql`SELECT brand_id, scopes, secret_sha256, expires_at, revoked_at FROM api_keys WHERE key_id = ${keyId}`) as Array<KeyRow>)[0] ?? null,
+    findActivation: async (brandId, id) =>
+      ((await sql`SELECT id, campaign_id, creator_id, status, social_username, planned_post_at, activated_at
+                  FROM activations WHERE id = ${id} AND brand_id = ${brandId}`) as Array<StoredActivation>)[0] ?? null,
+    pageByCampaign: async (brandId, campaignId, limit) =>
+      (await sql`SELECT id, campaign_id, creator_id, status, social_username, planned_post_at, activated_at
+                 FROM activations WHERE brand_id = ${brandId} AND lower(campaign_id) = ${campaignId}
+                 ORDER BY id DESC LIMIT ${limit}`) as Array<StoredActivation>,
     transaction: (work) =>
       sql.begin((db) =>
         work({
@@ -291,6 +323,44 @@ const activate = async (request: Request, path: string, ids: RegExpExecArray): P
 }
 
 // ---------------------------------------------------------------------------------------------
+// reads
+
+const toActivation = (row: StoredActivation) => ({
+  id: row.id,
+  campaignId: row.campaign_id,
+  creatorId: row.creator_id,
+  status: row.status,
+  socialUsername: row.social_username,
+  plannedPostAt: row.planned_post_at,
+  activatedAt: row.activated_at
+})
+
+const readableBy = (identity: Identity) => identity.scopes.includes("campaigns:read") || identity.scopes.includes("campaigns:write")
+const cannotRead = () => error(403, "FORBIDDEN", `This API key lacks the scope "campaigns:read" that this operation requires.`)
+const activationIdPath = new RegExp(`^/v1/activations/(${uuid})$`)
+
+const getActivation = (request: Request, id: string): Response | Promise<Response> =>
+  then(authenticate(request), (identity) => {
+    if (identity === undefined) return unauthorized()
+    if (!readableBy(identity)) return cannotRead()
+    return then(store.findActivation(identity.brandId, id.toLowerCase()), (row) => {
+      if (row === null) return error(404, "NOT_FOUND", `No activation ${id}.`)
+      const body = JSON.stringify({ ok: true, activation: toActivation(row) })
+      return json(200, body, { etag: `"${Bun.SHA256.hash(body, "base64url").slice(0, 27)}"` })
+    })
+  })
+
+const listActivations = (request: Request, url: URL): Response | Promise<Response> =>
+  then(authenticate(request), (identity) => {
+    if (identity === undefined) return unauthorized()
+    if (!readableBy(identity)) return cannotRead()
+    const limit = Number(url.searchParams.get("limit") ?? "20")
+    const campaignId = url.searchParams.get("campaignId")?.toLowerCase() ?? ""
+    return then(store.pageByCampaign(identity.brandId, campaignId, limit + 1), (rows) =>
+      json(200, JSON.stringify({ ok: true, activations: rows.slice(0, limit).map(toActivation), hasMore: rows.length > limit })))
+  })
+
+// ---------------------------------------------------------------------------------------------
 
 const server = Bun.serve({
   hostname,
@@ -298,6 +368,9 @@ const server = Bun.serve({
   async fetch(request) {
     const url = new URL(request.url)
     if (url.pathname === "/v1/whoami" && request.method === "GET") return whoami(request)
+    if (url.pathname === "/v1/activations" && request.method === "GET") return listActivations(request, url)
+    const read = activationIdPath.exec(url.pathname)
+    if (read !== null && request.method === "GET") return getActivation(request, read[1]!)
     const ids = activatePath.exec(url.pathname)
     if (ids !== null && request.method === "POST") return activate(request, url.pathname, ids)
     return error(404, "NOT_FOUND", `No route for ${request.method} ${url.pathname}.`)

@@ -7,7 +7,7 @@
 import { join } from "node:path"
 
 const luaScript = join(import.meta.dir, "scenario.lua")
-const brandId = "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f"
+export const brandId = "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f"
 export const activatePath =
   "/v1/creators/5d2a7c3e-1b4f-4e6a-8c9d-0e1f2a3b4c5d/campaigns/9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d/activate"
 /** As in scenario.lua. */
@@ -90,4 +90,29 @@ interface WrkResult {
 export const wrkResultOf = (stdout: string): WrkResult | undefined => {
   const line = stdout.split("\n").find((l) => l.startsWith("BENCH_RESULT "))
   return line === undefined ? undefined : JSON.parse(line.slice("BENCH_RESULT ".length)) as WrkResult
+}
+
+/**
+ * What the read scenarios read: `seededActivations` records of the bench's brand over
+ * `seededCampaigns` campaigns, written straight into a database (`seedReads`), the same in every
+ * server's; `get` asks for one of them by id, `list` for a page of 20 of one campaign.
+ */
+export const seededActivations = 10_000
+const seededCampaigns = 20
+const seededCampaign = (n: number) => `9a8b7c6d-5e4f-4a3b-9c2d-${String(n).padStart(12, "0")}`
+const seededId = (n: number) => `01a00000-0000-7000-8000-${String(n).padStart(12, "0")}`
+export const readPaths = {
+  get: `/v1/activations/${seededId(seededActivations / 2)}`,
+  list: `/v1/activations?limit=20&campaignId=${seededCampaign(3).toUpperCase()}`
+} as const
+
+/** Writes the seeded records with `run` (one statement and its values at a time). */
+export const seedReads = (run: (sql: string, values: ReadonlyArray<string | null>) => void) => {
+  for (let n = 0; n < seededActivations; n++) {
+    const at = new Date(Date.UTC(2026, 0, 1) + n * 60_000).toISOString()
+    run(
+      "INSERT INTO activations (id, brand_id, key_id, creator_id, campaign_id, status, social_username, planned_post_at, activated_at) VALUES (?, ?, ?, ?, ?, 'ACTIVE', '@seeded', ?, ?)",
+      [seededId(n), brandId, "seeded0000000000", `5d2a7c3e-1b4f-4e6a-8c9d-${String(n % 500).padStart(12, "0")}`, seededCampaign(n % seededCampaigns), n % 4 === 0 ? null : at.slice(0, 10), at]
+    )
+  }
 }

@@ -19,7 +19,19 @@ import type { Subprocess } from "bun"
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { cpus, release, tmpdir } from "node:os"
 import { join } from "node:path"
-import { apiKeyOf, freePort, keysCreateArgs, storeReplayed, whoamiOk, wrkArgs, wrkResultOf, wrkThreads } from "./common.ts"
+import {
+  apiKeyOf,
+  freePort,
+  keysCreateArgs,
+  readPaths,
+  seededActivations,
+  seedReads,
+  storeReplayed,
+  whoamiOk,
+  wrkArgs,
+  wrkResultOf,
+  wrkThreads
+} from "./common.ts"
 
 // ---------------------------------------------------------------------------------------------
 // Settings
@@ -60,14 +72,30 @@ const otherCpuWarningPercent = 10
 /** Effect's names for log levels: README's `warning` is refused by Config.logLevel (only `warn` parses). */
 const serviceLogLevel = "warn"
 
-type ScenarioName = "whoami" | "fresh" | "replay" | "mix"
+type ScenarioName = "whoami" | "fresh" | "replay" | "mix" | "get" | "list"
 
 const allScenarios: ReadonlyArray<{ readonly name: ScenarioName; readonly title: string }> = [
   { name: "whoami", title: "(a) whoami: GET /v1/whoami" },
   { name: "fresh", title: "(b) activate, a fresh Idempotency-Key per request" },
   { name: "replay", title: "(c) activate replays: the same key and body every request" },
-  { name: "mix", title: "(d) mix: 90% whoami, 10% activate with a fresh key" }
+  { name: "mix", title: "(d) mix: 90% whoami, 10% activate with a fresh key" },
+  { name: "get", title: `(e) get an activation by id (GET ${readPaths.get.replace(/[^/]+$/, "{id}")})` },
+  { name: "list", title: "(f) a page of 20 activations of one campaign (GET /v1/activations?limit=20&campaignId=…)" }
 ]
+
+/** What a wrk run of `scenario` passes as its key prefix: the path itself for a read. */
+const keyPrefixOf = (scenario: ScenarioName, prefix: string) =>
+  scenario === "get" || scenario === "list" ? readPaths[scenario] : prefix
+
+/** The read scenarios' records, written into a server's database before it starts. */
+const seedDatabase = (databaseFile: string) => {
+  const db = new Database(databaseFile)
+  try {
+    db.transaction(() => seedReads((sql, values) => db.run(sql, values as Array<string | null>)))()
+  } finally {
+    db.close()
+  }
+}
 
 /** BENCH_STARTUP_ONLY=1 measures the binary's start-up against the bare server's, and stops there. */
 const startupOnly = process.env["BENCH_STARTUP_ONLY"] === "1"
@@ -324,7 +352,7 @@ const createKey = async (cli: ReadonlyArray<string>, databaseFile: string): Prom
 
 const runWrk = async (server: Server, scenario: ScenarioName, seconds: number, keyPrefix: string) => {
   const spawned = spawn(
-    ["taskset", "-c", loadCpu, ...wrkArgs(server.url, scenario, server.apiKey, keyPrefix, connections, seconds)],
+    ["taskset", "-c", loadCpu, ...wrkArgs(server.url, scenario, server.apiKey, keyPrefixOf(scenario, keyPrefix), connections, seconds)],
     { timeoutMs: (seconds + 30) * 1000 }
   )
   const exitCode = await spawned.process.exited
@@ -431,7 +459,7 @@ const problemsOf = (scenario: ScenarioName, m: Measurement): Array<string> => {
   if (scenario === "fresh" && (m.activationRowsWritten < twoXx || m.activationRowsWritten > twoXx + connections)) {
     problems.push(`${m.server} wrote ${m.activationRowsWritten} activations for ${twoXx} successful fresh activations`)
   }
-  if ((scenario === "replay" || scenario === "whoami") && m.activationRowsWritten !== 0) {
+  if (scenario !== "fresh" && scenario !== "mix" && m.activationRowsWritten !== 0) {
     problems.push(`${m.server} wrote ${m.activationRowsWritten} activations during ${scenario}, expected none`)
   }
   return problems
@@ -635,6 +663,8 @@ const main = async () => {
     const serviceKey = await createKey(serviceCli, serviceDb)
     const serviceInfoKey = await createKey(serviceCli, serviceInfoDb)
     const baselineKey = await createKey(serviceCli, baselineDb)
+    for (const database of [serviceDb, serviceInfoDb, baselineDb]) seedDatabase(database)
+    console.log(`seeded ${seededActivations} activations of the bench's brand into each database for the reads`)
     servers.push(await startServer("service", [...serviceCli, "serve"], {
       RATE_LIMIT_MAX: "1000000000",
       LOG_LEVEL: serviceLogLevel
@@ -690,6 +720,14 @@ const main = async () => {
           console.log(`!   other processes used ${number(m.otherCpuPercent)}% of a core during the ${m.server} run: its figures are noisy`)
         }
       }
+    }
+
+    // The reads against whoami in the same run: one indexed lookup more, or a page of 20 (bench/README.md).
+    const whoamiResult = results.find((r) => r.scenario === "whoami")
+    for (const read of results.filter((r) => r.scenario === "get" || r.scenario === "list")) {
+      if (whoamiResult === undefined) break
+      console.log(`${read.scenario}/whoami req/s: service ${number(read.service.requestsPerSecond / whoamiResult.service.requestsPerSecond, 3)}, ` +
+        `baseline ${number(read.baseline.requestsPerSecond / whoamiResult.baseline.requestsPerSecond, 3)}`)
     }
 
     const lifetimePeakRssMb = Object.fromEntries(servers.map((s) => [s.name, statusKb(s.pid, "VmHWM") / 1024]))

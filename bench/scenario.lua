@@ -3,6 +3,7 @@
 --   wrk ... -s bench/scenario.lua <url> -- <scenario> <apiKey> <activatePath> <keyPrefix>
 -- scenario: whoami | fresh (activate, a new Idempotency-Key per request)
 --           | replay (activate, always the same key and body) | mix (9 whoami, then 1 fresh activate)
+--           | get, list (a GET of the path passed as <keyPrefix>: a record by id, a page of activations)
 -- response() counts responses by status (wrk's own "status" error counts only >= 400);
 -- done() prints one line "BENCH_RESULT {json}" that bench/common.ts reads.
 
@@ -21,6 +22,7 @@ function init(args)
   statuses = {}
   auth = "Bearer " .. api_key
   whoami_request = wrk.format("GET", "/v1/whoami", { ["Authorization"] = auth })
+  read_request = wrk.format("GET", key_prefix, { ["Authorization"] = auth })
   replay_request = activate_request(key_prefix)
 end
 
@@ -43,6 +45,8 @@ function request()
     return whoami_request
   elseif scenario == "replay" then
     return replay_request
+  elseif scenario == "get" or scenario == "list" then
+    return read_request
   elseif scenario == "fresh" then
     return fresh_request()
   elseif scenario == "mix" then
