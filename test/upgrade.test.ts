@@ -39,7 +39,8 @@ describe.each(backends)("upgrading a database of the previous release on $name",
   it("migrates at start: its keys work, and every activation it stored reads back, replays and is counted", async () => {
     const database = await backend.database()
     await migrateAsPreviousRelease(database)
-    const key = await createKey(database, { scopes: ["campaigns:write", "analytics:read"] })
+    const brandId = crypto.randomUUID()
+    const keyOfPreviousRelease = "previousrelease0"
     const campaignId = "9A8B7C6D-5E4F-4A3B-9C2D-1E0F9A8B7C6D"
     const stored = [
       { id: "01a0b1c2-0000-7000-8000-000000000001", creatorId: "5d2a7c3e-1b4f-4e6a-8c9d-0e1f2a3b4c5d", plannedPostAt: "2026-12-01", activatedAt: "2026-11-20T10:00:00.000Z" },
@@ -60,7 +61,7 @@ describe.each(backends)("upgrading a database of the previous release on $name",
       database,
       `INSERT INTO activations (id, brand_id, key_id, creator_id, campaign_id, status, social_username, planned_post_at, activated_at) VALUES ${
         stored.map((a) =>
-          `('${a.id}', '${key.brandId}', '${key.keyId}', '${a.creatorId}', '${a.campaignId}', 'ACTIVE', '@before', ${
+          `('${a.id}', '${brandId}', '${keyOfPreviousRelease}', '${a.creatorId}', '${a.campaignId}', 'ACTIVE', '@before', ${
             a.plannedPostAt === null ? "NULL" : `'${a.plannedPostAt}'`
           }, '${a.activatedAt}')`
         ).join(", ")
@@ -71,11 +72,14 @@ describe.each(backends)("upgrading a database of the previous release on $name",
       database,
       `INSERT INTO idempotency_keys (brand_id, idempotency_key, fingerprint, resource_id, status_code, response_body, created_at, expires_at) VALUES ${
         stored.map((a, i) =>
-          `('${key.brandId}', 'before-${i}', '${fingerprintOf(requestOf(a))}', '${a.id}', 200, '${bodies[i]}', ${Date.now()}, ${expiresAt})`
+          `('${brandId}', 'before-${i}', '${fingerprintOf(requestOf(a))}', '${a.id}', 200, '${bodies[i]}', ${Date.now()}, ${expiresAt})`
         ).join(", ")
       }`
     )
 
+    // Its key table is as this release has it: a key made now is one the previous release made.
+    // Making it runs the migrations, as the server's start would.
+    const key = await createKey(database, { brandId, scopes: ["campaigns:write", "analytics:read"] })
     const server = await serveInProcess(database, backend.env)
     try {
       for (const [i, activation] of stored.entries()) {

@@ -48,7 +48,29 @@ export interface Counts {
  * letters and digits, which every collation orders the same way (PostgreSQL's may skip punctuation).
  */
 const aboveEveryId = "g"
-const afterEveryTimestamp = "99999"
+const lastDay = "9999-12-31"
+
+type DayRow = { readonly brand_id: string; readonly campaign_key: string; readonly day: string; readonly planned_day: string; readonly activations: number }
+type CreatorDayRow = { readonly brand_id: string; readonly campaign_key: string; readonly day: string; readonly creator_key: string }
+type CreatorRow = { readonly brand_id: string; readonly campaign_key: string; readonly creator_key: string }
+
+/**
+ * A batch's rows of one table, one per key: counts of the same key added up (PostgreSQL refuses an
+ * `ON CONFLICT DO UPDATE` that reaches one row twice in a statement), in key order, so that two
+ * instances' batches take the rows' locks in the same order.
+ */
+const byKey = <Row>(rows: ReadonlyArray<Row>, keyOf: (row: Row) => string, merge: (a: Row, b: Row) => Row) => {
+  const merged = new Map<string, Row>()
+  for (const row of rows) {
+    const key = keyOf(row)
+    const seen = merged.get(key)
+    merged.set(key, seen === undefined ? row : merge(seen, row))
+  }
+  return [...merged.keys()].sort().map((key) => merged.get(key)!)
+}
+const dayKey = (row: DayRow) => `${row.brand_id} ${row.campaign_key} ${row.day} ${row.planned_day}`
+const creatorDayKey = (row: CreatorDayRow) => `${row.brand_id} ${row.campaign_key} ${row.day} ${row.creator_key}`
+const creatorKey = (row: CreatorRow) => `${row.brand_id} ${row.campaign_key} ${row.creator_key}`
 
 /**
  * Activation records. Writes join the caller's transaction (and its batch, see GroupCommit). Every
@@ -59,8 +81,8 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
   readonly insert: (activation: Activation, owner: { readonly brandId: string; readonly keyId: string }) => Effect.Effect<void>
   readonly findById: (brandId: string, id: string) => Effect.Effect<Option.Option<Activation>>
   readonly list: (brandId: string, page: Page) => Effect.Effect<ReadonlyArray<Activation>>
-  /** Activations whose `activatedAt` is on or after `from` and before `until` (timestamps or day prefixes). */
-  readonly counts: (brandId: string, campaignId: string, from: string | undefined, until: string | undefined) => Effect.Effect<Counts>
+  /** The activations of a campaign whose `activatedAt` falls on a UTC day from `from` to `to`, both inclusive when given. */
+  readonly counts: (brandId: string, campaignId: string, from: string | undefined, to: string | undefined) => Effect.Effect<Counts>
 }>() {
   static readonly Live = Layer.effect(
     ActivationsRepo,
@@ -95,28 +117,50 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
                       ORDER BY id DESC LIMIT ${limit}`
         )
       }
-      // The campaign's rows in the range, read from one covering index (README, Analytics).
-      const inRange = (brandId: string, campaignId: string, from: string, until: string) =>
-        sql`brand_id = ${brandId} AND lower(campaign_id) = ${campaignId} AND activated_at >= ${from} AND activated_at < ${until}`
-      const activatedByDay = read.prepare((brandId: string, campaignId: string, from: string, until: string) =>
-        sql<{ day: string; n: number | string }>`SELECT substr(activated_at, 1, 10) AS day, COUNT(*) AS n FROM activations
-          WHERE ${inRange(brandId, campaignId, from, until)} GROUP BY substr(activated_at, 1, 10) ORDER BY day`
+      // A campaign's numbers in a range of days, from the counts kept as it is activated (README, Analytics).
+      const daysIn = read.prepare((brandId: string, campaignKey: string, from: string, to: string) =>
+        sql<{ day: string; planned_day: string; activations: number | string }>`SELECT day, planned_day, activations
+          FROM campaign_days WHERE brand_id = ${brandId} AND campaign_key = ${campaignKey} AND day >= ${from} AND day <= ${to}`
       )
-      const plannedByDay = read.prepare((brandId: string, campaignId: string, from: string, until: string) =>
-        sql<{ day: string | null; n: number | string }>`SELECT planned_post_at AS day, COUNT(*) AS n FROM activations
-          WHERE ${inRange(brandId, campaignId, from, until)} GROUP BY planned_post_at ORDER BY planned_post_at`
+      const creatorsIn = read.prepare((brandId: string, campaignKey: string, from: string, to: string) =>
+        sql<{ n: number | string }>`SELECT COUNT(DISTINCT creator_key) AS n FROM campaign_creator_days
+          WHERE brand_id = ${brandId} AND campaign_key = ${campaignKey} AND day >= ${from} AND day <= ${to}`
       )
-      const distinctCreators = read.prepare((brandId: string, campaignId: string, from: string, until: string) =>
-        sql<{ n: number | string }>`SELECT COUNT(DISTINCT lower(creator_id)) AS n FROM activations
-          WHERE ${inRange(brandId, campaignId, from, until)}`
+      // The whole campaign's: one row per creator, far fewer than its days' (README, Analytics).
+      const allCreators = read.prepare((brandId: string, campaignKey: string) =>
+        sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM campaign_creators
+          WHERE brand_id = ${brandId} AND campaign_key = ${campaignKey}`
       )
+      const countDays: BatchedInsert<DayRow> = {
+        one: (row) => Effect.orDie(Effect.as(upsertDays([row]), true)),
+        many: (rows) => Effect.as(upsertDays(byKey(rows, dayKey, (a, b) => ({ ...a, activations: a.activations + b.activations }))), rows.length)
+      }
+      const upsertDays = (rows: ReadonlyArray<DayRow>) =>
+        sql`INSERT INTO campaign_days ${sql.insert(rows)}
+            ON CONFLICT (brand_id, campaign_key, day, planned_day)
+            DO UPDATE SET activations = campaign_days.activations + excluded.activations`
+      const noteCreatorDays: BatchedInsert<CreatorDayRow> = {
+        one: (row) => Effect.orDie(Effect.as(insertCreatorDays([row]), true)),
+        many: (rows) => Effect.as(insertCreatorDays(byKey(rows, creatorDayKey, (a) => a)), rows.length)
+      }
+      const insertCreatorDays = (rows: ReadonlyArray<CreatorDayRow>) =>
+        sql`INSERT INTO campaign_creator_days ${sql.insert(rows)} ON CONFLICT DO NOTHING`
+      const noteCreators: BatchedInsert<CreatorRow> = {
+        one: (row) => Effect.orDie(Effect.as(insertCreators([row]), true)),
+        many: (rows) => Effect.as(insertCreators(byKey(rows, creatorKey, (a) => a)), rows.length)
+      }
+      const insertCreators = (rows: ReadonlyArray<CreatorRow>) =>
+        sql`INSERT INTO campaign_creators ${sql.insert(rows)} ON CONFLICT DO NOTHING`
       const into: BatchedInsert<Row> = {
         one: (row) => Effect.orDie(Effect.as(sql`INSERT INTO activations ${sql.insert(row)}`, true)),
         many: (rows) => Effect.as(sql`INSERT INTO activations ${sql.insert(rows)}`, rows.length)
       }
       return {
-        insert: (a, owner) =>
-          insertBatched(into, {
+        // The record and its campaign's counts, in the caller's transaction: all of them or none.
+        insert: (a, owner) => {
+          const campaignKey = a.campaignId.toLowerCase()
+          const day = a.activatedAt.slice(0, 10)
+          return insertBatched(into, {
             id: a.id,
             brand_id: owner.brandId,
             key_id: owner.keyId,
@@ -127,9 +171,28 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
             planned_post_at: a.plannedPostAt,
             activated_at: a.activatedAt
           }).pipe(
+            Effect.zipRight(insertBatched(countDays, {
+              brand_id: owner.brandId,
+              campaign_key: campaignKey,
+              day,
+              planned_day: a.plannedPostAt ?? "",
+              activations: 1
+            })),
+            Effect.zipRight(insertBatched(noteCreatorDays, {
+              brand_id: owner.brandId,
+              campaign_key: campaignKey,
+              day,
+              creator_key: a.creatorId.toLowerCase()
+            })),
+            Effect.zipRight(insertBatched(noteCreators, {
+              brand_id: owner.brandId,
+              campaign_key: campaignKey,
+              creator_key: a.creatorId.toLowerCase()
+            })),
             Effect.asVoid,
             span("ActivationsRepo.insert")
-          ),
+          )
+        },
         findById: (brandId, id) =>
           byId(brandId, id.toLowerCase()).pipe(
             Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), fromStored)),
@@ -147,14 +210,26 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
             : pages.both(brandId, creatorId.toLowerCase(), campaignId.toLowerCase(), from, limit)
           return rows.pipe(Effect.map((rows) => rows.map(fromStored)), Effect.orDie, span("ActivationsRepo.list"))
         },
-        counts: (brandId, campaignId, from, until) => {
-          const args = [brandId, campaignId.toLowerCase(), from ?? "", until ?? afterEveryTimestamp] as const
-          return Effect.all([activatedByDay(...args), plannedByDay(...args), distinctCreators(...args)]).pipe(
-            Effect.map(([days, planned, creators]) => ({
-              byDay: days.map((row) => ({ date: row.day, activations: Number(row.n) })),
-              byPlannedDay: planned.map((row) => ({ date: row.day, posts: Number(row.n) })),
-              creators: Number(creators[0]?.n ?? 0)
-            })),
+        counts: (brandId, campaignId, from, to) => {
+          const args = [brandId, campaignId.toLowerCase(), from ?? "", to ?? lastDay] as const
+          const creators = from === undefined && to === undefined ? allCreators(brandId, args[1]) : creatorsIn(...args)
+          return Effect.all([daysIn(...args), creators]).pipe(
+            Effect.map(([rows, creators]) => {
+              const byDay = new Map<string, number>()
+              const byPlannedDay = new Map<string, number>()
+              for (const row of rows) {
+                const n = Number(row.activations)
+                byDay.set(row.day, (byDay.get(row.day) ?? 0) + n)
+                byPlannedDay.set(row.planned_day, (byPlannedDay.get(row.planned_day) ?? 0) + n)
+              }
+              const ascending = (counts: Map<string, number>) => [...counts].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+              return {
+                byDay: ascending(byDay).map(([date, activations]) => ({ date, activations })),
+                // The unscheduled are counted under the empty day, which sorts first.
+                byPlannedDay: ascending(byPlannedDay).map(([date, posts]) => ({ date: date === "" ? null : date, posts })),
+                creators: Number(creators[0]?.n ?? 0)
+              }
+            }),
             Effect.orDie,
             span("ActivationsRepo.counts")
           )

@@ -13,9 +13,6 @@ const endpoint = compile(AnalyticsApi.campaign)
 // definition's URL parameter schema can hold (its fields are the document's query parameters).
 const backwards = Effect.fail(new ValidationError({ message: "from must not be after to." }))
 
-/** The day after `day` (YYYY-MM-DD): a range's end, exclusive, as a prefix of timestamps. */
-const dayAfter = (day: string) => new Date(Date.parse(`${day}T00:00:00Z`) + 86_400_000).toISOString().slice(0, 10)
-
 /** GET /v1/campaigns/{campaignId}/analytics (README, Analytics): the brand's activations of it, counted. */
 export const AnalyticsHandlers = Effect.gen(function*() {
   const repo = yield* ActivationsRepo
@@ -25,7 +22,7 @@ export const AnalyticsHandlers = Effect.gen(function*() {
         Effect.flatMap(endpoint.decodeQuery(exchange.request), ({ from, to }) => {
           if (from !== undefined && to !== undefined && from > to) return backwards
           const brandId = Context.get(given, CurrentKey).brandId
-          return Effect.map(repo.counts(brandId, campaignId, from, to === undefined ? undefined : dayAfter(to)), (counts) => {
+          return Effect.map(repo.counts(brandId, campaignId, from, to), (counts) => {
             const activations = counts.byDay.reduce((sum, day) => sum + day.activations, 0)
             const planned = counts.byPlannedDay.filter((day): day is { date: string; posts: number } => day.date !== null)
             const unscheduled = counts.byPlannedDay.find((day) => day.date === null)?.posts ?? 0
