@@ -121,6 +121,7 @@ describe.each(backends)("reads on $name", (backend) => {
       expect(first.status).toBe(200)
       expect(Object.keys(first.json)).toEqual(["ok", "activations", "hasMore"])
       expect(first.json.activations.map((a: any) => a.id)).toEqual([made[4], made[3]])
+      expect(first.json.activations.map((a: object) => Object.keys(a))).toEqual([activationKeys, activationKeys])
       expect(first.json.hasMore).toBe(true)
       const link = first.headers.get("link")!
       expect(link).toMatch(/^<\/v1\/activations\?[^>]+>; rel="next"$/)

@@ -1,20 +1,21 @@
 import { RateLimiter } from "@effect/experimental"
 import { RateLimitStore } from "../src/RateLimit/Store.ts"
 import { describe, expect, it, layer } from "@effect/vitest"
-import { Cause, Duration, Effect, Either, Exit, FiberId, HashMap, Layer, List, LogLevel, LogSpan, Option, Schema, TestClock } from "effect"
+import { Arbitrary, Cause, Duration, Effect, Either, Exit, FastCheck as fc, FiberId, HashMap, Layer, List, LogLevel, LogSpan, Option, Schema, TestClock } from "effect"
 import { createHash } from "node:crypto"
 import { Activations } from "../src/Activations.ts"
 import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
 import { ApiKeys } from "../src/ApiKeys.ts"
 import { ApiKeysRepo, type ApiKeyRow } from "../src/ApiKeys/ApiKeysRepo.ts"
 import { AppConfig } from "../src/Config.ts"
-import type { Activation } from "../src/Domain/Activation.ts"
 import type { ApiKeyIdentity, BrandId, KeyId, Scope } from "../src/Domain/ApiKey.ts"
 import { KeyRefused, type RefusalReason } from "../src/Domain/Errors.ts"
 import { IdempotencyKeyHeader, isMissingIdempotencyKey } from "../src/Domain/IdempotencyKey.ts"
 import { canonicalJson, fingerprintOf, type IdempotentRequest } from "../src/Idempotency.ts"
 import { Ids } from "../src/Ids.ts"
 import { databaseError } from "../src/Database/SqlErrors.ts"
+import { pageJson, recordJson } from "../src/Activations/Reads.ts"
+import { ActivateResponse, Activation, ActivationList } from "../src/Domain/Activation.ts"
 import type { Exchange } from "../src/Edge/Exchange.ts"
 import { makeRenderer } from "../src/Edge/Render.ts"
 import { accessLine, jsonLine } from "../src/Logging.ts"
@@ -468,5 +469,20 @@ describe("the access line", () => {
       ...Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`annotation${i}`, i])),
       ...fields
     })
+  })
+})
+
+describe("the reads' JSON, written without the schemas' encoders", () => {
+  it("is byte for byte what the encoders of the record and of a page write, for any record (property)", () => {
+    const record = Arbitrary.make(Activation)
+    fc.assert(
+      fc.property(fc.array(record, { maxLength: 5 }), fc.boolean(), (activations, hasMore) => {
+        for (const activation of activations) {
+          expect(recordJson(activation)).toBe(JSON.stringify(Schema.encodeSync(ActivateResponse)({ ok: true, activation })))
+        }
+        expect(pageJson(activations, hasMore)).toBe(JSON.stringify(Schema.encodeSync(ActivationList)({ ok: true, activations, hasMore })))
+      }),
+      { numRuns: 200 }
+    )
   })
 })
