@@ -1,4 +1,5 @@
 import { SqlClient } from "@effect/sql"
+import type { SqlError } from "@effect/sql/SqlError"
 import { Context, Effect, Layer, Option } from "effect"
 import type { Activation } from "../Domain/Activation.ts"
 import { type BatchedInsert, insertBatched } from "../Database/GroupCommit.ts"
@@ -38,8 +39,8 @@ export interface Page {
 /** One campaign's activations of one brand, counted (README, Analytics). */
 export interface Counts {
   readonly byDay: ReadonlyArray<{ readonly date: string; readonly activations: number }>
-  /** By planned day, ascending; `date` null for the unscheduled. */
-  readonly byPlannedDay: ReadonlyArray<{ readonly date: string | null; readonly posts: number }>
+  readonly byPlannedDay: ReadonlyArray<{ readonly date: string; readonly posts: number }>
+  readonly unscheduled: number
   readonly creators: number
 }
 
@@ -131,26 +132,31 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
         sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM campaign_creators
           WHERE brand_id = ${brandId} AND campaign_key = ${campaignKey}`
       )
-      const countDays: BatchedInsert<DayRow> = {
-        one: (row) => Effect.orDie(Effect.as(upsertDays([row]), true)),
-        many: (rows) => Effect.as(upsertDays(byKey(rows, dayKey, (a, b) => ({ ...a, activations: a.activations + b.activations }))), rows.length)
-      }
-      const upsertDays = (rows: ReadonlyArray<DayRow>) =>
-        sql`INSERT INTO campaign_days ${sql.insert(rows)}
-            ON CONFLICT (brand_id, campaign_key, day, planned_day)
-            DO UPDATE SET activations = campaign_days.activations + excluded.activations`
-      const noteCreatorDays: BatchedInsert<CreatorDayRow> = {
-        one: (row) => Effect.orDie(Effect.as(insertCreatorDays([row]), true)),
-        many: (rows) => Effect.as(insertCreatorDays(byKey(rows, creatorDayKey, (a) => a)), rows.length)
-      }
-      const insertCreatorDays = (rows: ReadonlyArray<CreatorDayRow>) =>
-        sql`INSERT INTO campaign_creator_days ${sql.insert(rows)} ON CONFLICT DO NOTHING`
-      const noteCreators: BatchedInsert<CreatorRow> = {
-        one: (row) => Effect.orDie(Effect.as(insertCreators([row]), true)),
-        many: (rows) => Effect.as(insertCreators(byKey(rows, creatorKey, (a) => a)), rows.length)
-      }
-      const insertCreators = (rows: ReadonlyArray<CreatorRow>) =>
-        sql`INSERT INTO campaign_creators ${sql.insert(rows)} ON CONFLICT DO NOTHING`
+      /** A table of counts, written with the batch's rows merged per key (`byKey`), or one row alone. */
+      const counted = <Row>(
+        write: (rows: ReadonlyArray<Row>) => Effect.Effect<unknown, SqlError>,
+        keyOf: (row: Row) => string,
+        merge: (a: Row, b: Row) => Row = (a) => a
+      ): BatchedInsert<Row> => ({
+        one: (row) => Effect.orDie(Effect.as(write([row]), true)),
+        many: (rows) => Effect.as(write(byKey(rows, keyOf, merge)), rows.length)
+      })
+      const countDays = counted<DayRow>(
+        (rows) =>
+          sql`INSERT INTO campaign_days ${sql.insert(rows)}
+              ON CONFLICT (brand_id, campaign_key, day, planned_day)
+              DO UPDATE SET activations = campaign_days.activations + excluded.activations`,
+        dayKey,
+        (a, b) => ({ ...a, activations: a.activations + b.activations })
+      )
+      const noteCreatorDays = counted<CreatorDayRow>(
+        (rows) => sql`INSERT INTO campaign_creator_days ${sql.insert(rows)} ON CONFLICT DO NOTHING`,
+        creatorDayKey
+      )
+      const noteCreators = counted<CreatorRow>(
+        (rows) => sql`INSERT INTO campaign_creators ${sql.insert(rows)} ON CONFLICT DO NOTHING`,
+        creatorKey
+      )
       const into: BatchedInsert<Row> = {
         one: (row) => Effect.orDie(Effect.as(sql`INSERT INTO activations ${sql.insert(row)}`, true)),
         many: (rows) => Effect.as(sql`INSERT INTO activations ${sql.insert(rows)}`, rows.length)
@@ -222,11 +228,14 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
                 byDay.set(row.day, (byDay.get(row.day) ?? 0) + n)
                 byPlannedDay.set(row.planned_day, (byPlannedDay.get(row.planned_day) ?? 0) + n)
               }
+              // The unscheduled are counted under the empty planned day.
+              const unscheduled = byPlannedDay.get("") ?? 0
+              byPlannedDay.delete("")
               const ascending = (counts: Map<string, number>) => [...counts].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
               return {
                 byDay: ascending(byDay).map(([date, activations]) => ({ date, activations })),
-                // The unscheduled are counted under the empty day, which sorts first.
-                byPlannedDay: ascending(byPlannedDay).map(([date, posts]) => ({ date: date === "" ? null : date, posts })),
+                byPlannedDay: ascending(byPlannedDay).map(([date, posts]) => ({ date, posts })),
+                unscheduled,
                 creators: Number(creators[0]?.n ?? 0)
               }
             }),

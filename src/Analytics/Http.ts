@@ -24,8 +24,6 @@ export const AnalyticsHandlers = Effect.gen(function*() {
           const brandId = Context.get(given, CurrentKey).brandId
           return Effect.map(repo.counts(brandId, campaignId, from, to), (counts) => {
             const activations = counts.byDay.reduce((sum, day) => sum + day.activations, 0)
-            const planned = counts.byPlannedDay.filter((day): day is { date: string; posts: number } => day.date !== null)
-            const unscheduled = counts.byPlannedDay.find((day) => day.date === null)?.posts ?? 0
             return {
               status: 200,
               body: endpoint.encodeSuccess({
@@ -37,8 +35,8 @@ export const AnalyticsHandlers = Effect.gen(function*() {
                   activations,
                   creators: counts.creators,
                   activationsByDay: counts.byDay,
-                  plannedPostsByDay: planned,
-                  unscheduled
+                  plannedPostsByDay: counts.byPlannedDay,
+                  unscheduled: counts.unscheduled
                 }
               })
             }

@@ -5,6 +5,7 @@ import type { NotFound } from "../Domain/Errors.ts"
 import { tracing } from "../Spans.ts"
 import { makeAccessLog, makeRefusalTally, requestIdOf } from "./AccessLog.ts"
 import { docsPage, documentRoutes, encodedFor, openApiDocument, type PreparedDocument } from "./Documents.ts"
+import { notModified } from "./Endpoint.ts"
 import type { Exchange, Handlers, Reply, Steps } from "./Exchange.ts"
 import { makeRenderer, toWebResponse } from "./Render.ts"
 import { makeFallback, type Route, routesOf } from "./Router.ts"
@@ -18,7 +19,7 @@ const serveDocument = (prepared: (exchange: Exchange) => Effect.Effect<PreparedD
       "etag": document.etag,
       "vary": "accept-encoding"
     }
-    if (exchange.request.headers.get("if-none-match") === document.etag) {
+    if (notModified(exchange.request.headers.get("if-none-match"), document.etag)) {
       return { status: 304, body: new Uint8Array(0), headers }
     }
     const encoded = encodedFor(document, exchange.request.headers.get("accept-encoding"))

@@ -54,7 +54,7 @@ export const compile = <
  * A request's query parameters as the endpoint's URL parameter schema reads them: each name with
  * its value, a name sent twice with its values in a list (which a schema of single values refuses).
  */
-export const queryOf = (request: Request): Record<string, string | Array<string>> => {
+const queryOf = (request: Request): Record<string, string | Array<string>> => {
   const url = request.url
   const at = url.indexOf("?")
   const params: Record<string, string | Array<string>> = {}
