@@ -1,7 +1,7 @@
 import { Clock, Context, DateTime, Duration, Effect, Layer, Option } from "effect"
 import { timingSafeEqual } from "node:crypto"
-import { ApiKeysRepo, type ApiKeyRow } from "./ApiKeys/ApiKeysRepo.ts"
-import { type ApiKeyIdentity, ApiKeyInfo, type BrandId, type KeyId, type Scope } from "./Domain/ApiKey.ts"
+import { ApiKeysRepo, type ApiKeyRow, type KeyChangesRequested } from "./ApiKeys/ApiKeysRepo.ts"
+import { ApiKeyInfo, type Authenticated, type BrandId, type KeyId, type RateLimitPolicy, type Scope } from "./Domain/ApiKey.ts"
 import { KeyRefused, type RefusalReason } from "./Domain/Errors.ts"
 import { Ids } from "./Ids.ts"
 import { spans } from "./Spans.ts"
@@ -29,6 +29,7 @@ export interface CreateOptions {
   readonly scopes: ReadonlyArray<Scope>
   readonly name: Option.Option<string>
   readonly expiresIn: Option.Option<Duration.Duration>
+  readonly rateLimit?: RateLimitPolicy | null
 }
 
 export interface CreatedKey {
@@ -36,23 +37,51 @@ export interface CreatedKey {
   readonly info: ApiKeyInfo
 }
 
-const toInfo = (row: ApiKeyRow): ApiKeyInfo =>
+/** A rolled key: its new secret, printed once, and when the secret it had stops working. */
+export interface RolledKey {
+  readonly apiKey: string
+  readonly keyId: KeyId
+  readonly previousSecretEndsAt: DateTime.Utc
+}
+
+/** How long a rolled key's previous secret may keep working at most (README, The key command line). */
+export const maxGrace = Duration.days(30)
+
+const dateOrNull = (millis: number | null) => millis === null ? null : DateTime.unsafeMake(millis)
+
+const toInfo = (row: ApiKeyRow, lastUsedAt: number | undefined, now: number): ApiKeyInfo =>
   new ApiKeyInfo({
     keyId: row.keyId as KeyId,
     brandId: row.brandId as BrandId,
     name: row.name,
     scopes: row.scopes as ReadonlyArray<Scope>,
     createdAt: DateTime.unsafeMake(row.createdAt),
-    expiresAt: row.expiresAt === null ? null : DateTime.unsafeMake(row.expiresAt),
-    revokedAt: row.revokedAt === null ? null : DateTime.unsafeMake(row.revokedAt)
+    expiresAt: dateOrNull(row.expiresAt),
+    revokedAt: dateOrNull(row.revokedAt),
+    previousSecretEndsAt: row.previousSecretEndsAt !== null && row.previousSecretEndsAt > now && row.revokedAt === null
+      ? DateTime.unsafeMake(row.previousSecretEndsAt)
+      : null,
+    rateLimit: row.rateLimit,
+    lastUsedAt: dateOrNull(lastUsedAt ?? null)
   })
+
+/** The earlier of two ends, null being never. */
+const earlier = (a: number | null, b: number | null) => a === null ? b : b === null ? a : Math.min(a, b)
 
 export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
   /** Resolves a presented bearer token, or says why it is refused (for the log; the answer is one 401). */
-  readonly authenticate: (token: string) => Effect.Effect<ApiKeyIdentity, KeyRefused>
+  readonly authenticate: (token: string) => Effect.Effect<Authenticated, KeyRefused>
   readonly create: (options: CreateOptions) => Effect.Effect<CreatedKey>
+  /** Every key, oldest first, with when each was last used. */
   readonly list: Effect.Effect<ReadonlyArray<ApiKeyInfo>>
   readonly revoke: (keyId: string) => Effect.Effect<boolean>
+  /**
+   * A new secret for an active key, its previous one working for `grace` more (at most
+   * `maxGrace`, never past the key's expiry); undefined when there is no such active key.
+   */
+  readonly roll: (keyId: string, grace: Duration.Duration) => Effect.Effect<RolledKey | undefined>
+  /** Changes an active key's scopes, name or rate limit; false when there is no such active key. */
+  readonly update: (keyId: string, changes: KeyChangesRequested) => Effect.Effect<boolean>
 }>() {
   static readonly Live = Layer.effect(
     ApiKeys,
@@ -65,7 +94,23 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
       // not the key's row. A key created or revoked by any process counts from the next request on
       // SQLite, within one poll on PostgreSQL (README, Running several instances). The counter only grows: keys loaded at a
       // newer generation than a request reads (after a fresh read, below) serve it as well.
-      type Cached = ApiKeyRow & { readonly digest: Uint8Array }
+      // Each key with the answers its secrets give, made once per load, not per request.
+      type Cached = ApiKeyRow & {
+        readonly digest: Uint8Array
+        readonly previousDigest: Uint8Array
+        readonly current: Authenticated
+        readonly previous: Authenticated
+      }
+      const toCached = (row: ApiKeyRow): Cached => {
+        const identity = { keyId: row.keyId as KeyId, brandId: row.brandId as BrandId, scopes: row.scopes as ReadonlyArray<Scope> }
+        return {
+          ...row,
+          digest: Buffer.from(row.secretSha256, "hex"),
+          previousDigest: row.previousSecretSha256 === null ? decoyDigest : Buffer.from(row.previousSecretSha256, "hex"),
+          current: { identity, endsAt: row.expiresAt, rateLimit: row.rateLimit },
+          previous: { identity, endsAt: earlier(row.expiresAt, row.previousSecretEndsAt), rateLimit: row.rateLimit }
+        }
+      }
       let cache: { readonly generation: number; readonly keys: ReadonlyMap<string, Cached> } | undefined
       const cachedAt = (generation: number) =>
         cache !== undefined && cache.generation >= generation ? cache.keys : undefined
@@ -74,7 +119,7 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
         return cached !== undefined
           ? Effect.succeed(cached)
           : Effect.map(repo.list, (rows) => {
-            const keys = new Map(rows.map((row) => [row.keyId, { ...row, digest: Buffer.from(row.secretSha256, "hex") }]))
+            const keys = new Map(rows.map((row) => [row.keyId, toCached(row)]))
             cache = { generation, keys }
             return keys
           })
@@ -97,19 +142,28 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
 
       // The clock of the layer (a test's TestClock, in tests): read with no effect of its own.
       const clock = yield* Effect.clock
-      const check = (keyId: KeyId, secret: string) => (stored: Cached | undefined): Effect.Effect<ApiKeyIdentity, KeyRefused> => {
-        // An unknown key id is compared against a decoy: every case costs one digest and one
-        // comparison before the reason is told apart.
-        const secretMatches = timingSafeEqual(sha256(secret), stored === undefined ? decoyDigest : stored.digest)
+      const check = (keyId: KeyId, secret: string) => (stored: Cached | undefined): Effect.Effect<Authenticated, KeyRefused> => {
+        // Every case costs one digest and two comparisons before the reason is told apart: an
+        // unknown key id and a key never rolled are compared against a decoy, so neither whether
+        // a key id exists nor which of a rolled key's two secrets was sent shows in the timing.
+        const digest = sha256(secret)
+        const currentMatches = timingSafeEqual(digest, stored === undefined ? decoyDigest : stored.digest)
+        const previousMatches = timingSafeEqual(digest, stored === undefined ? decoyDigest : stored.previousDigest)
         if (stored === undefined) return refused("unknown key", keyId, null)
         const brandId = stored.brandId as BrandId
+        const now = clock.unsafeCurrentTimeMillis()
         // Named before the key's state: whoever sent a wrong secret does not hold the key, revoked or not.
-        if (!secretMatches) return refused("wrong secret", keyId, brandId)
+        const matched = currentMatches
+          ? stored.current
+          : previousMatches && stored.previousSecretSha256 !== null
+          ? stored.previous
+          : undefined
+        if (matched === undefined) return refused("wrong secret", keyId, brandId)
         if (stored.revokedAt !== null) return refused("revoked", keyId, brandId)
-        if (stored.expiresAt !== null && stored.expiresAt <= clock.unsafeCurrentTimeMillis()) {
-          return refused("expired", keyId, brandId)
+        if (matched.endsAt !== null && matched.endsAt <= now) {
+          return refused(matched === stored.current || stored.expiresAt === matched.endsAt ? "expired" : "grace ended", keyId, brandId)
         }
-        return Effect.succeed({ keyId, brandId, scopes: stored.scopes as ReadonlyArray<Scope> })
+        return Effect.succeed(matched)
       }
       const authenticateSpan = span("ApiKeys.authenticate")
       const authenticate = (token: string) => {
@@ -119,11 +173,13 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
         )
       }
 
+      const newSecret = Effect.map(ids.randomBytes(32), (bytes) => Buffer.from(bytes).toString("hex"))
+
       const create = (options: CreateOptions) =>
         Effect.gen(function*() {
         const idBytes = yield* ids.randomBytes(16)
         const keyId = Array.from(idBytes, (byte) => idAlphabet[byte % idAlphabet.length]).join("")
-        const secret = Buffer.from(yield* ids.randomBytes(32)).toString("hex")
+        const secret = yield* newSecret
         const now = yield* Clock.currentTimeMillis
         const row: ApiKeyRow = {
           keyId,
@@ -133,18 +189,40 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
           secretSha256: Buffer.from(sha256(secret)).toString("hex"),
           createdAt: now,
           expiresAt: Option.getOrNull(Option.map(options.expiresIn, (d) => now + Duration.toMillis(d))),
-          revokedAt: null
+          revokedAt: null,
+          previousSecretSha256: null,
+          previousSecretEndsAt: null,
+          rateLimit: options.rateLimit ?? null
         }
-        const info = toInfo(row)
+        const info = toInfo(row, undefined, now)
         yield* repo.insert(row)
         return { apiKey: `cak_${keyId}_${secret}`, info }
       }).pipe(span("ApiKeys.create"))
 
+      const roll = (keyId: string, grace: Duration.Duration) =>
+        Effect.gen(function*() {
+          const secret = yield* newSecret
+          const now = yield* Clock.currentTimeMillis
+          const graceEndsAt = now + Duration.toMillis(Duration.min(grace, maxGrace))
+          const endsAt = yield* repo.roll(keyId, Buffer.from(sha256(secret)).toString("hex"), graceEndsAt, now)
+          if (endsAt === undefined) return undefined
+          const rolled: RolledKey = {
+            apiKey: `cak_${keyId}_${secret}`,
+            keyId: keyId as KeyId,
+            previousSecretEndsAt: DateTime.unsafeMake(endsAt)
+          }
+          return rolled
+        }).pipe(span("ApiKeys.roll"))
+
       return {
         authenticate,
         create,
-        list: Effect.map(repo.list, (rows) => rows.map(toInfo)),
-        revoke: (keyId) => Effect.flatMap(Clock.currentTimeMillis, (now) => repo.revoke(keyId, now))
+        list: Effect.all([repo.list, repo.lastUsed, Clock.currentTimeMillis]).pipe(
+          Effect.map(([rows, lastUsed, now]) => rows.map((row) => toInfo(row, lastUsed.get(row.keyId), now)))
+        ),
+        revoke: (keyId) => Effect.flatMap(Clock.currentTimeMillis, (now) => repo.revoke(keyId, now)),
+        roll,
+        update: (keyId, changes) => Effect.flatMap(Clock.currentTimeMillis, (now) => repo.update(keyId, changes, now))
       }
     })
   )

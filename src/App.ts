@@ -7,6 +7,7 @@ import { CampaignApi } from "./Api.ts"
 import { ApiKeys } from "./ApiKeys.ts"
 import { ApiKeysRepo } from "./ApiKeys/ApiKeysRepo.ts"
 import { ApiKeysSteps } from "./ApiKeys/Http.ts"
+import { KeyUsage } from "./ApiKeys/KeyUsage.ts"
 import { AppConfig, checkedFirst, KeysConfig, RedisConfig, ServeConfig } from "./Config.ts"
 import { GroupCommit } from "./Database/GroupCommit.ts"
 import { DatabaseInUse, SqlLive, SqlServerLive } from "./Database/Sql.ts"
@@ -33,7 +34,7 @@ const ReposLive = Layer.mergeAll(ApiKeysRepo.Live, ActivationsRepo.Live, Idempot
 
 /** Every service the API calls, on the database DATABASE_URL names. */
 export const ServicesLive = Layer.mergeAll(Activations.Live, Idempotency.Live).pipe(
-  Layer.provideMerge(Layer.mergeAll(ApiKeys.Live, RateLimit.Live)),
+  Layer.provideMerge(Layer.mergeAll(ApiKeys.Live, RateLimit.Live, KeyUsage.Live)),
   Layer.provideMerge(Layer.merge(ReposLive, GroupCommit.Live)),
   Layer.provideMerge(SqlServerLive),
   Layer.provideMerge(Layer.mergeAll(Ids.Live, AppConfig.Live, Draining.Live))

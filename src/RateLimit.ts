@@ -1,6 +1,7 @@
 import { RateLimiter } from "@effect/experimental"
 import { Context, Duration, Effect, Layer, Option } from "effect"
 import { AppConfig, RedisConfig } from "./Config.ts"
+import type { RateLimitPolicy } from "./Domain/ApiKey.ts"
 import { spans } from "./Spans.ts"
 import { RateLimitStore } from "./RateLimit/Store.ts"
 
@@ -21,8 +22,10 @@ export type RateLimitStatus = "memory" | "redis" | "degraded"
  * an outage of the limiter's store must not become an outage of the API.
  */
 export class RateLimit extends Context.Tag("RateLimit")<RateLimit, {
-  readonly policy: { readonly max: number; readonly windowSeconds: number }
-  readonly consume: (keyId: string) => Effect.Effect<RateLimitDecision>
+  /** The server's limit (RATE_LIMIT_MAX per RATE_LIMIT_WINDOW_SECONDS): every key's without one of its own. */
+  readonly policy: RateLimitPolicy
+  /** Charges one request to the key's bucket, under its own limit when it has one. */
+  readonly consume: (keyId: string, own?: RateLimitPolicy | null) => Effect.Effect<RateLimitDecision>
   readonly status: () => RateLimitStatus
 }>() {
   static readonly layer = Layer.effect(
@@ -33,35 +36,56 @@ export class RateLimit extends Context.Tag("RateLimit")<RateLimit, {
       const store = yield* RateLimitStore
       const { rateLimit } = yield* AppConfig
       const clock = yield* Effect.clock
-      const refillMillis = Duration.toMillis(rateLimit.window) / rateLimit.max
-      // The library's retryAfter is always a whole refill interval; the store knows when the
-      // bucket's next token comes, and is asked only once the bucket is empty.
-      // While the store does not answer: no limit, and the full budget in the headers.
-      const unlimited: RateLimitDecision = { allowed: true, remaining: rateLimit.max, retryAfterSeconds: 0 }
-      const emptied = (keyId: string, allowed: boolean) =>
-        Effect.map(
-          store.untilNextToken(keyId, refillMillis, clock.unsafeCurrentTimeMillis()),
-          (millis): RateLimitDecision => ({ allowed, remaining: 0, retryAfterSeconds: Math.max(1, Math.ceil(millis / 1000)) })
-        ).pipe(Effect.orElseSucceed(() => unlimited))
-      const charge = {
-        algorithm: "token-bucket",
-        onExceeded: "fail",
-        window: rateLimit.window,
-        limit: rateLimit.max
-      } as const
-      return {
-        policy: { max: rateLimit.max, windowSeconds: Math.round(Duration.toSeconds(rateLimit.window)) },
-        status: () => store.kind === "memory" ? "memory" : store.connected() ? "redis" : "degraded",
-        consume: (keyId) =>
-          Effect.matchEffect(limiter.consume({ ...charge, key: keyId }), {
+      const policy: RateLimitPolicy = { max: rateLimit.max, windowSeconds: Math.round(Duration.toSeconds(rateLimit.window)) }
+
+      /**
+       * How one limit charges: the library's token bucket under its numbers. A key's own limit has
+       * a bucket of its own, named with its numbers, so a changed limit starts full at its new
+       * size rather than carrying tokens counted under the old one.
+       */
+      const chargeUnder = (limit: RateLimitPolicy, bucketOf: (keyId: string) => string) => {
+        const window = Duration.seconds(limit.windowSeconds)
+        const refillMillis = Duration.toMillis(window) / limit.max
+        const charge = { algorithm: "token-bucket", onExceeded: "fail", window, limit: limit.max } as const
+        // While the store does not answer: no limit, and the full budget in the headers.
+        const unlimited: RateLimitDecision = { allowed: true, remaining: limit.max, retryAfterSeconds: 0 }
+        // The library's retryAfter is always a whole refill interval; the store knows when the
+        // bucket's next token comes, and is asked only once the bucket is empty.
+        const emptied = (bucket: string, allowed: boolean) =>
+          Effect.map(
+            store.untilNextToken(bucket, refillMillis, clock.unsafeCurrentTimeMillis()),
+            (millis): RateLimitDecision => ({ allowed, remaining: 0, retryAfterSeconds: Math.max(1, Math.ceil(millis / 1000)) })
+          ).pipe(Effect.orElseSucceed(() => unlimited))
+        return (keyId: string) => {
+          const bucket = bucketOf(keyId)
+          return Effect.matchEffect(limiter.consume({ ...charge, key: bucket }), {
             onSuccess: (result) =>
               result.remaining > 0
                 ? Effect.succeed<RateLimitDecision>({ allowed: true, remaining: result.remaining, retryAfterSeconds: 0 })
-                : emptied(keyId, true),
+                : emptied(bucket, true),
             // Exceeded: refused. Otherwise the store does not answer (its outage is logged once,
             // by the store): fail open.
-            onFailure: (error) => error.reason === "Exceeded" ? emptied(keyId, false) : Effect.succeed(unlimited)
-          }).pipe(span("RateLimit.consume"))
+            onFailure: (error) => error.reason === "Exceeded" ? emptied(bucket, false) : Effect.succeed(unlimited)
+          })
+        }
+      }
+      const serverWide = chargeUnder(policy, (keyId) => keyId)
+      // A key's own limit is met per request: its charge is made once per distinct limit.
+      const ownLimits = new Map<string, (keyId: string) => Effect.Effect<RateLimitDecision>>()
+      const chargeOwn = (own: RateLimitPolicy) => {
+        const name = `${own.max}/${own.windowSeconds}`
+        let charge = ownLimits.get(name)
+        if (charge === undefined) {
+          charge = chargeUnder(own, (keyId) => `${keyId}:${name}`)
+          ownLimits.set(name, charge)
+        }
+        return charge
+      }
+      const consumeSpan = span("RateLimit.consume")
+      return {
+        policy,
+        status: () => store.kind === "memory" ? "memory" : store.connected() ? "redis" : "degraded",
+        consume: (keyId, own) => consumeSpan(own == null ? serverWide(keyId) : chargeOwn(own)(keyId))
       }
     })
   )

@@ -13,7 +13,7 @@ import { CampaignApi } from "../src/Api.ts"
 import { ApiKeys } from "../src/ApiKeys.ts"
 import { ApiKeysSteps } from "../src/ApiKeys/Http.ts"
 import { declaredEndpoints, middlewareOf } from "../src/Declaration.ts"
-import type { ApiKeyIdentity, BrandId, KeyId } from "../src/Domain/ApiKey.ts"
+import type { ApiKeyIdentity, Authenticated, BrandId, KeyId } from "../src/Domain/ApiKey.ts"
 import { IdempotencyInProgress, KeyRefused } from "../src/Domain/Errors.ts"
 import { makeEdge } from "../src/Edge/Edge.ts"
 import type { Handlers, Steps } from "../src/Edge/Exchange.ts"
@@ -21,6 +21,7 @@ import { JsonBodySteps } from "../src/Edge/JsonBody.ts"
 import { Idempotency } from "../src/Idempotency.ts"
 import { IdempotencySteps } from "../src/Idempotency/Http.ts"
 import { IdentityHandlers } from "../src/Identity/Http.ts"
+import { KeyUsage } from "../src/ApiKeys/KeyUsage.ts"
 import { RateLimit, type RateLimitDecision } from "../src/RateLimit.ts"
 import { activatePath } from "./support/client.ts"
 import { makeTestLayer } from "./support/testLayer.ts"
@@ -31,7 +32,8 @@ const writer: ApiKeyIdentity = {
   scopes: ["campaigns:write"]
 }
 const reader: ApiKeyIdentity = { ...writer, keyId: "r3ader0000000000" as KeyId, scopes: ["campaigns:read"] }
-const tokens: Record<string, ApiKeyIdentity> = { "cak_writer": writer, "cak_reader": reader }
+const endless = (identity: ApiKeyIdentity): Authenticated => ({ identity, endsAt: null, rateLimit: null })
+const tokens: Record<string, Authenticated> = { "cak_writer": endless(writer), "cak_reader": endless(reader) }
 
 interface Doubles {
   /** What the rate limit decides for every request. */
@@ -51,6 +53,7 @@ const makeDoubles = (doubles: Doubles) =>
           ? Effect.fail(new KeyRefused({ reason: "unknown key", keyId: null, brandId: null }))
           : Effect.succeed(tokens[token]!)
     }),
+    makeTestLayer(KeyUsage)({ record: () => undefined }),
     makeTestLayer(RateLimit)({
       policy: { max: 120, windowSeconds: 60 },
       consume: () => Effect.sync(() => doubles.decision)

@@ -74,6 +74,9 @@ layer(ApiKeysRepo.Live.pipe(Layer.provide(SqlLiveAt(keysFile)), Layer.provide(co
     createdAt: 1_700_000_000_000,
     expiresAt: null,
     revokedAt: null,
+    previousSecretSha256: null,
+    previousSecretEndsAt: null,
+    rateLimit: null,
     ...overrides
   })
 
@@ -129,6 +132,116 @@ layer(ApiKeysRepo.Live.pipe(Layer.provide(SqlLiveAt(keysFile)), Layer.provide(co
       inspect(keysFile, (db) => db.run("UPDATE api_keys SET name = 'renamed' WHERE key_id = ?", [row.keyId]))
       expect(yield* repo.generation).toBeGreaterThan(revoked)
     }))
+})
+
+/** The key lifecycle's statements on each database: SQLite always, PostgreSQL where it runs. */
+const lifecycleDatabases: ReadonlyArray<readonly [string, () => Promise<string>]> = [
+  ["SQLite", async () => tempDatabase()],
+  ...(sharedSkipped === undefined ? [["PostgreSQL", postgres.database] as const] : [])
+]
+
+describe.each(lifecycleDatabases)("ApiKeysRepo's key lifecycle on %s", (_, database) => {
+  const repoLayer = Layer.unwrapEffect(Effect.map(Effect.promise(database), (url) => ApiKeysRepo.Live.pipe(Layer.provide(SqlLiveAt(url)), Layer.provide(configAt(url)))))
+  const keyRow = (overrides: Partial<ApiKeyRow> = {}): ApiKeyRow => ({
+    keyId: unique("life"),
+    brandId,
+    name: "nightly export",
+    scopes: ["campaigns:read"],
+    secretSha256: "ab".repeat(32),
+    createdAt: 1_700_000_000_000,
+    expiresAt: null,
+    revokedAt: null,
+    previousSecretSha256: null,
+    previousSecretEndsAt: null,
+    rateLimit: null,
+    ...overrides
+  })
+  const find = (keyId: string) =>
+    Effect.map(Effect.flatMap(ApiKeysRepo, (repo) => repo.list), (rows) => rows.find((row) => row.keyId === keyId))
+
+  layer(repoLayer, { timeout: 30_000 })((it) => {
+    it.effect("roll keeps the current secret as the previous one, until the grace or the key's expiry, the earlier", () =>
+      Effect.gen(function*() {
+        const repo = yield* ApiKeysRepo
+        const row = keyRow({ rateLimit: { max: 600, windowSeconds: 60 } })
+        yield* repo.insert(row)
+        expect(yield* repo.roll(row.keyId, "cd".repeat(32), 1_800_000_000_000, 1_750_000_000_000)).toBe(1_800_000_000_000)
+        expect(yield* find(row.keyId)).toEqual({
+          ...row,
+          secretSha256: "cd".repeat(32),
+          previousSecretSha256: "ab".repeat(32),
+          previousSecretEndsAt: 1_800_000_000_000
+        })
+        // Again: the oldest secret is gone.
+        expect(yield* repo.roll(row.keyId, "ef".repeat(32), 1_810_000_000_000, 1_750_000_000_000)).toBe(1_810_000_000_000)
+        expect(yield* find(row.keyId)).toMatchObject({ secretSha256: "ef".repeat(32), previousSecretSha256: "cd".repeat(32) })
+
+        const trial = keyRow({ expiresAt: 1_760_000_000_000 })
+        yield* repo.insert(trial)
+        expect(yield* repo.roll(trial.keyId, "cd".repeat(32), 1_800_000_000_000, 1_750_000_000_000)).toBe(1_760_000_000_000)
+      }))
+
+    it.effect("roll and update change only an active key: not a revoked one, an expired one or an unknown id", () =>
+      Effect.gen(function*() {
+        const repo = yield* ApiKeysRepo
+        const revoked = keyRow()
+        const expired = keyRow({ expiresAt: 1_750_000_000_000 })
+        yield* repo.insert(revoked)
+        yield* repo.insert(expired)
+        yield* repo.revoke(revoked.keyId, 1_740_000_000_000)
+        for (const keyId of [revoked.keyId, expired.keyId, unique("missing")]) {
+          expect(yield* repo.roll(keyId, "cd".repeat(32), 1_800_000_000_000, 1_750_000_000_000)).toBeUndefined()
+          expect(yield* repo.update(keyId, { name: "changed" }, 1_750_000_000_000)).toBe(false)
+        }
+        expect(yield* find(revoked.keyId)).toEqual({ ...revoked, revokedAt: 1_740_000_000_000 })
+        expect(yield* find(expired.keyId)).toEqual(expired)
+      }))
+
+    it.effect("update changes what it is given and nothing else; a limit goes back to the server's with null", () =>
+      Effect.gen(function*() {
+        const repo = yield* ApiKeysRepo
+        const row = keyRow()
+        yield* repo.insert(row)
+        // Read as committed now: on PostgreSQL `generation` is polled, and a fresh read is one
+        // started after the last, on a clock these tests move by hand.
+        const committed = Effect.zipRight(TestClock.adjust(1), repo.freshGeneration ?? repo.generation)
+        const before = yield* committed
+        expect(yield* repo.update(row.keyId, { rateLimit: { max: 5, windowSeconds: 60 } }, 0)).toBe(true)
+        expect(yield* find(row.keyId)).toEqual({ ...row, rateLimit: { max: 5, windowSeconds: 60 } })
+        expect(yield* repo.update(row.keyId, { scopes: ["campaigns:write", "analytics:read"], name: null }, 0)).toBe(true)
+        expect(yield* find(row.keyId)).toEqual({
+          ...row,
+          scopes: ["campaigns:write", "analytics:read"],
+          name: null,
+          rateLimit: { max: 5, windowSeconds: 60 }
+        })
+        expect(yield* repo.update(row.keyId, { rateLimit: null }, 0)).toBe(true)
+        expect((yield* find(row.keyId))?.rateLimit).toBeNull()
+        // Every instance learns of it through the generation (README, Running several instances).
+        expect(yield* committed).toBeGreaterThan(before)
+      }))
+
+    it.effect("records last uses in batches, the latest time winning whichever write comes last, without moving the keys' generation", () =>
+      Effect.gen(function*() {
+        const repo = yield* ApiKeysRepo
+        const [a, b] = [keyRow(), keyRow()]
+        yield* repo.insert(a)
+        yield* repo.insert(b)
+        const committed = Effect.zipRight(TestClock.adjust(1), repo.freshGeneration ?? repo.generation)
+        const before = yield* committed
+        yield* repo.recordUsage([[a.keyId, 1_750_000_060_000], [b.keyId, 1_750_000_000_000]])
+        // Another instance's older note, written after: kept out.
+        yield* repo.recordUsage([[a.keyId, 1_750_000_000_000], [b.keyId, 1_750_000_120_000]])
+        const lastUsed = yield* repo.lastUsed
+        expect([lastUsed.get(a.keyId), lastUsed.get(b.keyId)]).toEqual([1_750_000_060_000, 1_750_000_120_000])
+        expect(yield* committed).toBe(before)
+        // More than one statement's worth at once.
+        const many = Array.from({ length: 1_201 }, (_, i) => [unique("many"), 1_750_000_000_000 + i] as const)
+        yield* repo.recordUsage(many)
+        const after = yield* repo.lastUsed
+        expect(many.every(([keyId, at]) => after.get(keyId) === at)).toBe(true)
+      }))
+  })
 })
 
 const owner = { brandId, keyId: "k3y1d0000000000a" }

@@ -1,12 +1,13 @@
 import { RateLimiter } from "@effect/experimental"
 import { RateLimitStore } from "../src/RateLimit/Store.ts"
 import { describe, expect, it, layer } from "@effect/vitest"
-import { Arbitrary, Cause, Duration, Effect, Either, Exit, FastCheck as fc, FiberId, HashMap, Layer, List, LogLevel, LogSpan, Option, Schema, TestClock } from "effect"
+import { Arbitrary, Cause, Context, DateTime, Duration, Effect, Either, Exit, FastCheck as fc, FiberId, HashMap, Layer, List, LogLevel, Logger, LogSpan, Option, Schema, TestClock } from "effect"
 import { createHash } from "node:crypto"
 import { Activations } from "../src/Activations.ts"
 import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
 import { ApiKeys } from "../src/ApiKeys.ts"
 import { ApiKeysRepo, type ApiKeyRow } from "../src/ApiKeys/ApiKeysRepo.ts"
+import { KeyUsage } from "../src/ApiKeys/KeyUsage.ts"
 import { AppConfig } from "../src/Config.ts"
 import type { ApiKeyIdentity, BrandId, KeyId, Scope } from "../src/Domain/ApiKey.ts"
 import { KeyRefused, type RefusalReason } from "../src/Domain/Errors.ts"
@@ -58,7 +59,17 @@ const ApiKeysRepoInMemory = makeTestLayer(ApiKeysRepo)({
       storedKeys.set(keyId, { ...row, revokedAt: at })
       generation++
       return true
-    })
+    }),
+  roll: (keyId, secretSha256, graceEndsAt, now) =>
+    Effect.sync(() => {
+      const row = storedKeys.get(keyId)
+      if (row === undefined || row.revokedAt !== null || (row.expiresAt !== null && row.expiresAt <= now)) return undefined
+      const endsAt = row.expiresAt !== null && row.expiresAt < graceEndsAt ? row.expiresAt : graceEndsAt
+      storedKeys.set(keyId, { ...row, secretSha256, previousSecretSha256: row.secretSha256, previousSecretEndsAt: endsAt })
+      generation++
+      return endsAt
+    }),
+  lastUsed: Effect.sync(() => new Map())
 })
 
 /** Predictable bytes: each draw is the next block of a SHA-512 counter stream, so no two draws repeat. */
@@ -105,7 +116,7 @@ layer(ApiKeys.Live.pipe(Layer.provide(ApiKeysRepoInMemory), Layer.provide(makeId
     Effect.gen(function*() {
       const { apiKey, info } = yield* createKey()
       const identity = yield* authenticate(apiKey)
-      expect(identity).toEqual({ keyId: info.keyId, brandId, scopes })
+      expect(identity).toEqual({ identity: { keyId: info.keyId, brandId, scopes }, endsAt: null, rateLimit: null })
     }))
 
   it.effect("refuses a malformed token as malformed, naming no key id even when one is in it", () =>
@@ -146,6 +157,122 @@ layer(ApiKeys.Live.pipe(Layer.provide(ApiKeysRepoInMemory), Layer.provide(makeId
       yield* TestClock.adjust(Duration.millis(1))
       yield* expectRefused(apiKey, "expired", info.keyId, brandId)
     }))
+
+  it.effect("a rolled key answers with the same identity for both secrets until the grace ends, then only for the new one", () =>
+    Effect.gen(function*() {
+      const keys = yield* ApiKeys
+      const { apiKey: before, info } = yield* createKey()
+      const rolled = (yield* keys.roll(info.keyId, Duration.hours(24)))!
+      expect(rolled.keyId).toBe(info.keyId)
+      expect(rolled.apiKey).toMatch(new RegExp(`^cak_${info.keyId}_[0-9a-f]{64}$`))
+      expect(rolled.apiKey).not.toBe(before)
+      const graceEnd = Duration.toMillis(Duration.hours(24))
+      const startedAt = (yield* TestClock.currentTimeMillis)
+      expect(DateTime.toEpochMillis(rolled.previousSecretEndsAt)).toBe(startedAt + graceEnd)
+      const identity = { keyId: info.keyId, brandId, scopes }
+      expect(yield* authenticate(rolled.apiKey)).toEqual({ identity, endsAt: null, rateLimit: null })
+      expect(yield* authenticate(before)).toEqual({ identity, endsAt: startedAt + graceEnd, rateLimit: null })
+      yield* TestClock.adjust(Duration.subtract(Duration.hours(24), Duration.millis(1)))
+      yield* authenticate(before)
+      yield* TestClock.adjust(Duration.millis(1))
+      yield* expectRefused(before, "grace ended", info.keyId, brandId)
+      expect((yield* authenticate(rolled.apiKey)).identity).toEqual(identity)
+    }))
+
+  it.effect("rolling again ends the older secret at once: at most two secrets work", () =>
+    Effect.gen(function*() {
+      const keys = yield* ApiKeys
+      const { apiKey: first, info } = yield* createKey()
+      const second = (yield* keys.roll(info.keyId, Duration.days(7)))!.apiKey
+      const third = (yield* keys.roll(info.keyId, Duration.days(7)))!.apiKey
+      yield* expectRefused(first, "wrong secret", info.keyId, brandId)
+      yield* authenticate(second)
+      yield* authenticate(third)
+    }))
+
+  it.effect("a grace of 0 ends the previous secret at once; a grace never outlives the key's expiry", () =>
+    Effect.gen(function*() {
+      const keys = yield* ApiKeys
+      const { apiKey: now, info } = yield* createKey()
+      yield* keys.roll(info.keyId, Duration.zero)
+      yield* expectRefused(now, "grace ended", info.keyId, brandId)
+
+      const trial = yield* createKey(Option.some(Duration.days(2)))
+      const startedAt = yield* TestClock.currentTimeMillis
+      const rolled = (yield* keys.roll(trial.info.keyId, Duration.days(30)))!
+      const expiresAt = startedAt + Duration.toMillis(Duration.days(2))
+      expect(DateTime.toEpochMillis(rolled.previousSecretEndsAt)).toBe(expiresAt)
+      expect((yield* authenticate(trial.apiKey)).endsAt).toBe(expiresAt)
+      expect((yield* authenticate(rolled.apiKey)).endsAt).toBe(expiresAt)
+      yield* TestClock.adjust(Duration.days(2))
+      yield* expectRefused(trial.apiKey, "expired", trial.info.keyId, brandId)
+      yield* expectRefused(rolled.apiKey, "expired", trial.info.keyId, brandId)
+    }))
+
+  it.effect("a revoked key, an expired key and an unknown id cannot be rolled", () =>
+    Effect.gen(function*() {
+      const keys = yield* ApiKeys
+      const revoked = yield* createKey()
+      yield* keys.revoke(revoked.info.keyId)
+      expect(yield* keys.roll(revoked.info.keyId, Duration.hours(1))).toBeUndefined()
+      const expired = yield* createKey(Option.some(Duration.days(1)))
+      yield* TestClock.adjust(Duration.days(1))
+      expect(yield* keys.roll(expired.info.keyId, Duration.hours(1))).toBeUndefined()
+      expect(yield* keys.roll("0".repeat(16), Duration.hours(1))).toBeUndefined()
+      yield* expectRefused(revoked.apiKey, "revoked", revoked.info.keyId, brandId)
+    }))
+})
+
+describe("KeyUsage", () => {
+  const written: Array<ReadonlyArray<readonly [string, number]>> = []
+  let failing = false
+  const RecordingRepo = makeTestLayer(ApiKeysRepo)({
+    recordUsage: (uses) =>
+      failing ? Effect.die(databaseError("SQLITE_BUSY", "locked")) : Effect.sync(() => void written.push(uses))
+  })
+  const minute = 60_000
+
+  it.scoped("notes a key once per minute and writes the notes in one batch a minute, never on the request", () =>
+    Effect.gen(function*() {
+      written.length = 0
+      yield* TestClock.setTime(10 * minute + 5_000)
+      const usage = yield* Layer.build(KeyUsage.Live.pipe(Layer.provide(RecordingRepo))).pipe(Effect.map(Context.get(KeyUsage)))
+      for (let i = 0; i < 100; i++) usage.record("key-a")
+      usage.record("key-b")
+      expect(written).toEqual([])
+      yield* TestClock.adjust("30 seconds")
+      usage.record("key-a")
+      expect(written).toEqual([])
+      // The first write, a minute after the start.
+      yield* TestClock.adjust("30 seconds")
+      expect(written).toEqual([[["key-a", 10 * minute], ["key-b", 10 * minute]]])
+      // A new minute is noted again; an unused key is not written again.
+      usage.record("key-a")
+      yield* TestClock.adjust("1 minute")
+      expect(written).toEqual([[["key-a", 10 * minute], ["key-b", 10 * minute]], [["key-a", 11 * minute]]])
+      yield* TestClock.adjust("5 minutes")
+      expect(written).toHaveLength(2)
+    }))
+
+  it.effect("keeps a batch that could not be written for the next write, and writes what is left when it stops", () =>
+    Effect.gen(function*() {
+      written.length = 0
+      yield* TestClock.setTime(20 * minute)
+      yield* Effect.scoped(Effect.gen(function*() {
+        const usage = yield* Layer.build(KeyUsage.Live.pipe(Layer.provide(RecordingRepo))).pipe(Effect.map(Context.get(KeyUsage)))
+        failing = true
+        usage.record("key-a")
+        yield* Logger.withMinimumLogLevel(TestClock.adjust("1 minute"), LogLevel.None)
+        expect(written).toEqual([])
+        failing = false
+        usage.record("key-b")
+        yield* TestClock.adjust("1 minute")
+        expect(written).toEqual([[["key-a", 20 * minute], ["key-b", 21 * minute]]])
+        usage.record("key-a")
+      }))
+      // Scope closed: the graceful stop's write.
+      expect(written.at(-1)).toEqual([["key-a", 22 * minute]])
+    }))
 })
 
 /** As on PostgreSQL: the polled generation lags, and only a fresh read sees a key just created elsewhere. */
@@ -167,7 +294,7 @@ describe("ApiKeys with a polled generation", () => {
       // Loads the cache at the polled generation, before the key exists.
       expect((yield* Effect.flip(keys.authenticate(`cak_${"0".repeat(16)}_${"0".repeat(64)}`))).reason).toBe("unknown key")
       const { apiKey, info } = yield* keys.create({ brandId, scopes: ["campaigns:read"], name: Option.none(), expiresIn: Option.none() })
-      expect((yield* keys.authenticate(apiKey)).keyId).toBe(info.keyId)
+      expect((yield* keys.authenticate(apiKey)).identity.keyId).toBe(info.keyId)
       const refused = yield* Effect.flip(keys.authenticate(`cak_${"1".repeat(16)}_${"0".repeat(64)}`))
       expect(refused.reason).toBe("unknown key")
     }).pipe(Effect.provide(layer)))
@@ -227,6 +354,21 @@ layer(RateLimitInMemory)("RateLimit (3 per 60 s)", (it) => {
       yield* consumeTimes("exhausted", 4)
       const other = yield* consume("untouched")
       expect(other).toEqual({ allowed: true, remaining: 2, retryAfterSeconds: 0 })
+    }))
+
+  it.effect("a key's own limit has its own numbers and bucket, and a changed limit starts full", () =>
+    Effect.gen(function*() {
+      const limit = yield* RateLimit
+      const own = { max: 2, windowSeconds: 10 }
+      const decisions = yield* Effect.replicateEffect(limit.consume("own-limit", own), 3)
+      expect(decisions).toEqual([
+        { allowed: true, remaining: 1, retryAfterSeconds: 0 },
+        { allowed: true, remaining: 0, retryAfterSeconds: 5 },
+        { allowed: false, remaining: 0, retryAfterSeconds: 5 }
+      ])
+      const raised = yield* Effect.replicateEffect(limit.consume("own-limit", { max: 5, windowSeconds: 10 }), 5)
+      expect(raised.map(({ allowed }) => allowed)).toEqual([true, true, true, true, true])
+      expect((yield* limit.consume("own-limit", { max: 5, windowSeconds: 10 })).allowed).toBe(false)
     }))
 
   it.effect("refills one request per 20 s", () =>

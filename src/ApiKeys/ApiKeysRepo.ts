@@ -1,5 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer } from "effect"
+import type { RateLimitPolicy } from "../Domain/ApiKey.ts"
 import { spans } from "../Spans.ts"
 import { keyChanges } from "./KeyChanges.ts"
 
@@ -12,6 +13,18 @@ export interface ApiKeyRow {
   readonly createdAt: number
   readonly expiresAt: number | null
   readonly revokedAt: number | null
+  /** The secret before the last roll, while it may still work, and when it stops. */
+  readonly previousSecretSha256: string | null
+  readonly previousSecretEndsAt: number | null
+  /** The key's own limit; null: the server's. */
+  readonly rateLimit: RateLimitPolicy | null
+}
+
+/** What `keys update` may change; an absent field stays as it is. */
+export interface KeyChangesRequested {
+  readonly scopes?: ReadonlyArray<string>
+  readonly name?: string | null
+  readonly rateLimit?: RateLimitPolicy | null
 }
 
 interface Stored {
@@ -23,7 +36,13 @@ interface Stored {
   readonly created_at: number
   readonly expires_at: number | null
   readonly revoked_at: number | null
+  readonly previous_secret_sha256: string | null
+  readonly previous_secret_ends_at: number | null
+  readonly rate_limit_max: number | null
+  readonly rate_limit_window_seconds: number | null
 }
+
+const numberOrNull = (value: number | string | null) => value === null ? null : Number(value)
 
 const fromStored = (row: Stored): ApiKeyRow => ({
   keyId: row.key_id,
@@ -32,9 +51,17 @@ const fromStored = (row: Stored): ApiKeyRow => ({
   scopes: row.scopes === "" ? [] : row.scopes.split(" "),
   secretSha256: row.secret_sha256,
   createdAt: Number(row.created_at),
-  expiresAt: row.expires_at === null ? null : Number(row.expires_at),
-  revokedAt: row.revoked_at === null ? null : Number(row.revoked_at)
+  expiresAt: numberOrNull(row.expires_at),
+  revokedAt: numberOrNull(row.revoked_at),
+  previousSecretSha256: row.previous_secret_sha256,
+  previousSecretEndsAt: numberOrNull(row.previous_secret_ends_at),
+  rateLimit: row.rate_limit_max === null || row.rate_limit_window_seconds === null
+    ? null
+    : { max: Number(row.rate_limit_max), windowSeconds: Number(row.rate_limit_window_seconds) }
 })
+
+/** Rows per statement when last uses are written: far below either database's limit on parameters. */
+const usageBatch = 500
 
 /** API keys as stored: only the SHA-256 digest of each secret. SQL errors are defects. */
 export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo, {
@@ -53,6 +80,23 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
   readonly freshGeneration: Effect.Effect<number> | undefined
   /** Marks the key revoked; false when there is no such key or it was revoked already. */
   readonly revoke: (keyId: string, at: number) => Effect.Effect<boolean>
+  /**
+   * Gives an active key (neither revoked nor expired at `now`) the secret `secretSha256`; the one
+   * it had works until `graceEndsAt` or the key's expiry, the earlier, and the one before that
+   * stops at once. The previous secret's end as stored, or undefined when there is no such key.
+   */
+  readonly roll: (
+    keyId: string,
+    secretSha256: string,
+    graceEndsAt: number,
+    now: number
+  ) => Effect.Effect<number | undefined>
+  /** Changes an active key (not revoked, not expired at `now`); false when there is no such key. */
+  readonly update: (keyId: string, changes: KeyChangesRequested, now: number) => Effect.Effect<boolean>
+  /** When each key was last used, by key id: a key never used is absent. */
+  readonly lastUsed: Effect.Effect<ReadonlyMap<string, number>>
+  /** Records last uses; a time older than the one stored (another instance's, later) is kept out. */
+  readonly recordUsage: (uses: ReadonlyArray<readonly [keyId: string, at: number]>) => Effect.Effect<void>
 }>() {
   static readonly Live = Layer.scoped(
     ApiKeysRepo,
@@ -60,13 +104,22 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
       const span = yield* spans
       const sql = yield* SqlClient.SqlClient
       const { current, fresh } = yield* keyChanges
+      const active = (keyId: string, now: number) =>
+        sql`key_id = ${keyId} AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ${now})`
+      // The latest time wins, whichever instance writes last.
+      const later = sql.onDialectOrElse({
+        pg: () => sql.literal("GREATEST(api_key_usage.last_used_at, excluded.last_used_at)"),
+        orElse: () => sql.literal("max(api_key_usage.last_used_at, excluded.last_used_at)")
+      })
       return {
         generation: current,
         freshGeneration: fresh,
         insert: (row) =>
-          sql`INSERT INTO api_keys (key_id, brand_id, name, scopes, secret_sha256, created_at, expires_at, revoked_at)
+          sql`INSERT INTO api_keys (key_id, brand_id, name, scopes, secret_sha256, created_at, expires_at, revoked_at,
+                                    rate_limit_max, rate_limit_window_seconds)
               VALUES (${row.keyId}, ${row.brandId}, ${row.name}, ${row.scopes.join(" ")}, ${row.secretSha256},
-                      ${row.createdAt}, ${row.expiresAt}, ${row.revokedAt})`.pipe(
+                      ${row.createdAt}, ${row.expiresAt}, ${row.revokedAt},
+                      ${row.rateLimit?.max ?? null}, ${row.rateLimit?.windowSeconds ?? null})`.pipe(
             Effect.asVoid,
             Effect.orDie,
             span("ApiKeysRepo.insert")
@@ -82,7 +135,50 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
             Effect.map((rows) => rows.length > 0),
             Effect.orDie,
             span("ApiKeysRepo.revoke")
-          )
+          ),
+        // One statement: the right-hand sides read the row as it was, so the current secret
+        // becomes the previous one and the one before it is gone, whatever else runs.
+        roll: (keyId, secretSha256, graceEndsAt, now) =>
+          sql<{ previous_secret_ends_at: number | string }>`UPDATE api_keys SET
+                previous_secret_sha256 = secret_sha256,
+                previous_secret_ends_at = CASE WHEN expires_at IS NOT NULL AND expires_at < ${graceEndsAt}
+                                               THEN expires_at ELSE ${graceEndsAt} END,
+                secret_sha256 = ${secretSha256}
+              WHERE ${active(keyId, now)} RETURNING previous_secret_ends_at`.pipe(
+            Effect.map((rows) => rows.length === 0 ? undefined : Number(rows[0]!.previous_secret_ends_at)),
+            Effect.orDie,
+            span("ApiKeysRepo.roll")
+          ),
+        update: (keyId, changes, now) => {
+          const columns: Record<string, string | number | null> = {}
+          if (changes.scopes !== undefined) columns["scopes"] = changes.scopes.join(" ")
+          if (changes.name !== undefined) columns["name"] = changes.name
+          if (changes.rateLimit !== undefined) {
+            columns["rate_limit_max"] = changes.rateLimit?.max ?? null
+            columns["rate_limit_window_seconds"] = changes.rateLimit?.windowSeconds ?? null
+          }
+          return (Object.keys(columns).length === 0
+            ? sql<{ key_id: string }>`SELECT key_id FROM api_keys WHERE ${active(keyId, now)}`
+            : sql<{ key_id: string }>`UPDATE api_keys SET ${sql.update(columns)} WHERE ${active(keyId, now)} RETURNING key_id`)
+            .pipe(
+              Effect.map((rows) => rows.length > 0),
+              Effect.orDie,
+              span("ApiKeysRepo.update")
+            )
+        },
+        lastUsed: sql<{ key_id: string; last_used_at: number | string }>`SELECT key_id, last_used_at FROM api_key_usage`.pipe(
+          Effect.map((rows) => new Map(rows.map((row) => [row.key_id, Number(row.last_used_at)]))),
+          Effect.orDie,
+          span("ApiKeysRepo.lastUsed")
+        ),
+        recordUsage: (uses) =>
+          Effect.forEach(
+            Array.from({ length: Math.ceil(uses.length / usageBatch) }, (_, i) => uses.slice(i * usageBatch, (i + 1) * usageBatch)),
+            (batch) =>
+              sql`INSERT INTO api_key_usage ${sql.insert(batch.map(([keyId, at]) => ({ key_id: keyId, last_used_at: at })))}
+                  ON CONFLICT (key_id) DO UPDATE SET last_used_at = ${later}`,
+            { discard: true }
+          ).pipe(Effect.orDie, span("ApiKeysRepo.recordUsage"))
       }
     })
   )

@@ -1,11 +1,12 @@
 import { Context, Effect } from "effect"
 import { ApiKeys, malformedKey } from "../ApiKeys.ts"
-import { type ApiKeyIdentity, grants } from "../Domain/ApiKey.ts"
+import { type Authenticated, grants, type RateLimitPolicy } from "../Domain/ApiKey.ts"
 import { Forbidden, KeyRefused, RateLimited, Unauthorized } from "../Domain/Errors.ts"
 import type { Exchange, Passed, Step, Steps } from "../Edge/Exchange.ts"
 import { Refused } from "../Edge/Exchange.ts"
 import { RateLimit } from "../RateLimit.ts"
 import { ApiKeyAuth, CurrentKey, RequiredScope, RequireScope } from "./Api.ts"
+import { KeyUsage } from "./KeyUsage.ts"
 
 /** The scheme is case-insensitive (RFC 9110); anything but exactly one token is refused. */
 const bearerToken = (header: string | null): string | undefined =>
@@ -31,31 +32,58 @@ const forbidden = (scope: string) =>
     { "www-authenticate": `Bearer error="insufficient_scope", scope="${scope}"` }
   )
 
+/** A limit as its `RateLimit-Policy` header and its 429's sentence tell it. */
+interface Told {
+  readonly policy: string
+  readonly exceeded: string
+}
+
+const told = (limit: RateLimitPolicy, whose: string): Told => ({
+  policy: `"default";q=${limit.max};w=${limit.windowSeconds}`,
+  exceeded: `Rate limit exceeded: ${limit.max} requests per ${limit.windowSeconds} seconds ${whose}.`
+})
+
 /**
  * The steps of the keys' middleware (README, Errors): `ApiKeyAuth`, the bearer key (401 with
- * `WWW-Authenticate: Bearer`, the reason noted for the access line only) then its rate limit (429
- * with `Retry-After`), from the request's headers alone; every answer from then on carries the
- * `RateLimit` headers, an error's included. `RequireScope`, the endpoint's `RequiredScope` (403).
+ * `WWW-Authenticate: Bearer`, the reason noted for the access line only) then its rate limit, its
+ * own or the server's (429 with `Retry-After`), from the request's headers alone; every answer
+ * from then on carries the `RateLimit` headers, an error's included, and `Api-Key-Expires` when
+ * the secret sent has an end. The key's use is noted for its last-used time.
+ * `RequireScope`, the endpoint's `RequiredScope` (403).
  */
 export const ApiKeysSteps = Effect.gen(function*() {
   const keys = yield* ApiKeys
+  const usage = yield* KeyUsage
   const rateLimit = yield* RateLimit
-  const { max, windowSeconds } = rateLimit.policy
-  const policy = `"default";q=${max};w=${windowSeconds}`
+  const serverWide = told(rateLimit.policy, "per API key")
+  // A key's own limit is the same object from one load of the keys to the next: told once.
+  const ownTold = new WeakMap<RateLimitPolicy, Told>()
+  const tellOwn = (limit: RateLimitPolicy) => {
+    let said = ownTold.get(limit)
+    if (said === undefined) ownTold.set(limit, said = told(limit, "for this API key"))
+    return said
+  }
+  // An end as an IMF-fixdate (RFC 9110), formatted once per distinct end.
+  let lastEnd = { at: Number.NaN, header: "" }
+  const endHeader = (at: number) => {
+    if (lastEnd.at !== at) lastEnd = { at, header: new Date(at).toUTCString() }
+    return lastEnd.header
+  }
 
-  const charge = (identity: ApiKeyIdentity): Effect.Effect<Passed, Refused> => {
+  const charge = ({ endsAt, identity, rateLimit: own }: Authenticated): Effect.Effect<Passed, Refused> => {
+    usage.record(identity.keyId)
     const key = { keyId: identity.keyId, brandId: identity.brandId, reason: null }
-    return Effect.flatMap(rateLimit.consume(identity.keyId), (decision) => {
-      const headers = {
-        "ratelimit-policy": policy,
+    const limit = own === null ? serverWide : tellOwn(own)
+    return Effect.flatMap(rateLimit.consume(identity.keyId, own), (decision) => {
+      const headers: Record<string, string> = {
+        "ratelimit-policy": limit.policy,
         "ratelimit": `"default";r=${decision.remaining};t=${decision.retryAfterSeconds}`
       }
+      if (endsAt !== null) headers["api-key-expires"] = endHeader(endsAt)
       if (decision.allowed) return Effect.succeed({ provides: Context.make(CurrentKey, identity), headers, key })
       return Effect.fail(
         new Refused(
-          new RateLimited({
-            message: `Rate limit exceeded: ${max} requests per ${windowSeconds} seconds per API key. Retry after ${decision.retryAfterSeconds} seconds.`
-          }),
+          new RateLimited({ message: `${limit.exceeded} Retry after ${decision.retryAfterSeconds} seconds.` }),
           { ...headers, "retry-after": String(decision.retryAfterSeconds) },
           key
         )

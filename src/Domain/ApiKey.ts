@@ -24,6 +24,23 @@ export const ApiKeyIdentity = Schema.Struct({
 })
 export type ApiKeyIdentity = typeof ApiKeyIdentity.Type
 
+/** A rate limit: `max` requests per `windowSeconds`, as `600/60` on the command line. */
+export interface RateLimitPolicy {
+  readonly max: number
+  readonly windowSeconds: number
+}
+
+/**
+ * What a presented secret resolves to: the key's identity, when that secret stops working (the
+ * key's expiry or the end of a rolled secret's grace, the earlier; null for never), and the key's
+ * own rate limit (null for the server's).
+ */
+export interface Authenticated {
+  readonly identity: ApiKeyIdentity
+  readonly endsAt: number | null
+  readonly rateLimit: RateLimitPolicy | null
+}
+
 /** A stored key as the key CLI lists it. */
 export class ApiKeyInfo extends Schema.Class<ApiKeyInfo>("ApiKeyInfo")({
   keyId: KeyId,
@@ -32,7 +49,11 @@ export class ApiKeyInfo extends Schema.Class<ApiKeyInfo>("ApiKeyInfo")({
   scopes: Schema.Array(Scope),
   createdAt: Schema.DateTimeUtc,
   expiresAt: Schema.NullOr(Schema.DateTimeUtc),
-  revokedAt: Schema.NullOr(Schema.DateTimeUtc)
+  revokedAt: Schema.NullOr(Schema.DateTimeUtc),
+  /** When the secret the key had before its last roll stops working; null when none works. */
+  previousSecretEndsAt: Schema.NullOr(Schema.DateTimeUtc),
+  rateLimit: Schema.NullOr(Schema.Struct({ max: Schema.Int, windowSeconds: Schema.Int })),
+  lastUsedAt: Schema.NullOr(Schema.DateTimeUtc)
 }) {}
 
 export const Identity = Schema.Struct({

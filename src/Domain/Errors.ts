@@ -100,7 +100,7 @@ export const Envelope = <E extends ApiError>(cls: ErrorClass<E>) => {
 }
 
 /** Why a presented key was refused (README, Operating it): `missing` covers any header that is not Bearer credentials. */
-export type RefusalReason = "missing" | "malformed" | "unknown key" | "wrong secret" | "revoked" | "expired"
+export type RefusalReason = "missing" | "malformed" | "unknown key" | "wrong secret" | "revoked" | "expired" | "grace ended"
 
 /**
  * A refused key as the access log tells it; never on the wire, where every reason is the same

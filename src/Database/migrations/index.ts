@@ -2,11 +2,13 @@ import CreateTables from "./0001_create_tables.ts"
 import ApiKeysGeneration from "./0002_api_keys_generation.ts"
 import ActivationReads from "./0003_activation_reads.ts"
 import CampaignCounts from "./0004_campaign_counts.ts"
+import KeyLifecycle from "./0005_key_lifecycle.ts"
 
 /** The one migration set: portable SQL, with a per-dialect branch where SQLite and PostgreSQL differ. */
 export const migrations = {
   "0001_create_tables": CreateTables,
   "0002_api_keys_generation": ApiKeysGeneration,
   "0003_activation_reads": ActivationReads,
-  "0004_campaign_counts": CampaignCounts
+  "0004_campaign_counts": CampaignCounts,
+  "0005_key_lifecycle": KeyLifecycle
 }
