@@ -247,6 +247,32 @@ const attacks: Record<string, Attack> = {
       `${median(samples.unknown).toFixed(1)} µs, Mann-Whitney z ${mannWhitneyZ(samples.known, samples.unknown).toFixed(2)}`
   },
 
+  /**
+   * 7, on a rolled key: its new secret against its previous one (in its grace), interleaved. Both
+   * are answered 200 with answers of the same length (the key expires, so both carry an
+   * `Api-Key-Expires`); which one matched must not show in the time.
+   */
+  "rolled-timing": async (server) => {
+    const created = JSON.parse(cli([
+      "keys", "create", "--brand", crypto.randomUUID(), "--scopes", "campaigns:read", "--rate-limit", "1000000/60", "--expires-in", "1", "--json"
+    ])) as { apiKey: string; keyId: string }
+    const rolled = JSON.parse(cli(["keys", "roll", created.keyId, "--grace", "1h", "--json"])) as { apiKey: string }
+    const secrets = { current: rolled.apiKey, previous: created.apiKey }
+    const samples: Record<"current" | "previous", Array<number>> = { current: [], previous: [] }
+    await (await fetch(`${server.url}/healthz`)).arrayBuffer() // warm the client
+    for (let i = 0; i < 6_000; i++) {
+      const which = i % 2 === 0 ? "current" : "previous"
+      const started = performance.now()
+      const answer = await fetch(`${server.url}/v1/whoami`, { headers: { authorization: `Bearer ${secrets[which]}` } })
+      await answer.arrayBuffer()
+      if (answer.status !== 200) throw new Error(`the ${which} secret was answered ${answer.status}`)
+      if (i >= 1_000) samples[which].push((performance.now() - started) * 1000)
+    }
+    const median = (values: Array<number>) => [...values].sort((a, b) => a - b)[values.length >> 1]!
+    return `a rolled key's new secret vs its previous one in its grace, 2,500 each: median ${median(samples.current).toFixed(1)} vs ` +
+      `${median(samples.previous).toFixed(1)} µs, Mann-Whitney z ${mannWhitneyZ(samples.current, samples.previous).toFixed(2)}`
+  },
+
   /** 2: bodies in 1-byte chunks, each chunk its own write, on activate, an unknown path and /healthz. */
   "tiny-chunks": async (server, key) => {
     const results: Array<string> = []

@@ -1,11 +1,12 @@
 import { Args, Command, HelpDoc, Options, ValidationError } from "@effect/cli"
-import { Config, Console, DateTime, Duration, Effect, Layer, Option, Schema } from "effect"
+import { Config, Console, DateTime, Duration, Effect, Layer, Option, ParseResult, Schema } from "effect"
 import { existsSync } from "node:fs"
-import { ApiKeys } from "./ApiKeys.ts"
+import { ApiKeys, maxGrace } from "./ApiKeys.ts"
 import { KeysLive, ServerLive } from "./App.ts"
 import { databaseName, type DatabaseTarget, KeysConfig } from "./Config.ts"
 import { backUp, databaseToBackUp } from "./Database/Backup.ts"
 import { SqlLive } from "./Database/Sql.ts"
+import type { KeyChangesRequested } from "./ApiKeys/ApiKeysRepo.ts"
 import { type ApiKeyInfo, BrandId, Scope } from "./Domain/ApiKey.ts"
 import { version } from "./Version.ts"
 
@@ -29,24 +30,90 @@ const ScopeList = Schema.transform(
 
 const json = Options.boolean("json").pipe(Options.withDescription("Print JSON instead of text."))
 
+const scopesOption = Options.text("scopes").pipe(
+  Options.withSchema(ScopeList),
+  Options.withDescription(`Comma-separated scopes: ${Scope.literals.join(", ")}.`)
+)
+
+const nameOption = Options.text("name").pipe(
+  Options.withSchema(Schema.String.pipe(Schema.maxLength(200)).annotations({
+    message: () => ({ message: "--name takes at most 200 characters", override: true })
+  })),
+  Options.optional,
+  Options.withDescription("A label to recognise the key by (at most 200 characters).")
+)
+
+const rateLimitMessage = "--rate-limit takes <requests>/<seconds>, such as 600/60 (1 to 1000000 requests per 1 to 86400 seconds)"
+
+/** `600/60`: 600 requests per 60 seconds (README, The key command line). */
+const RateLimitText = Schema.transformOrFail(
+  Schema.String,
+  Schema.Struct({ max: Schema.Int.pipe(Schema.between(1, 1_000_000)), windowSeconds: Schema.Int.pipe(Schema.between(1, 86_400)) }),
+  {
+    strict: true,
+    decode: (text, _, ast) => {
+      const match = /^([0-9]{1,7})\/([0-9]{1,5})$/.exec(text.trim())
+      return match === null
+        ? ParseResult.fail(new ParseResult.Type(ast, text))
+        : ParseResult.succeed({ max: Number(match[1]), windowSeconds: Number(match[2]) })
+    },
+    encode: ({ max, windowSeconds }) => ParseResult.succeed(`${max}/${windowSeconds}`)
+  }
+)
+
+const limitOption = <A>(schema: Schema.Schema<A, string>, message: string, description: string) =>
+  Options.text("rate-limit").pipe(
+    Options.withSchema(schema.annotations({ message: () => ({ message, override: true }) })),
+    Options.optional,
+    Options.withDescription(description)
+  )
+
+const rateLimitOption = limitOption(
+  RateLimitText,
+  rateLimitMessage,
+  "The key's own rate limit as <requests>/<seconds> (600/60); without it the server's RATE_LIMIT_MAX per RATE_LIMIT_WINDOW_SECONDS."
+)
+
+const rateLimitOrDefault = limitOption(
+  Schema.Union(Schema.Literal("default"), RateLimitText),
+  `${rateLimitMessage}, or default`,
+  "The key's own rate limit as <requests>/<seconds> (600/60), or default: the server's RATE_LIMIT_MAX per RATE_LIMIT_WINDOW_SECONDS."
+)
+
+const graceMessage = "--grace takes 0 or a whole number of minutes, hours or days (90m, 24h, 7d), at most 30 days"
+
+/** `0`, `90m`, `24h`, `7d`: how long a rolled key's previous secret keeps working. */
+const GraceText = Schema.transformOrFail(Schema.String, Schema.DurationFromSelf, {
+  strict: true,
+  decode: (text, _, ast) => {
+    const match = /^(?:0|([0-9]{1,6})([mhd]))$/.exec(text.trim())
+    const grace = match === null
+      ? undefined
+      : match[1] === undefined
+      ? Duration.zero
+      : Duration.decode(`${Number(match[1])} ${({ m: "minutes", h: "hours", d: "days" } as const)[match[2] as "m" | "h" | "d"]}`)
+    return grace === undefined || Duration.greaterThan(grace, maxGrace)
+      ? ParseResult.fail(new ParseResult.Type(ast, text))
+      : ParseResult.succeed(grace)
+  },
+  encode: (grace) => ParseResult.succeed(`${Duration.toMinutes(grace)}m`)
+}).annotations({ message: () => ({ message: graceMessage, override: true }) })
+
 const isoOrNever = (date: DateTime.Utc | null) => date === null ? "never" : DateTime.formatIso(date)
+
+/** A key's rate limit as the command line takes it: `600/60`, or `default` for the server's. */
+const limitOf = (key: ApiKeyInfo) => key.rateLimit === null ? "default" : `${key.rateLimit.max}/${key.rateLimit.windowSeconds}`
+
+/** Last use to the minute, as it is kept: `2026-11-25T16:29Z`. */
+const minuteOf = (date: DateTime.Utc) => `${DateTime.formatIso(date).slice(0, 16)}Z`
 
 const create = Command.make("create", {
   brand: Options.text("brand").pipe(
     Options.withSchema(BrandId.annotations({ message: () => "--brand takes the brand's UUID" })),
     Options.withDescription("The brand the key acts for (a UUID).")
   ),
-  scopes: Options.text("scopes").pipe(
-    Options.withSchema(ScopeList),
-    Options.withDescription(`Comma-separated scopes: ${Scope.literals.join(", ")}.`)
-  ),
-  name: Options.text("name").pipe(
-    Options.withSchema(Schema.String.pipe(Schema.maxLength(200)).annotations({
-      message: () => ({ message: "--name takes at most 200 characters", override: true })
-    })),
-    Options.optional,
-    Options.withDescription("A label to recognise the key by (at most 200 characters).")
-  ),
+  scopes: scopesOption,
+  name: nameOption,
   expiresIn: Options.text("expires-in").pipe(
     Options.withSchema(Schema.NumberFromString.pipe(
       Schema.int(),
@@ -55,6 +122,7 @@ const create = Command.make("create", {
     Options.optional,
     Options.withDescription("Days until the key expires; without it the key does not expire.")
   ),
+  rateLimit: rateLimitOption,
   json
 }, (options) =>
   Effect.gen(function*() {
@@ -63,7 +131,8 @@ const create = Command.make("create", {
       brandId: options.brand,
       scopes: options.scopes,
       name: options.name,
-      expiresIn: Option.map(options.expiresIn, Duration.days)
+      expiresIn: Option.map(options.expiresIn, Duration.days),
+      rateLimit: Option.getOrNull(options.rateLimit)
     })
     if (options.json) {
       return yield* Console.log(JSON.stringify({
@@ -81,7 +150,8 @@ const create = Command.make("create", {
       `key id:   ${info.keyId}`,
       `brand:    ${info.brandId}`,
       `scopes:   ${info.scopes.join(", ")}`,
-      `expires:  ${isoOrNever(info.expiresAt)}`
+      `expires:  ${isoOrNever(info.expiresAt)}`,
+      `limit:    ${limitOf(info)}`
     ].join("\n"))
   })).pipe(Command.withDescription("Create an API key and print it once."))
 
@@ -144,9 +214,9 @@ interface Column {
 
 const columns: ReadonlyArray<Column> = [
   { header: "KEY ID", full: ({ key }) => key.keyId },
-  { header: "BRAND", full: ({ key }) => key.brandId, short: ({ key }) => `${key.brandId.slice(0, 8)}…`, priority: 3 },
+  { header: "BRAND", full: ({ key }) => key.brandId, short: ({ key }) => `${key.brandId.slice(0, 8)}…`, priority: 4 },
   { header: "NAME", full: ({ key }) => shownName(key.name), fills: 12 },
-  { header: "SCOPES", full: ({ key }) => key.scopes.join(","), short: ({ key }) => scopesInShort(key.scopes), priority: 4 },
+  { header: "SCOPES", full: ({ key }) => key.scopes.join(","), short: ({ key }) => scopesInShort(key.scopes), priority: 3 },
   { header: "STATUS", full: ({ status }) => status },
   {
     header: "CREATED",
@@ -154,7 +224,14 @@ const columns: ReadonlyArray<Column> = [
     short: ({ key }) => DateTime.formatIsoDateUtc(key.createdAt),
     priority: 1
   },
-  { header: "EXPIRES", full: ({ key }) => isoOrNever(key.expiresAt), short: ({ key }) => dateOrNever(key.expiresAt), priority: 2 }
+  { header: "EXPIRES", full: ({ key }) => isoOrNever(key.expiresAt), short: ({ key }) => dateOrNever(key.expiresAt), priority: 2 },
+  {
+    header: "LAST USED",
+    full: ({ key }) => key.lastUsedAt === null ? "never" : minuteOf(key.lastUsedAt),
+    short: ({ key }) => dateOrNever(key.lastUsedAt),
+    priority: 6
+  },
+  { header: "LIMIT", full: ({ key }) => limitOf(key), priority: 5 }
 ]
 
 type Shown = ReadonlyArray<{ readonly column: Column; readonly form: "full" | "short" }>
@@ -207,49 +284,170 @@ const outputWidth = process.stdout.isTTY && process.stdout.columns > 0
     Config.orElse(() => Config.succeed(80))
   )
 
-const list = Command.make("list", { json }, (options) =>
-  Effect.gen(function*() {
-    const keys = yield* (yield* ApiKeys).list
-    const now = yield* DateTime.now
-    if (options.json) {
-      return yield* Console.log(JSON.stringify(keys.map((key) => ({
-        keyId: key.keyId,
-        brandId: key.brandId,
-        name: key.name,
-        scopes: key.scopes,
-        status: status(key, now),
-        createdAt: DateTime.formatIso(key.createdAt),
-        expiresAt: key.expiresAt === null ? null : DateTime.formatIso(key.expiresAt),
-        revokedAt: key.revokedAt === null ? null : DateTime.formatIso(key.revokedAt)
-      }))))
-    }
-    if (keys.length === 0) return yield* Console.log("No API keys yet: create one with `keys create`.")
-    yield* Console.log(table(keys.map((key) => ({ key, status: status(key, now) })), yield* outputWidth))
-  })).pipe(Command.withDescription("List API keys (never their secrets)."))
+/** A key as `keys list --json` and `keys show --json` print it (README, The key command line). */
+const jsonRow = (key: ApiKeyInfo, now: DateTime.Utc) => ({
+  keyId: key.keyId,
+  brandId: key.brandId,
+  name: key.name,
+  scopes: key.scopes,
+  status: status(key, now),
+  createdAt: DateTime.formatIso(key.createdAt),
+  expiresAt: key.expiresAt === null ? null : DateTime.formatIso(key.expiresAt),
+  revokedAt: key.revokedAt === null ? null : DateTime.formatIso(key.revokedAt),
+  lastUsedAt: key.lastUsedAt === null ? null : DateTime.formatIso(key.lastUsedAt),
+  rateLimit: key.rateLimit === null ? null : limitOf(key)
+})
 
-const keyIdArg = Args.text({ name: "keyId" }).pipe(
-  Args.withDescription("The key id that `keys list` shows, or the whole API key (cak_<keyId>_<secret>): its id is revoked.")
-)
+const list = Command.make("list", {
+  brand: Options.text("brand").pipe(
+    Options.withSchema(BrandId.annotations({ message: () => "--brand takes the brand's UUID" })),
+    Options.optional,
+    Options.withDescription("Only this brand's keys (a UUID).")
+  ),
+  json
+}, (options) =>
+  Effect.gen(function*() {
+    const all = yield* (yield* ApiKeys).list
+    const keys = Option.match(options.brand, {
+      onNone: () => all,
+      onSome: (brand) => all.filter((key) => key.brandId === brand.toLowerCase())
+    })
+    const now = yield* DateTime.now
+    if (options.json) return yield* Console.log(JSON.stringify(keys.map((key) => jsonRow(key, now))))
+    if (keys.length === 0) {
+      return yield* Console.log(
+        Option.isSome(options.brand)
+          ? "No API keys for this brand."
+          : "No API keys yet: create one with `keys create`."
+      )
+    }
+    yield* Console.log(table(keys.map((key) => ({ key, status: status(key, now) })), yield* outputWidth))
+  })).pipe(Command.withDescription("List API keys (never their secrets), with when each was last used and its rate limit."))
+
+/** The key a command acts on: its id as `keys list` shows it, or the whole key in hand. */
+const keyIdArg = (what: string) =>
+  Args.text({ name: "keyId" }).pipe(
+    Args.withDescription(`The key id that \`keys list\` shows, or the whole API key (cak_<keyId>_<secret>): its id is ${what}.`)
+  )
 
 /** The key id in what the user typed: a key id, or a whole key whose secret is never repeated back. */
 const keyIdOf = (typed: string): string | undefined =>
   /^(?:cak_)?([a-z0-9]{16})(?:_[^\s]*)?$/.exec(typed.trim())?.[1]
 
-const revoke = Command.make("revoke", { typed: keyIdArg }, ({ typed }) =>
-  Effect.gen(function*() {
-    const keyId = keyIdOf(typed)
-    if (keyId === undefined) {
-      // Whatever was typed may hold a secret: it is not printed.
-      yield* Console.error("That is neither a key id (16 characters a-z, 0-9, as `keys list` shows) nor an API key (cak_<keyId>_<secret>).")
-      return yield* Effect.sync(() => void (process.exitCode = 2))
+/** One sentence on stderr and the exit code: 2 for a usage error, 1 for a key that is not there (README, Exit codes). */
+const failWith = (code: 1 | 2, sentence: string) =>
+  Effect.zipRight(Console.error(sentence), Effect.sync(() => void (process.exitCode = code)))
+
+/** `use` on the key id typed, or exit 2 when it is none. */
+const withKeyId = <E, R>(typed: string, use: (keyId: string) => Effect.Effect<void, E, R>) => {
+  const keyId = keyIdOf(typed)
+  // Whatever was typed may hold a secret: it is not printed.
+  return keyId === undefined
+    ? failWith(2, "That is neither a key id (16 characters a-z, 0-9, as `keys list` shows) nor an API key (cak_<keyId>_<secret>).")
+    : use(keyId)
+}
+
+const noActiveKey = (keyId: string) => failWith(1, `No active API key with id ${keyId}.`)
+
+/** When a change reaches the servers (README, Running several instances). */
+const takesEffect = "from the next request on (within 1 s on PostgreSQL)"
+
+const revoke = Command.make("revoke", { typed: keyIdArg("revoked") }, ({ typed }) =>
+  withKeyId(typed, (keyId) =>
+    Effect.flatMap(ApiKeys, (keys) => keys.revoke(keyId)).pipe(
+      Effect.flatMap((revoked) =>
+        revoked ? Console.log(`Revoked API key ${keyId}: it is refused ${takesEffect}.`) : noActiveKey(keyId)
+      )
+    ))).pipe(Command.withDescription("Revoke an API key at once."))
+
+const show = Command.make("show", { typed: keyIdArg("shown"), json }, ({ json, typed }) =>
+  withKeyId(typed, (keyId) =>
+    Effect.gen(function*() {
+      const key = (yield* (yield* ApiKeys).list).find((key) => key.keyId === keyId)
+      if (key === undefined) return yield* failWith(1, `No API key with id ${keyId}.`)
+      const now = yield* DateTime.now
+      if (json) return yield* Console.log(JSON.stringify(jsonRow(key, now)))
+      const lines: Array<readonly [string, string]> = [
+        ["key id", key.keyId],
+        ["brand", key.brandId],
+        ["name", shownName(key.name)],
+        ["scopes", key.scopes.join(", ")],
+        ["status", status(key, now)],
+        ["created", DateTime.formatIso(key.createdAt)],
+        ["expires", isoOrNever(key.expiresAt)],
+        ...(key.revokedAt === null ? [] : [["revoked", DateTime.formatIso(key.revokedAt)] as const]),
+        ...(key.previousSecretEndsAt === null
+          ? []
+          : [["previous secret", `works until ${DateTime.formatIso(key.previousSecretEndsAt)}`] as const]),
+        ["rate limit", key.rateLimit === null ? "default (the server's)" : `${limitOf(key)} (requests/seconds)`],
+        ["last used", key.lastUsedAt === null ? "never" : minuteOf(key.lastUsedAt)]
+      ]
+      yield* Console.log(lines.map(([label, value]) => `${`${label}:`.padEnd(17)}${value}`).join("\n"))
+    }))).pipe(Command.withDescription("Show one API key (never its secret): its state, rate limit and when it was last used."))
+
+const roll = Command.make("roll", {
+  typed: keyIdArg("given a new secret"),
+  grace: Options.text("grace").pipe(
+    Options.withSchema(GraceText),
+    Options.withDefault(Duration.hours(24)),
+    Options.withDescription(
+      "How long the key's present secret keeps working: 0 (it stops at once), 90m, 24h, 7d; at most 30 days, never past the key's expiry. Default 24h."
+    )
+  ),
+  json
+}, ({ grace, json, typed }) =>
+  withKeyId(typed, (keyId) =>
+    Effect.gen(function*() {
+      const rolled = yield* (yield* ApiKeys).roll(keyId, grace)
+      if (rolled === undefined) return yield* noActiveKey(keyId)
+      const endsAt = DateTime.formatIso(rolled.previousSecretEndsAt)
+      if (json) return yield* Console.log(JSON.stringify({ apiKey: rolled.apiKey, keyId: rolled.keyId, previousSecretEndsAt: endsAt }))
+      const ended = DateTime.lessThanOrEqualTo(rolled.previousSecretEndsAt, yield* DateTime.now)
+      yield* Console.log([
+        "API key rolled. Store the new key now: it is shown only this once.",
+        "",
+        `  ${rolled.apiKey}`,
+        "",
+        `key id:           ${rolled.keyId}`,
+        ended
+          ? "previous secret:  refused from the next request on"
+          : `previous secret:  works until ${endsAt}, then is refused`
+      ].join("\n"))
+    }))).pipe(
+    Command.withDescription(
+      "Give a key a new secret, printed once; its key id, brand, scopes, name and limit stay, and its present secret keeps working for --grace."
+    )
+  )
+
+const update = Command.make("update", {
+  typed: keyIdArg("changed"),
+  scopes: Options.optional(scopesOption),
+  name: nameOption,
+  rateLimit: rateLimitOrDefault
+}, (options) =>
+  withKeyId(options.typed, (keyId) => {
+    const changes: KeyChangesRequested = {
+      ...Option.match(options.scopes, { onNone: () => ({}), onSome: (scopes) => ({ scopes: Array.from(new Set(scopes)) }) }),
+      ...Option.match(options.name, { onNone: () => ({}), onSome: (name) => ({ name }) }),
+      ...Option.match(options.rateLimit, {
+        onNone: () => ({}),
+        onSome: (limit) => ({ rateLimit: limit === "default" ? null : limit })
+      })
     }
-    const revoked = yield* (yield* ApiKeys).revoke(keyId)
-    if (!revoked) {
-      yield* Console.error(`No active API key with id ${keyId}.`)
-      return yield* Effect.sync(() => void (process.exitCode = 1))
-    }
-    yield* Console.log(`Revoked API key ${keyId}: it is refused from the next request on (within 1 s on PostgreSQL).`)
-  })).pipe(Command.withDescription("Revoke an API key at once."))
+    const said = [
+      ...(changes.scopes === undefined ? [] : [`scopes ${changes.scopes.join(", ")}`]),
+      ...(changes.name === undefined ? [] : [`name ${shownName(changes.name)}`]),
+      ...(changes.rateLimit === undefined
+        ? []
+        : [`rate limit ${changes.rateLimit === null ? "default" : `${changes.rateLimit.max}/${changes.rateLimit.windowSeconds}`}`])
+    ]
+    if (said.length === 0) return failWith(2, "keys update changes --scopes, --name or --rate-limit: give at least one (see campaign-api keys update --help).")
+    return Effect.flatMap(ApiKeys, (keys) => keys.update(keyId, changes)).pipe(
+      Effect.flatMap((updated) =>
+        updated ? Console.log(`Updated API key ${keyId}: ${said.join("; ")}. It applies ${takesEffect}.`) : noActiveKey(keyId)
+      )
+    )
+  })).pipe(Command.withDescription("Change an active key's scopes, name or rate limit; its secret and key id stay."))
 
 /**
  * What a command that opens the database says first, on stderr so that `--json` output stays one
@@ -274,6 +472,9 @@ const keys = Command.make("keys").pipe(
   Command.withSubcommands([
     create.pipe(Command.provide(KeysAnnounced)),
     list.pipe(Command.provide(KeysAnnounced)),
+    show.pipe(Command.provide(KeysAnnounced)),
+    roll.pipe(Command.provide(KeysAnnounced)),
+    update.pipe(Command.provide(KeysAnnounced)),
     revoke.pipe(Command.provide(KeysAnnounced))
   ])
 )
@@ -360,8 +561,8 @@ const run = Command.make("campaign-api").pipe(
   Command.run({ name: "campaign-api", version })
 )
 
-const keyCommands = ["create", "list", "revoke"]
-const valueOptions = ["--brand", "--scopes", "--name", "--expires-in"]
+const keyCommands = ["create", "list", "show", "roll", "update", "revoke"]
+const valueOptions = ["--brand", "--scopes", "--name", "--expires-in", "--rate-limit", "--grace"]
 
 /**
  * Two usage errors that @effect/cli reports confusingly, said plainly: an unknown `keys` command
@@ -372,9 +573,9 @@ const usageProblem = (args: ReadonlyArray<string>): string | undefined => {
   if (args[0] === "keys" && args[1] !== undefined && !args[1].startsWith("-") && !keyCommands.includes(args[1])) {
     return `Unknown command 'keys ${args[1]}': use one of ${keyCommands.join(", ")} (see campaign-api keys --help).`
   }
-  if (args[0] !== "keys" || args[1] !== "create") return undefined
+  if (args[0] !== "keys" || args[1] === undefined || !keyCommands.includes(args[1])) return undefined
   const bare = args.findIndex((arg, i) => valueOptions.includes(arg) && (args[i + 1] === undefined || args[i + 1]!.startsWith("--")))
-  return bare === -1 ? undefined : `${args[bare]} needs a value (see campaign-api keys create --help).`
+  return bare === -1 ? undefined : `${args[bare]} needs a value (see campaign-api keys ${args[1]} --help).`
 }
 
 /** The command line: `argv` as `process.argv` has it. */

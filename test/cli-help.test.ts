@@ -103,7 +103,7 @@ describe("help pages", () => {
 
   it("puts each command's description under it rather than padding the list to the longest usage", async () => {
     const lines = (await help([])).split("\n").filter((line) => line.startsWith("  - "))
-    expect(lines.length).toBe(6)
+    expect(lines.length).toBe(9)
     for (const line of lines) expect(line.trim()).not.toMatch(/\S {2,}\S/)
   })
 
@@ -122,7 +122,7 @@ describe("usage errors say what to do", () => {
   it("an unknown keys command names the keys commands", async () => {
     const result = await runCli(["keys", "delete", "x"], { DATABASE_URL: tempDatabase() })
     expect(result.code).toBe(2)
-    expect(result.stderr).toContain("use one of create, list, revoke")
+    expect(result.stderr).toContain("use one of create, list, show, roll, update, revoke")
     expect(result.stderr).not.toContain("serve")
   })
 

@@ -1,8 +1,9 @@
 import { describe, expect, it } from "@effect/vitest"
 import { chmodSync, existsSync, readFileSync, statSync, writeFileSync } from "node:fs"
 import { dirname, join, relative } from "node:path"
-import { postgres, sharedSkipped } from "./support/backends.ts"
+import { backends, postgres, sharedSkipped } from "./support/backends.ts"
 import { activate, type Answer, uniqueKey, whoami } from "./support/client.ts"
+import { expectEnvelope } from "./support/contract.ts"
 import { activationExists, countRows, inspect, integrityCheck, orphans, permissions } from "./support/database.ts"
 import { eventually, runLoops } from "./support/load.ts"
 import { createKey, type Environment, program, root, runCli, startServer, tempDatabase } from "./support/server.ts"
@@ -219,19 +220,19 @@ describe("keys list fits the width it is shown in", () => {
   const expectNarrow = (lines: ReadonlyArray<string>, listed: Awaited<ReturnType<typeof listedKeys>>["listed"]) => {
     const table = lines.filter((line) => !line.startsWith("Database: "))
     expect(table.map((line) => Bun.stringWidth(line)).filter((width) => width > 80)).toEqual([])
-    expect(table[0]!.split(/ {2,}/)).toEqual(["KEY ID", "BRAND", "NAME", "SCOPES", "STATUS"])
+    expect(table[0]!.split(/ {2,}/)).toEqual(["KEY ID", "BRAND", "NAME", "STATUS", "LAST USED", "LIMIT"])
     for (const key of listed) {
       const row = table.find((line) => line.startsWith(key.keyId))
       expect(row).toContain(`${key.brandId.slice(0, 8)}…`)
       expect(row).not.toContain(key.brandId)
+      expect(row).toMatch(/ active +never +default$/)
     }
-    expect(table.join("\n")).toContain("campaigns:rw,analytics:r")
   }
 
   const expectWide = (lines: ReadonlyArray<string>, listed: Awaited<ReturnType<typeof listedKeys>>["listed"]) => {
     const table = lines.filter((line) => !line.startsWith("Database: "))
     expect(table.map((line) => Bun.stringWidth(line)).filter((width) => width > 200)).toEqual([])
-    expect(table[0]!.split(/ {2,}/)).toEqual(["KEY ID", "BRAND", "NAME", "SCOPES", "STATUS", "CREATED", "EXPIRES"])
+    expect(table[0]!.split(/ {2,}/)).toEqual(["KEY ID", "BRAND", "NAME", "SCOPES", "STATUS", "CREATED", "EXPIRES", "LAST USED", "LIMIT"])
     for (const key of listed) {
       const row = table.find((line) => line.startsWith(key.keyId))
       expect(row).toContain(key.brandId)
@@ -241,7 +242,7 @@ describe("keys list fits the width it is shown in", () => {
     expect(table.join("\n")).toContain("campaigns:read,campaigns:write,analytics:read")
   }
 
-  it("on a terminal 80 columns wide, drops the dates, shortens brands and scopes, and cuts the name to fit; at 200 shows every field whole", async () => {
+  it("on a terminal 80 columns wide, keeps last use and limit, drops the dates and scopes, shortens brands, and cuts the name to fit; at 200 shows every field whole", async () => {
     const { env, listed } = await listedKeys()
     // A COLUMNS left over from before the terminal was resized does not count: the terminal's own width does.
     const narrow = await onTerminal(["keys", "list"], { ...env, COLUMNS: "200" }, 80)
@@ -380,5 +381,109 @@ describe("backup", () => {
     }
     expect(readFileSync(existing, "utf8")).toBe("keep me")
     expect(existsSync(join(dirname(database), "absent.sqlite"))).toBe(false)
+  })
+})
+
+describe.each(backends)("a key's life through the command line, against a running server on $name", (backend) => {
+  const cliJson = async (args: ReadonlyArray<string>, env: Environment) => {
+    const result = await runCli([...args, "--json"], env)
+    expect(result.code, result.stderr).toBe(0)
+    expect(result.stdout.trim().split("\n")).toHaveLength(1)
+    return JSON.parse(result.stdout)
+  }
+  const imfDate = (iso: string) => new Date(iso).toUTCString()
+  const minuteOf = (millis: number) => millis - (millis % 60_000)
+
+  it(`own limit, update, roll with a grace, Api-Key-Expires and last use: each change seen ${backend.keysSeen}`, async () => {
+    const database = await backend.database()
+    const env = { DATABASE_URL: database }
+    const server = await startServer(database, backend.env)
+    try {
+      const created = await cliJson(
+        ["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--rate-limit", "3/60", "--expires-in", "2"],
+        env
+      )
+      const { expiresAt } = await cliJson(["keys", "show", created.keyId], env)
+      const answers = [await whoami(server.url, created.apiKey), await whoami(server.url, created.apiKey)]
+      expect(answers.map((answer) => answer.status)).toEqual([200, 200])
+      expect(answers[0]!.headers.get("ratelimit-policy")).toBe(`"default";q=3;w=60`)
+      expect(answers.map((answer) => answer.headers.get("ratelimit"))).toEqual([`"default";r=2;t=0`, `"default";r=1;t=0`])
+      expect(answers[0]!.headers.get("api-key-expires")).toBe(imfDate(expiresAt))
+      expect((await whoami(server.url, created.apiKey)).status).toBe(200)
+      const limited = await whoami(server.url, created.apiKey)
+      expectEnvelope(limited, 429, "RATE_LIMITED")
+      expect(limited.json.message).toContain("3 requests per 60 seconds for this API key")
+      expect(limited.headers.get("api-key-expires")).toBe(imfDate(expiresAt))
+
+      const updated = await runCli(["keys", "update", created.keyId, "--rate-limit", "default", "--scopes", "campaigns:write"], env)
+      expect(updated.code, updated.stderr).toBe(0)
+      await backend.afterKeyChange()
+      const afterUpdate = await whoami(server.url, created.apiKey)
+      expect(afterUpdate.status).toBe(200)
+      expect(afterUpdate.json.scopes).toEqual(["campaigns:write"])
+      expect(afterUpdate.headers.get("ratelimit-policy")).toBe(`"default";q=120;w=60`)
+
+      const rolled = await cliJson(["keys", "roll", created.keyId, "--grace", "1h"], env)
+      expect(Object.keys(rolled)).toEqual(["apiKey", "keyId", "previousSecretEndsAt"])
+      expect(rolled.keyId).toBe(created.keyId)
+      await backend.afterKeyChange()
+      const [previous, current] = [await whoami(server.url, created.apiKey), await whoami(server.url, rolled.apiKey)]
+      expect([previous.status, current.status]).toEqual([200, 200])
+      expect(previous.json).toEqual(current.json)
+      expect(previous.headers.get("api-key-expires")).toBe(imfDate(rolled.previousSecretEndsAt))
+      expect(current.headers.get("api-key-expires")).toBe(imfDate(expiresAt))
+
+      // Rolling again ends the oldest secret at once, and with --grace 0 the one it replaces too.
+      const again = await cliJson(["keys", "roll", created.keyId, "--grace", "0"], env)
+      await backend.afterKeyChange()
+      expectEnvelope(await whoami(server.url, created.apiKey), 401, "UNAUTHORIZED")
+      expectEnvelope(await whoami(server.url, rolled.apiKey), 401, "UNAUTHORIZED")
+      const usedFrom = Date.now()
+      expect((await whoami(server.url, again.apiKey)).status).toBe(200)
+      const usedUntil = Date.now()
+
+      // Written at the graceful stop, at the latest.
+      expect(await server.stop()).toBe(0)
+      const shown = await cliJson(["keys", "show", created.keyId], env)
+      expect(Object.keys(shown)).toEqual([
+        "keyId", "brandId", "name", "scopes", "status", "createdAt", "expiresAt", "revokedAt", "lastUsedAt", "rateLimit"
+      ])
+      expect([minuteOf(usedFrom), minuteOf(usedUntil)]).toContain(Date.parse(shown.lastUsedAt))
+      expect(shown).toMatchObject({ scopes: ["campaigns:write"], rateLimit: null, status: "active", expiresAt })
+      const listed = await cliJson(["keys", "list", "--brand", brandId.toUpperCase()], env)
+      expect(listed).toEqual([shown])
+      expect(await cliJson(["keys", "list", "--brand", crypto.randomUUID()], env)).toEqual([])
+    } finally {
+      await server.stop()
+    }
+  })
+
+  it("refuses bad input with one sentence, exit 2 for usage and 1 for an unknown key, and changes nothing", async () => {
+    const database = await backend.database()
+    const env = { DATABASE_URL: database }
+    const created = await cliJson(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--rate-limit", "10/60"], env)
+    const before = await cliJson(["keys", "show", created.keyId], env)
+    const refusals: ReadonlyArray<readonly [ReadonlyArray<string>, 1 | 2, string]> = [
+      [["roll", created.keyId, "--grace", "31d"], 2, "--grace takes 0 or a whole number of minutes, hours or days"],
+      [["roll", created.keyId, "--grace", "x"], 2, "--grace takes 0 or a whole number of minutes, hours or days"],
+      [["update", created.keyId, "--rate-limit", "0/60"], 2, "--rate-limit takes <requests>/<seconds>"],
+      [["update", created.keyId, "--rate-limit", "5"], 2, "--rate-limit takes <requests>/<seconds>"],
+      [["create", "--brand", brandId, "--scopes", "campaigns:read", "--rate-limit", "5/0"], 2, "--rate-limit takes <requests>/<seconds>"],
+      [["update", created.keyId, "--scopes", "nope"], 2, "--scopes takes a comma-separated list"],
+      [["update", created.keyId], 2, "give at least one"],
+      [["update", "aaaaaaaaaaaaaaaa", "--name", "x"], 1, "No active API key with id aaaaaaaaaaaaaaaa."],
+      [["roll", "aaaaaaaaaaaaaaaa"], 1, "No active API key with id aaaaaaaaaaaaaaaa."],
+      [["show", "aaaaaaaaaaaaaaaa"], 1, "No API key with id aaaaaaaaaaaaaaaa."]
+    ]
+    for (const [args, code, sentence] of refusals) {
+      const result = await runCli(["keys", ...args], env)
+      expect({ args, code: result.code }).toEqual({ args, code })
+      expect(result.stdout).toBe("")
+      const said = result.stderr.split("\n").filter((line) => line !== "" && !line.startsWith("Database: "))
+      expect(said).toHaveLength(1)
+      expect(said[0]).toContain(sentence)
+    }
+    expect(await cliJson(["keys", "show", created.keyId], env)).toEqual(before)
+    expect(await cliJson(["keys", "list"], env)).toEqual([before])
   })
 })
