@@ -23,11 +23,17 @@ const requestIdHeader = {
   required: true
 }
 const rateLimitHeaders = {
-  "RateLimit-Policy": { ...header("The key's quota (IETF draft-10), e.g. `\"default\";q=120;w=60`."), required: true },
+  "RateLimit-Policy": {
+    ...header("The key's quota (IETF draft-10), its own or the server's, e.g. `\"default\";q=120;w=60`."),
+    required: true
+  },
   "RateLimit": {
     ...header("What is left of it: `\"default\";r=<remaining>;t=<seconds until a request is available again>`."),
     required: true
-  }
+  },
+  "Api-Key-Expires": header(
+    "When the secret this request sent stops working (the key's expiry, or the end of a rolled key's previous secret), the earlier, as an IMF-fixdate (RFC 9110); absent for a secret without an end."
+  )
 }
 const retryAfter = header("Seconds to wait before retrying.", { type: "integer", minimum: 1 })
 

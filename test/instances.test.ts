@@ -75,6 +75,33 @@ describe.skipIf(skip)("two instances on one PostgreSQL + Redis", () => {
     expectEnvelope(await whoami(b.url, apiKey), 401, "UNAUTHORIZED")
   })
 
+  it(`a key rolled through the command line: both take the new secret, and end the old one within ${keyPropagationBound} ms of a roll with --grace 0`, async () => {
+    const key = await createKey(database, { scopes: ["campaigns:read"] })
+    expect([(await whoami(a.url, key.apiKey)).status, (await whoami(b.url, key.apiKey)).status]).toEqual([200, 200])
+    const roll = async (grace: string) => {
+      const rolled = await runCli(["keys", "roll", key.keyId, "--grace", grace, "--json"], { DATABASE_URL: database })
+      expect(rolled.code, rolled.stderr).toBe(0)
+      return JSON.parse(rolled.stdout) as { apiKey: string; previousSecretEndsAt: string }
+    }
+    const first = await roll("1h")
+    await postgres.afterKeyChange()
+    for (const server of [a, b]) {
+      for (const secret of [key.apiKey, first.apiKey]) {
+        const answer = await whoami(server.url, secret)
+        expect(answer.status).toBe(200)
+        expect(answer.json.keyId).toBe(key.keyId)
+      }
+      expect((await whoami(server.url, key.apiKey)).headers.get("api-key-expires")).toBe(new Date(first.previousSecretEndsAt).toUTCString())
+    }
+    const second = await roll("0")
+    await postgres.afterKeyChange()
+    for (const server of [a, b]) {
+      expectEnvelope(await whoami(server.url, key.apiKey), 401, "UNAUTHORIZED")
+      expectEnvelope(await whoami(server.url, first.apiKey), 401, "UNAUTHORIZED")
+      expect((await whoami(server.url, second.apiKey)).status).toBe(200)
+    }
+  })
+
   it("loses no acknowledged activation when one instance is killed under load, and the other keeps serving", async () => {
     const database = await postgres.database()
     const [doomed, survivor] = await startPair(database, { RATE_LIMIT_MAX: "1000000" })
@@ -142,6 +169,41 @@ describe.skipIf(skip)("a rate limit shared through Redis", () => {
       expect(remaining.sort((x, y) => x - y)).toEqual(Array.from({ length: limit }, (_, i) => i))
       // Limited by the store, not failed open: nothing was logged about Redis.
       expect(`${a.logs()}${b.logs()}`).not.toContain("rate limiter's Redis")
+    } finally {
+      await Promise.all([a.stop(), b.stop()])
+    }
+  })
+})
+
+describe.skipIf(skip)("a key's own rate limit shared through Redis", () => {
+  const limit = 5
+
+  it(`admits exactly ${limit} of ${4 * limit} concurrent requests of a key limited to ${limit}/3600 by keys update, across two instances`, async () => {
+    const database = await postgres.database()
+    const [a, b] = await startPair(database, { RATE_LIMIT_MAX: "1000000" })
+    try {
+      const key = await createKey(database, { scopes: ["campaigns:read"] })
+      expect((await whoami(a.url, key.apiKey)).headers.get("ratelimit-policy")).toBe(`"default";q=1000000;w=60`)
+      const updated = await runCli(["keys", "update", key.keyId, "--rate-limit", `${limit}/3600`], { DATABASE_URL: database })
+      expect(updated.code, updated.stderr).toBe(0)
+      await postgres.afterKeyChange()
+      const usedFrom = Date.now()
+      const answers = await Promise.all(
+        shuffle(Array.from({ length: 4 * limit }, (_, i) => i % 2 === 0 ? a : b)).map((server) => whoami(server.url, key.apiKey))
+      )
+      expect(answers.filter(ok)).toHaveLength(limit)
+      for (const answer of answers) expect(answer.headers.get("ratelimit-policy")).toBe(`"default";q=${limit};w=3600`)
+      for (const answer of answers.filter((answer) => !ok(answer))) expectEnvelope(answer, 429, "RATE_LIMITED")
+      const remaining = answers.filter(ok).map((answer) => Number(/r=(\d+)/.exec(answer.headers.get("ratelimit")!)![1]))
+      expect(remaining.sort((x, y) => x - y)).toEqual(Array.from({ length: limit }, (_, i) => i))
+      const usedUntil = Date.now()
+
+      // Both note the key's use, and both write it as they stop, at the same moment: no conflict.
+      expect(await Promise.all([a.stop(), b.stop()])).toEqual([0, 0])
+      expect(`${a.logs()}${b.logs()}`).not.toContain("not written")
+      const shown = await runCli(["keys", "show", key.keyId, "--json"], { DATABASE_URL: database })
+      const minuteOf = (millis: number) => millis - (millis % 60_000)
+      expect([minuteOf(usedFrom), minuteOf(usedUntil)]).toContain(Date.parse(JSON.parse(shown.stdout).lastUsedAt))
     } finally {
       await Promise.all([a.stop(), b.stop()])
     }
