@@ -10,11 +10,13 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Redacted } from "effect"
 import CreateTables from "../src/Database/migrations/0001_create_tables.ts"
 import ApiKeysGeneration from "../src/Database/migrations/0002_api_keys_generation.ts"
+import ActivationReads from "../src/Database/migrations/0003_activation_reads.ts"
+import CampaignCounts from "../src/Database/migrations/0004_campaign_counts.ts"
 import { fingerprintOf } from "../src/Idempotency.ts"
 import { call } from "./support/client.ts"
 import { backends } from "./support/backends.ts"
 import { serveInProcess } from "./support/inProcess.ts"
-import { createKey } from "./support/server.ts"
+import { createKey, listKeys, rollKey } from "./support/server.ts"
 
 /** The request that made an activation, as its Idempotency-Key's fingerprint covers it. */
 const requestOf = (a: { creatorId: string; campaignId: string; socialUsername: string; plannedPostAt: string | null }) => ({
@@ -28,12 +30,21 @@ const requestOf = (a: { creatorId: string; campaignId: string; socialUsername: s
 /** The migrations of the release before the reads, as it shipped them. */
 const previousRelease = { "0001_create_tables": CreateTables, "0002_api_keys_generation": ApiKeysGeneration }
 
-const migrateAsPreviousRelease = (database: string) =>
+/** The migrations of the release before keys could be rolled, limited and tracked. */
+const releaseBeforeKeyLifecycle = {
+  ...previousRelease,
+  "0003_activation_reads": ActivationReads,
+  "0004_campaign_counts": CampaignCounts
+}
+
+const migrateAs = (release: Record<string, Effect.Effect<void, unknown, any>>) => (database: string) =>
   (database.startsWith("postgres")
-    ? PgMigrator.run({ loader: PgMigrator.fromRecord(previousRelease) }).pipe(Effect.provide(PgClient.layer({ url: Redacted.make(database) })))
-    : SqliteMigrator.run({ loader: SqliteMigrator.fromRecord(previousRelease) }).pipe(
+    ? PgMigrator.run({ loader: PgMigrator.fromRecord(release) }).pipe(Effect.provide(PgClient.layer({ url: Redacted.make(database) })))
+    : SqliteMigrator.run({ loader: SqliteMigrator.fromRecord(release) }).pipe(
       Effect.provide(SqliteClient.layer({ filename: database }))
     )).pipe(Effect.provide(BunContext.layer), Effect.asVoid, Effect.runPromise)
+
+const migrateAsPreviousRelease = migrateAs(previousRelease)
 
 describe.each(backends)("upgrading a database of the previous release on $name", (backend) => {
   it("migrates at start: its keys work, and every activation it stored reads back, replays and is counted", async () => {
@@ -105,6 +116,39 @@ describe.each(backends)("upgrading a database of the previous release on $name",
       const counted = await call(server.url, { path: `/v1/campaigns/${campaignId}/analytics`, apiKey: key.apiKey })
       expect(counted.json.analytics).toMatchObject({ activations: 2, creators: 1, unscheduled: 1 })
       expect(await backend.count(database, "SELECT 1 FROM idempotency_keys")).toBe(2)
+    } finally {
+      await server.stop()
+    }
+  })
+})
+
+describe.each(backends)("upgrading a database of the release before the keys' lifecycle on $name", (backend) => {
+  it("migrates at start: every key it stored works with its secret, can be rolled, and has no last use and the server's limit", async () => {
+    const database = await backend.database()
+    await migrateAs(releaseBeforeKeyLifecycle)(database)
+    const brandId = crypto.randomUUID()
+    const keyId = "beforelifecycle0"
+    const secret = "ab".repeat(32)
+    const digest = new Bun.CryptoHasher("sha256").update(secret).digest("hex")
+    // The row as that release wrote it: none of the new columns.
+    await backend.exec(
+      database,
+      `INSERT INTO api_keys (key_id, brand_id, name, scopes, secret_sha256, created_at, expires_at, revoked_at)
+       VALUES ('${keyId}', '${brandId}', 'old', 'campaigns:read', '${digest}', ${Date.now()}, NULL, NULL)`
+    )
+    const apiKey = `cak_${keyId}_${secret}`
+    const server = await serveInProcess(database, backend.env)
+    try {
+      const answer = await call(server.url, { path: "/v1/whoami", apiKey })
+      expect(answer.json).toEqual({ ok: true, keyId, brandId, scopes: ["campaigns:read"] })
+      expect(answer.headers.get("ratelimit-policy")).toBe(`"default";q=120;w=60`)
+      expect(answer.headers.get("api-key-expires")).toBeNull()
+      const listed = await listKeys(database)
+      expect(listed).toEqual([expect.objectContaining({ keyId, lastUsedAt: null, rateLimit: null, previousSecretEndsAt: null })])
+      const rolled = await rollKey(database, keyId)
+      await backend.afterKeyChange()
+      expect((await call(server.url, { path: "/v1/whoami", apiKey: rolled })).status).toBe(200)
+      expect((await call(server.url, { path: "/v1/whoami", apiKey })).status).toBe(200)
     } finally {
       await server.stop()
     }

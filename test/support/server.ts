@@ -177,12 +177,21 @@ export const createKey = (
     Effect.runPromise
   )
 
-export const revokeKey = (database: string, keyId: string): Promise<boolean> =>
-  Effect.flatMap(ApiKeys, (keys) => keys.revoke(keyId)).pipe(
+/** `use` on the key store of the server's database, as the key commands open it. */
+const withKeys = <A>(database: string, use: (keys: ApiKeys["Type"]) => Effect.Effect<A>): Promise<A> =>
+  Effect.flatMap(ApiKeys, use).pipe(
     Effect.provide(KeysLive),
     Effect.withConfigProvider(ConfigProvider.fromMap(new Map([["DATABASE_URL", database]]))),
     Effect.runPromise
   )
+
+export const revokeKey = (database: string, keyId: string): Promise<boolean> => withKeys(database, (keys) => keys.revoke(keyId))
+
+export const listKeys = (database: string) => withKeys(database, (keys) => keys.list)
+
+/** Rolls the key with a grace of an hour: its new key. */
+export const rollKey = (database: string, keyId: string): Promise<string> =>
+  withKeys(database, (keys) => Effect.map(keys.roll(keyId, Duration.hours(1)), (rolled) => rolled!.apiKey))
 
 /**
  * Runs the real command line and collects what it printed. It is stopped with SIGTERM after
