@@ -1,6 +1,6 @@
 import { Clock, Context, DateTime, Duration, Effect, Layer, Option } from "effect"
 import { timingSafeEqual } from "node:crypto"
-import { ApiKeysRepo, type ApiKeyRow, type KeyChangesRequested } from "./ApiKeys/ApiKeysRepo.ts"
+import { ApiKeysRepo, type ApiKeyRow, type KeyChangesRequested, type SecretUse } from "./ApiKeys/ApiKeysRepo.ts"
 import { ApiKeyInfo, type Authenticated, type BrandId, type KeyId, type RateLimitPolicy, type Scope } from "./Domain/ApiKey.ts"
 import { KeyRefused, type RefusalReason } from "./Domain/Errors.ts"
 import { Ids } from "./Ids.ts"
@@ -49,8 +49,11 @@ export const maxGrace = Duration.days(30)
 
 const dateOrNull = (millis: number | null) => millis === null ? null : DateTime.unsafeMake(millis)
 
-const toInfo = (row: ApiKeyRow, lastUsedAt: number | undefined, now: number): ApiKeyInfo =>
-  new ApiKeyInfo({
+const toInfo = (row: ApiKeyRow, uses: ReadonlyArray<SecretUse>, now: number): ApiKeyInfo => {
+  const previousWorks = row.previousSecretEndsAt !== null && row.previousSecretEndsAt > now && row.revokedAt === null
+  const previousUse = previousWorks ? uses.find((use) => use.secretSha256 === row.previousSecretSha256) : undefined
+  const lastUse = uses.reduce<number | null>((latest, use) => latest === null || use.at > latest ? use.at : latest, null)
+  return new ApiKeyInfo({
     keyId: row.keyId as KeyId,
     brandId: row.brandId as BrandId,
     name: row.name,
@@ -58,12 +61,12 @@ const toInfo = (row: ApiKeyRow, lastUsedAt: number | undefined, now: number): Ap
     createdAt: DateTime.unsafeMake(row.createdAt),
     expiresAt: dateOrNull(row.expiresAt),
     revokedAt: dateOrNull(row.revokedAt),
-    previousSecretEndsAt: row.previousSecretEndsAt !== null && row.previousSecretEndsAt > now && row.revokedAt === null
-      ? DateTime.unsafeMake(row.previousSecretEndsAt)
-      : null,
+    previousSecretEndsAt: previousWorks ? dateOrNull(row.previousSecretEndsAt) : null,
     rateLimit: row.rateLimit,
-    lastUsedAt: dateOrNull(lastUsedAt ?? null)
+    lastUsedAt: dateOrNull(lastUse),
+    previousSecretLastUsedAt: dateOrNull(previousUse?.at ?? null)
   })
+}
 
 /** The earlier of two ends, null being never. */
 const earlier = (a: number | null, b: number | null) => a === null ? b : b === null ? a : Math.min(a, b)
@@ -107,8 +110,13 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
           ...row,
           digest: Buffer.from(row.secretSha256, "hex"),
           previousDigest: row.previousSecretSha256 === null ? decoyDigest : Buffer.from(row.previousSecretSha256, "hex"),
-          current: { identity, endsAt: row.expiresAt, rateLimit: row.rateLimit },
-          previous: { identity, endsAt: earlier(row.expiresAt, row.previousSecretEndsAt), rateLimit: row.rateLimit }
+          current: { identity, endsAt: row.expiresAt, rateLimit: row.rateLimit, secretSha256: row.secretSha256 },
+          previous: {
+            identity,
+            endsAt: earlier(row.expiresAt, row.previousSecretEndsAt),
+            rateLimit: row.rateLimit,
+            secretSha256: row.previousSecretSha256 ?? ""
+          }
         }
       }
       let cache: { readonly generation: number; readonly keys: ReadonlyMap<string, Cached> } | undefined
@@ -194,7 +202,7 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
           previousSecretEndsAt: null,
           rateLimit: options.rateLimit ?? null
         }
-        const info = toInfo(row, undefined, now)
+        const info = toInfo(row, [], now)
         yield* repo.insert(row)
         return { apiKey: `cak_${keyId}_${secret}`, info }
       }).pipe(span("ApiKeys.create"))
@@ -218,7 +226,11 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
         authenticate,
         create,
         list: Effect.all([repo.list, repo.lastUsed, Clock.currentTimeMillis]).pipe(
-          Effect.map(([rows, lastUsed, now]) => rows.map((row) => toInfo(row, lastUsed.get(row.keyId), now)))
+          Effect.map(([rows, uses, now]) => {
+            const byKey = new Map<string, Array<SecretUse>>()
+            for (const use of uses) byKey.set(use.keyId, [...(byKey.get(use.keyId) ?? []), use])
+            return rows.map((row) => toInfo(row, byKey.get(row.keyId) ?? [], now))
+          })
         ),
         revoke: (keyId) => Effect.flatMap(Clock.currentTimeMillis, (now) => repo.revoke(keyId, now)),
         roll,

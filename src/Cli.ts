@@ -378,12 +378,19 @@ const show = Command.make("show", { typed: keyIdArg("shown"), json }, ({ json, t
         ...(key.revokedAt === null ? [] : [["revoked", DateTime.formatIso(key.revokedAt)] as const]),
         ...(key.previousSecretEndsAt === null
           ? []
-          : [["previous secret", `works until ${DateTime.formatIso(key.previousSecretEndsAt)}`] as const]),
+          : [[
+            "previous secret",
+            `works until ${DateTime.formatIso(key.previousSecretEndsAt)}, last used ${
+              key.previousSecretLastUsedAt === null ? "never" : minuteOf(key.previousSecretLastUsedAt)
+            }`
+          ] as const]),
         ["rate limit", key.rateLimit === null ? "default (the server's)" : `${limitOf(key)} (requests/seconds)`],
         ["last used", key.lastUsedAt === null ? "never" : minuteOf(key.lastUsedAt)]
       ]
       yield* Console.log(lines.map(([label, value]) => `${`${label}:`.padEnd(17)}${value}`).join("\n"))
-    }))).pipe(Command.withDescription("Show one API key (never its secret): its state, rate limit and when it was last used."))
+    }))).pipe(Command.withDescription(
+      "Show one API key (never its secret): its state, rate limit, when it was last used, and while a rolled key's previous secret works, when that one was."
+    ))
 
 const roll = Command.make("roll", {
   typed: keyIdArg("given a new secret"),

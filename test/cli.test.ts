@@ -458,6 +458,30 @@ describe.each(backends)("a key's life through the command line, against a runnin
     }
   })
 
+  it("keys show tells when a rolled key's previous secret was last used, apart from the new one's, to watch it stop", async () => {
+    const database = await backend.database()
+    const env = { DATABASE_URL: database }
+    const created = await cliJson(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read"], env)
+    const rolled = await cliJson(["keys", "roll", created.keyId, "--grace", "2h"], env)
+    const server = await startServer(database, backend.env)
+    const usedFrom = Date.now()
+    try {
+      expect((await whoami(server.url, created.apiKey)).status).toBe(200)
+    } finally {
+      expect(await server.stop()).toBe(0)
+    }
+    const usedUntil = Date.now()
+    const shown = await runCli(["keys", "show", created.keyId], env)
+    expect(shown.code).toBe(0)
+    const line = shown.stdout.split("\n").find((line) => line.startsWith("previous secret:"))
+    const minutes = [usedFrom, usedUntil].map((millis) => `${new Date(millis - (millis % 60_000)).toISOString().slice(0, 16)}Z`)
+    expect(minutes.map((minute) => `previous secret: works until ${rolled.previousSecretEndsAt}, last used ${minute}`)).toContain(
+      line!.replace(/ +/, " ")
+    )
+    // The new secret unused: the previous one's use is the key's last use.
+    expect(shown.stdout).toMatch(new RegExp(`last used: +(${minutes.join("|")})`))
+  })
+
   it("refuses bad input with one sentence, exit 2 for usage and 1 for an unknown key, and changes nothing", async () => {
     const database = await backend.database()
     const env = { DATABASE_URL: database }

@@ -32,7 +32,7 @@ const writer: ApiKeyIdentity = {
   scopes: ["campaigns:write"]
 }
 const reader: ApiKeyIdentity = { ...writer, keyId: "r3ader0000000000" as KeyId, scopes: ["campaigns:read"] }
-const endless = (identity: ApiKeyIdentity): Authenticated => ({ identity, endsAt: null, rateLimit: null })
+const endless = (identity: ApiKeyIdentity): Authenticated => ({ identity, endsAt: null, rateLimit: null, secretSha256: "00".repeat(32) })
 const tokens: Record<string, Authenticated> = { "cak_writer": endless(writer), "cak_reader": endless(reader) }
 
 interface Doubles {

@@ -221,7 +221,7 @@ describe.each(lifecycleDatabases)("ApiKeysRepo's key lifecycle on %s", (_, datab
         expect(yield* committed).toBeGreaterThan(before)
       }))
 
-    it.effect("records last uses in batches, the latest time winning whichever write comes last, without moving the keys' generation", () =>
+    it.effect("records last uses by secret in batches, the latest time winning whichever write comes last, without moving the keys' generation", () =>
       Effect.gen(function*() {
         const repo = yield* ApiKeysRepo
         const [a, b] = [keyRow(), keyRow()]
@@ -229,17 +229,27 @@ describe.each(lifecycleDatabases)("ApiKeysRepo's key lifecycle on %s", (_, datab
         yield* repo.insert(b)
         const committed = Effect.zipRight(TestClock.adjust(1), repo.freshGeneration ?? repo.generation)
         const before = yield* committed
-        yield* repo.recordUsage([[a.keyId, 1_750_000_060_000], [b.keyId, 1_750_000_000_000]])
-        // Another instance's older note, written after: kept out.
-        yield* repo.recordUsage([[a.keyId, 1_750_000_000_000], [b.keyId, 1_750_000_120_000]])
-        const lastUsed = yield* repo.lastUsed
-        expect([lastUsed.get(a.keyId), lastUsed.get(b.keyId)]).toEqual([1_750_000_060_000, 1_750_000_120_000])
+        const use = (key: ApiKeyRow, secretSha256: string, at: number) => ({ keyId: key.keyId, secretSha256, at })
+        yield* repo.recordUsage([use(a, "ab".repeat(32), 1_750_000_060_000), use(b, "ab".repeat(32), 1_750_000_000_000)])
+        // Another instance's older note, written after: kept out. Another secret of a: a row of its own.
+        yield* repo.recordUsage([
+          use(a, "ab".repeat(32), 1_750_000_000_000),
+          use(b, "ab".repeat(32), 1_750_000_120_000),
+          use(a, "cd".repeat(32), 1_740_000_000_000)
+        ])
+        const lastUsed = (yield* repo.lastUsed).filter((use) => use.keyId === a.keyId || use.keyId === b.keyId)
+        expect(lastUsed).toHaveLength(3)
+        expect(lastUsed).toEqual(expect.arrayContaining([
+          use(a, "ab".repeat(32), 1_750_000_060_000),
+          use(a, "cd".repeat(32), 1_740_000_000_000),
+          use(b, "ab".repeat(32), 1_750_000_120_000)
+        ]))
         expect(yield* committed).toBe(before)
         // More than one statement's worth at once.
-        const many = Array.from({ length: 1_201 }, (_, i) => [unique("many"), 1_750_000_000_000 + i] as const)
+        const many = Array.from({ length: 1_201 }, (_, i) => ({ keyId: unique("many"), secretSha256: "ef".repeat(32), at: 1_750_000_000_000 + i }))
         yield* repo.recordUsage(many)
-        const after = yield* repo.lastUsed
-        expect(many.every(([keyId, at]) => after.get(keyId) === at)).toBe(true)
+        const after = new Map((yield* repo.lastUsed).map((use) => [use.keyId, use.at]))
+        expect(many.every((use) => after.get(use.keyId) === use.at)).toBe(true)
       }))
   })
 })

@@ -69,7 +69,7 @@ const ApiKeysRepoInMemory = makeTestLayer(ApiKeysRepo)({
       generation++
       return endsAt
     }),
-  lastUsed: Effect.sync(() => new Map())
+  lastUsed: Effect.succeed([])
 })
 
 /** Predictable bytes: each draw is the next block of a SHA-512 counter stream, so no two draws repeat. */
@@ -116,7 +116,12 @@ layer(ApiKeys.Live.pipe(Layer.provide(ApiKeysRepoInMemory), Layer.provide(makeId
     Effect.gen(function*() {
       const { apiKey, info } = yield* createKey()
       const identity = yield* authenticate(apiKey)
-      expect(identity).toEqual({ identity: { keyId: info.keyId, brandId, scopes }, endsAt: null, rateLimit: null })
+      expect(identity).toEqual({
+        identity: { keyId: info.keyId, brandId, scopes },
+        endsAt: null,
+        rateLimit: null,
+        secretSha256: sha256Hex(secretOf(apiKey))
+      })
     }))
 
   it.effect("refuses a malformed token as malformed, naming no key id even when one is in it", () =>
@@ -170,8 +175,9 @@ layer(ApiKeys.Live.pipe(Layer.provide(ApiKeysRepoInMemory), Layer.provide(makeId
       const startedAt = (yield* TestClock.currentTimeMillis)
       expect(DateTime.toEpochMillis(rolled.previousSecretEndsAt)).toBe(startedAt + graceEnd)
       const identity = { keyId: info.keyId, brandId, scopes }
-      expect(yield* authenticate(rolled.apiKey)).toEqual({ identity, endsAt: null, rateLimit: null })
-      expect(yield* authenticate(before)).toEqual({ identity, endsAt: startedAt + graceEnd, rateLimit: null })
+      const digestOf = (apiKey: string) => sha256Hex(secretOf(apiKey))
+      expect(yield* authenticate(rolled.apiKey)).toEqual({ identity, endsAt: null, rateLimit: null, secretSha256: digestOf(rolled.apiKey) })
+      expect(yield* authenticate(before)).toEqual({ identity, endsAt: startedAt + graceEnd, rateLimit: null, secretSha256: digestOf(before) })
       yield* TestClock.adjust(Duration.subtract(Duration.hours(24), Duration.millis(1)))
       yield* authenticate(before)
       yield* TestClock.adjust(Duration.millis(1))
@@ -224,32 +230,38 @@ layer(ApiKeys.Live.pipe(Layer.provide(ApiKeysRepoInMemory), Layer.provide(makeId
 })
 
 describe("KeyUsage", () => {
-  const written: Array<ReadonlyArray<readonly [string, number]>> = []
+  /** Each batch written, each use as `<key>/<secret>@<minute>`. */
+  const written: Array<ReadonlyArray<string>> = []
   let failing = false
+  const minute = 60_000
   const RecordingRepo = makeTestLayer(ApiKeysRepo)({
     recordUsage: (uses) =>
-      failing ? Effect.die(databaseError("SQLITE_BUSY", "locked")) : Effect.sync(() => void written.push(uses))
+      failing
+        ? Effect.die(databaseError("SQLITE_BUSY", "locked"))
+        : Effect.sync(() => void written.push(uses.map((use) => `${use.keyId}/${use.secretSha256}@${use.at / minute}`)))
   })
-  const minute = 60_000
+  const makeUsage = Layer.build(KeyUsage.Live.pipe(Layer.provide(RecordingRepo))).pipe(Effect.map(Context.get(KeyUsage)))
 
-  it.scoped("notes a key once per minute and writes the notes in one batch a minute, never on the request", () =>
+  it.scoped("notes each secret once per minute and writes the notes in one batch a minute, never on the request", () =>
     Effect.gen(function*() {
       written.length = 0
       yield* TestClock.setTime(10 * minute + 5_000)
-      const usage = yield* Layer.build(KeyUsage.Live.pipe(Layer.provide(RecordingRepo))).pipe(Effect.map(Context.get(KeyUsage)))
-      for (let i = 0; i < 100; i++) usage.record("key-a")
-      usage.record("key-b")
+      const usage = yield* makeUsage
+      for (let i = 0; i < 100; i++) usage.record("key-a", "new")
+      usage.record("key-b", "b")
+      // A rolled key's previous secret: noted apart.
+      usage.record("key-a", "old")
       expect(written).toEqual([])
       yield* TestClock.adjust("30 seconds")
-      usage.record("key-a")
+      usage.record("key-a", "new")
       expect(written).toEqual([])
       // The first write, a minute after the start.
       yield* TestClock.adjust("30 seconds")
-      expect(written).toEqual([[["key-a", 10 * minute], ["key-b", 10 * minute]]])
-      // A new minute is noted again; an unused key is not written again.
-      usage.record("key-a")
+      expect(written).toEqual([["key-a/new@10", "key-b/b@10", "key-a/old@10"]])
+      // A new minute is noted again; a secret unused since is not written again.
+      usage.record("key-a", "new")
       yield* TestClock.adjust("1 minute")
-      expect(written).toEqual([[["key-a", 10 * minute], ["key-b", 10 * minute]], [["key-a", 11 * minute]]])
+      expect(written).toEqual([["key-a/new@10", "key-b/b@10", "key-a/old@10"], ["key-a/new@11"]])
       yield* TestClock.adjust("5 minutes")
       expect(written).toHaveLength(2)
     }))
@@ -259,19 +271,19 @@ describe("KeyUsage", () => {
       written.length = 0
       yield* TestClock.setTime(20 * minute)
       yield* Effect.scoped(Effect.gen(function*() {
-        const usage = yield* Layer.build(KeyUsage.Live.pipe(Layer.provide(RecordingRepo))).pipe(Effect.map(Context.get(KeyUsage)))
+        const usage = yield* makeUsage
         failing = true
-        usage.record("key-a")
+        usage.record("key-a", "a")
         yield* Logger.withMinimumLogLevel(TestClock.adjust("1 minute"), LogLevel.None)
         expect(written).toEqual([])
         failing = false
-        usage.record("key-b")
+        usage.record("key-b", "b")
         yield* TestClock.adjust("1 minute")
-        expect(written).toEqual([[["key-a", 20 * minute], ["key-b", 21 * minute]]])
-        usage.record("key-a")
+        expect(written).toEqual([["key-a/a@20", "key-b/b@21"]])
+        usage.record("key-a", "a")
       }))
       // Scope closed: the graceful stop's write.
-      expect(written.at(-1)).toEqual([["key-a", 22 * minute]])
+      expect(written.at(-1)).toEqual(["key-a/a@22"])
     }))
 })
 

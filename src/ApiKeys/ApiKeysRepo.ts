@@ -20,6 +20,13 @@ export interface ApiKeyRow {
   readonly rateLimit: RateLimitPolicy | null
 }
 
+/** A secret of a key, by its digest, last used at `at`. */
+export interface SecretUse {
+  readonly keyId: string
+  readonly secretSha256: string
+  readonly at: number
+}
+
 /** What `keys update` may change; an absent field stays as it is. */
 export interface KeyChangesRequested {
   readonly scopes?: ReadonlyArray<string>
@@ -93,10 +100,10 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
   ) => Effect.Effect<number | undefined>
   /** Changes an active key (not revoked, not expired at `now`); false when there is no such key. */
   readonly update: (keyId: string, changes: KeyChangesRequested, now: number) => Effect.Effect<boolean>
-  /** When each key was last used, by key id: a key never used is absent. */
-  readonly lastUsed: Effect.Effect<ReadonlyMap<string, number>>
+  /** When each secret was last used, by its digest: a secret never used is absent. */
+  readonly lastUsed: Effect.Effect<ReadonlyArray<SecretUse>>
   /** Records last uses; a time older than the one stored (another instance's, later) is kept out. */
-  readonly recordUsage: (uses: ReadonlyArray<readonly [keyId: string, at: number]>) => Effect.Effect<void>
+  readonly recordUsage: (uses: ReadonlyArray<SecretUse>) => Effect.Effect<void>
 }>() {
   static readonly Live = Layer.scoped(
     ApiKeysRepo,
@@ -166,8 +173,9 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
               span("ApiKeysRepo.update")
             )
         },
-        lastUsed: sql<{ key_id: string; last_used_at: number | string }>`SELECT key_id, last_used_at FROM api_key_usage`.pipe(
-          Effect.map((rows) => new Map(rows.map((row) => [row.key_id, Number(row.last_used_at)]))),
+        lastUsed: sql<{ key_id: string; secret_sha256: string; last_used_at: number | string }>`
+            SELECT key_id, secret_sha256, last_used_at FROM api_key_usage`.pipe(
+          Effect.map((rows) => rows.map((row) => ({ keyId: row.key_id, secretSha256: row.secret_sha256, at: Number(row.last_used_at) }))),
           Effect.orDie,
           span("ApiKeysRepo.lastUsed")
         ),
@@ -175,8 +183,10 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
           Effect.forEach(
             Array.from({ length: Math.ceil(uses.length / usageBatch) }, (_, i) => uses.slice(i * usageBatch, (i + 1) * usageBatch)),
             (batch) =>
-              sql`INSERT INTO api_key_usage ${sql.insert(batch.map(([keyId, at]) => ({ key_id: keyId, last_used_at: at })))}
-                  ON CONFLICT (key_id) DO UPDATE SET last_used_at = ${later}`,
+              sql`INSERT INTO api_key_usage ${
+                sql.insert(batch.map((use) => ({ key_id: use.keyId, secret_sha256: use.secretSha256, last_used_at: use.at })))
+              }
+                  ON CONFLICT (key_id, secret_sha256) DO UPDATE SET last_used_at = ${later}`,
             { discard: true }
           ).pipe(Effect.orDie, span("ApiKeysRepo.recordUsage"))
       }

@@ -70,8 +70,8 @@ export const ApiKeysSteps = Effect.gen(function*() {
     return lastEnd.header
   }
 
-  const charge = ({ endsAt, identity, rateLimit: own }: Authenticated): Effect.Effect<Passed, Refused> => {
-    usage.record(identity.keyId)
+  const charge = ({ endsAt, identity, rateLimit: own, secretSha256 }: Authenticated): Effect.Effect<Passed, Refused> => {
+    usage.record(identity.keyId, secretSha256)
     const key = { keyId: identity.keyId, brandId: identity.brandId, reason: null }
     const limit = own === null ? serverWide : tellOwn(own)
     return Effect.flatMap(rateLimit.consume(identity.keyId, own), (decision) => {

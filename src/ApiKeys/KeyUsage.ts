@@ -1,19 +1,19 @@
 import { Cause, Context, Duration, Effect, Layer, Schedule } from "effect"
 import { spans } from "../Spans.ts"
-import { ApiKeysRepo } from "./ApiKeysRepo.ts"
+import { ApiKeysRepo, type SecretUse } from "./ApiKeysRepo.ts"
 
 /** How precisely last use is kept, and how often it is written: at most once per key per minute. */
 export const usageResolution = Duration.minutes(1)
 
 /**
- * When each key was last used (README, The key command line: last used), to the minute. A
- * request only notes it in memory; the notes are written in the background, in one batch a
+ * When each key's secrets were last used (README, The key command line: last used), to the
+ * minute, each secret by its digest. A request only notes it in memory; the notes are written in the background, in one batch a
  * minute, and once more when the server stops gracefully, so nothing noted is lost. A batch that
  * fails is kept and written with the next.
  */
 export class KeyUsage extends Context.Tag("ApiKeys/KeyUsage")<KeyUsage, {
-  /** Notes that `keyId` was used now: a map lookup, never a write, a lock or a wait. */
-  readonly record: (keyId: string) => void
+  /** Notes that the key's secret with this digest was used now: a map lookup, never a write, a lock or a wait. */
+  readonly record: (keyId: string, secretSha256: string) => void
   /** Writes what was noted since the last write. */
   readonly flush: Effect.Effect<void>
 }>() {
@@ -24,27 +24,27 @@ export class KeyUsage extends Context.Tag("ApiKeys/KeyUsage")<KeyUsage, {
       const repo = yield* ApiKeysRepo
       const clock = yield* Effect.clock
       const resolution = Duration.toMillis(usageResolution)
-      /** The minute each key was last noted in, to tell a new minute from one noted already. */
+      /** The minute each secret was last noted in, by digest, to tell a new minute from one noted already. */
       const noted = new Map<string, number>()
-      /** Noted and not yet written. */
-      let pending = new Map<string, number>()
+      /** Noted and not yet written, by digest. */
+      let pending = new Map<string, SecretUse>()
 
-      const record = (keyId: string) => {
+      const record = (keyId: string, secretSha256: string) => {
         const now = clock.unsafeCurrentTimeMillis()
         const minute = now - (now % resolution)
-        if (noted.get(keyId) === minute) return
-        noted.set(keyId, minute)
-        pending.set(keyId, minute)
+        if (noted.get(secretSha256) === minute) return
+        noted.set(secretSha256, minute)
+        pending.set(secretSha256, { keyId, secretSha256, at: minute })
       }
 
       const flush = Effect.suspend(() => {
         if (pending.size === 0) return Effect.void
         const batch = pending
         pending = new Map()
-        return repo.recordUsage([...batch]).pipe(
+        return repo.recordUsage([...batch.values()]).pipe(
           Effect.catchAllCause((cause) => {
-            // Kept for the next write, unless a later use of the key was noted since.
-            for (const [keyId, at] of batch) if (!pending.has(keyId)) pending.set(keyId, at)
+            // Kept for the next write, unless a later use of the secret was noted since.
+            for (const [digest, use] of batch) if (!pending.has(digest)) pending.set(digest, use)
             return Effect.logWarning("last use of API keys not written; kept for the next write", {
               keys: batch.size,
               error: Cause.pretty(cause).split("\n")[0]

@@ -32,13 +32,15 @@ export interface RateLimitPolicy {
 
 /**
  * What a presented secret resolves to: the key's identity, when that secret stops working (the
- * key's expiry or the end of a rolled secret's grace, the earlier; null for never), and the key's
- * own rate limit (null for the server's).
+ * key's expiry or the end of a rolled secret's grace, the earlier; null for never), the key's
+ * own rate limit (null for the server's), and which of its secrets it was.
  */
 export interface Authenticated {
   readonly identity: ApiKeyIdentity
   readonly endsAt: number | null
   readonly rateLimit: RateLimitPolicy | null
+  /** The digest of the secret that matched: its last use is noted under it. */
+  readonly secretSha256: string
 }
 
 /** A stored key as the key CLI lists it. */
@@ -53,7 +55,10 @@ export class ApiKeyInfo extends Schema.Class<ApiKeyInfo>("ApiKeyInfo")({
   /** When the secret the key had before its last roll stops working; null when none works. */
   previousSecretEndsAt: Schema.NullOr(Schema.DateTimeUtc),
   rateLimit: Schema.NullOr(Schema.Struct({ max: Schema.Int, windowSeconds: Schema.Int })),
-  lastUsedAt: Schema.NullOr(Schema.DateTimeUtc)
+  /** The last use of any of its secrets, to the minute. */
+  lastUsedAt: Schema.NullOr(Schema.DateTimeUtc),
+  /** The last use of the previous secret while it works: what to watch before its grace ends. */
+  previousSecretLastUsedAt: Schema.NullOr(Schema.DateTimeUtc)
 }) {}
 
 export const Identity = Schema.Struct({
