@@ -70,15 +70,26 @@ export class RateLimit extends Context.Tag("RateLimit")<RateLimit, {
         }
       }
       const serverWide = chargeUnder(policy, (keyId) => keyId)
-      // A key's own limit is met per request: its charge is made once per distinct limit.
-      const ownLimits = new Map<string, (keyId: string) => Effect.Effect<RateLimitDecision>>()
+      // A key's own limit is met on every request of the key: its charge is made once per distinct
+      // limit, and found from the limit's object (the same from one load of the keys to the next)
+      // without building a string; each key's bucket name is built once.
+      const byName = new Map<string, (keyId: string) => Effect.Effect<RateLimitDecision>>()
+      const byLimit = new WeakMap<RateLimitPolicy, (keyId: string) => Effect.Effect<RateLimitDecision>>()
       const chargeOwn = (own: RateLimitPolicy) => {
+        let charge = byLimit.get(own)
+        if (charge !== undefined) return charge
         const name = `${own.max}/${own.windowSeconds}`
-        let charge = ownLimits.get(name)
+        charge = byName.get(name)
         if (charge === undefined) {
-          charge = chargeUnder(own, (keyId) => `${keyId}:${name}`)
-          ownLimits.set(name, charge)
+          const buckets = new Map<string, string>()
+          charge = chargeUnder(own, (keyId) => {
+            let bucket = buckets.get(keyId)
+            if (bucket === undefined) buckets.set(keyId, bucket = `${keyId}:${name}`)
+            return bucket
+          })
+          byName.set(name, charge)
         }
+        byLimit.set(own, charge)
         return charge
       }
       const consumeSpan = span("RateLimit.consume")
