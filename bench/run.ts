@@ -4,6 +4,8 @@
  *   bun bench/run.ts                      # BENCH_DURATION=10 (seconds per measured run), BENCH_WARMUP=15,
  *                                         # BENCH_STARTUP_ONLY=1 (start-up against a bare Bun.serve only),
  *                                         # BENCH_LOG_RUNS=4, BENCH_LOG_SECONDS=5 (the access log's runs)
+ *                                         # BENCH_METRICS_ONLY=1 (only metrics on against off, side by side;
+ *                                         # BENCH_METRICS_AGAINST=<binary>: that binary against this one, metrics off)
  *
  * Each server runs on its own temporary database (prepared by the service's `keys create`), pinned
  * to CPU 1; wrk is pinned to CPU 0. For every scenario and server: a warm-up run, then a measured
@@ -118,6 +120,15 @@ const scenarios = (() => {
 const accessLogRuns = envWhole("BENCH_LOG_RUNS", 4, "runs")
 if (accessLogRuns % 2 === 1) fail(`BENCH_LOG_RUNS must be even (each server's wrk starts first equally often), got ${accessLogRuns}`)
 const accessLogSeconds = envSeconds("BENCH_LOG_SECONDS", 5)
+
+/**
+ * BENCH_METRICS_ONLY=1: only what metrics cost, the service with METRICS_PORT set against the same
+ * binary without it, side by side as the access log is measured (`BENCH_LOG_RUNS` runs of
+ * `BENCH_LOG_SECONDS` per scenario, after a side-by-side warm-up of BENCH_WARMUP). With
+ * BENCH_METRICS_AGAINST=<a binary>, that binary against this build with metrics off: what "off" costs.
+ */
+const metricsOnly = process.env["BENCH_METRICS_ONLY"] === "1"
+const metricsAgainst = process.env["BENCH_METRICS_AGAINST"]?.trim() || undefined
 
 /** Everything stops by itself after this, whatever happens. */
 const budgetMs = (300 + scenarios.length * (3 * (warmupSeconds + durationSeconds + 40) +
@@ -309,7 +320,7 @@ const waitForWhoami = async (
   return performance.now() - options.startedAt
 }
 
-type ServerName = "service" | "service-info" | "baseline"
+type ServerName = "service" | "service-info" | "baseline" | "metrics-off" | "metrics-on" | "against"
 
 interface Server {
   readonly name: ServerName
@@ -477,30 +488,88 @@ interface AccessLogCost {
 }
 
 /**
- * `accessLogRuns` runs of the warn and info servers side by side (both on CPU 1, a wrk each on
- * CPU 0), after one uncounted run; which wrk starts first alternates. bench/README.md says why.
+ * `accessLogRuns` runs of two servers side by side (both on CPU 1, a wrk each on CPU 0), after one
+ * uncounted run of `firstSeconds`; which wrk starts first alternates. bench/README.md says why.
+ * The ratios are `measured`'s throughput over `reference`'s.
  */
-const measureAccessLog = async (warn: Server, info: Server, scenario: ScenarioName, runId: string): Promise<AccessLogCost> => {
-  const replayKeys = new Map([[warn, `log-replay-${runId}-warn`], [info, `log-replay-${runId}-info`]])
+const measureSideBySide = async (
+  reference: Server,
+  measured: Server,
+  scenario: ScenarioName,
+  runId: string,
+  what: string,
+  firstSeconds = accessLogSeconds
+): Promise<AccessLogCost> => {
+  const replayKeys = new Map([[reference, `log-replay-${runId}-${reference.name}`], [measured, `log-replay-${runId}-${measured.name}`]])
   if (scenario === "replay") for (const [server, key] of replayKeys) await storeReplayed(server.url, server.apiKey, key, server.name)
   const problems: Array<string> = []
   const requestsPerSecond = async (server: Server, run: number) => {
     const keyPrefix = scenario === "replay" ? replayKeys.get(server)! : `log-${runId}-${run}-${server.name}`
-    const { result } = await runWrk(server, scenario, accessLogSeconds, keyPrefix)
-    problems.push(...answerProblems(`${server.name} (the access log's run ${run})`, { ...result, socketErrors: result.errors }))
+    const { result } = await runWrk(server, scenario, run === 0 ? firstSeconds : accessLogSeconds, keyPrefix)
+    problems.push(...answerProblems(`${server.name} (${what}'s run ${run})`, { ...result, socketErrors: result.errors }))
     return result.requests / (result.durationMicros / 1e6)
   }
   // Rows written and other processes' CPU are checked on the measured runs; these only compare rates.
   const sideBySide = async (run: number) => {
-    const [first, second] = run % 2 === 0 ? [warn, info] : [info, warn]
+    const [first, second] = run % 2 === 0 ? [reference, measured] : [measured, reference]
     const [firstRate, secondRate] = await Promise.all([requestsPerSecond(first, run), requestsPerSecond(second, run)])
     await Bun.sleep(settleMs)
-    return first === info ? firstRate / secondRate : secondRate / firstRate
+    return first === measured ? firstRate / secondRate : secondRate / firstRate
   }
   await sideBySide(0)
   const ratios: Array<number> = []
   for (let run = 1; run <= accessLogRuns; run++) ratios.push(await sideBySide(run))
   return { ratios, ratio: ratios.reduce((sum, ratio) => sum + ratio, 0) / ratios.length, problems }
+}
+
+/** The warn and info servers side by side: what the access log costs. */
+const measureAccessLog = (warn: Server, info: Server, scenario: ScenarioName, runId: string) =>
+  measureSideBySide(warn, info, scenario, runId, "the access log")
+
+/**
+ * BENCH_METRICS_ONLY: per scenario, the server with metrics on (or this build, against another
+ * binary) over the other, side by side after a side-by-side warm-up.
+ */
+const measureMetrics = async (binary: string, dir: string) => {
+  const cli = [binary]
+  const startOne = async (name: ServerName, command: ReadonlyArray<string>, env: Record<string, string>) => {
+    const databaseFile = join(dir, `${name}.sqlite`)
+    const apiKey = await createKey(cli, databaseFile)
+    seedDatabase(databaseFile)
+    return startServer(name, [...command, "serve"], { RATE_LIMIT_MAX: "1000000000", LOG_LEVEL: serviceLogLevel, ...env }, databaseFile, apiKey)
+  }
+  const metricsPort = freePort()
+  const servers = metricsAgainst === undefined
+    ? [
+      await startOne("metrics-off", cli, {}),
+      await startOne("metrics-on", cli, { METRICS_PORT: String(metricsPort) })
+    ]
+    : [await startOne("against", [metricsAgainst], {}), await startOne("metrics-off", cli, {})]
+  const [reference, measured] = servers as [Server, Server]
+  const results: Array<{ readonly scenario: ScenarioName } & AccessLogCost> = []
+  try {
+    const runId = Date.now().toString(36)
+    for (const scenario of scenarios) {
+      console.log(`\n${scenario.title}: ${measured.name} over ${reference.name}, ${accessLogRuns} runs side by side, ` +
+        `${accessLogSeconds} s each, after ${warmupSeconds} s of both ...`)
+      const cost = await measureSideBySide(reference, measured, scenario.name, `${runId}-${scenario.name}`, "metrics", warmupSeconds)
+      results.push({ scenario: scenario.name, ...cost })
+      console.log(`${measured.name}/${reference.name}: mean ${number(cost.ratio, 3)} (${cost.ratios.map((r) => number(r, 3)).join(", ")}; ` +
+        `spread ${number(Math.min(...cost.ratios), 3)}–${number(Math.max(...cost.ratios), 3)})`)
+      for (const problem of cost.problems) console.log(`!!! ERRORS: ${problem}; these figures are not valid`)
+    }
+    // A metrics server that counted nothing would make the comparison meaningless.
+    if (metricsAgainst === undefined) {
+      const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text()
+      const counted = [...text.matchAll(/^http_server_request_duration_seconds_count\{[^}]*\} (\d+)$/gm)]
+        .reduce((sum, match) => sum + Number(match[1]), 0)
+      console.log(`metrics-on counted ${number(counted)} requests (GET /metrics)`)
+      if (counted === 0) results.push({ scenario: scenarios[0]!.name, ratios: [], ratio: 0, problems: ["metrics-on counted no request"] })
+    }
+  } finally {
+    for (const server of servers) await stop(server.spawned.process)
+  }
+  return { reference: reference.name, measured: measured.name, against: metricsAgainst ?? null, results }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -653,6 +722,20 @@ const main = async () => {
       `${binary.bareStartToFirst200Ms.map((t) => t.toFixed(1)).join(", ")} ` +
       `(${number(binary.medianStartToFirst200Ms / binary.medianBareStartToFirst200Ms, 1)}×)`)
     if (startupOnly) return
+    if (metricsOnly) {
+      const metrics = await measureMetrics(join(dir, "campaign-api"), dir)
+      mkdirSync(resultsDir, { recursive: true })
+      const file = join(resultsDir, `metrics-${new Date().toISOString().replace(/[:.]/g, "-")}.json`)
+      writeFileSync(file, JSON.stringify({
+        date: new Date().toISOString(),
+        machine: { ...machineAtStart, loadBeforeStartPercent: loadBeforeStart },
+        settings: { warmupSeconds, connections, wrkThreads, serverCpu, loadCpu, serviceLogLevel, runs: accessLogRuns, runSeconds: accessLogSeconds },
+        metrics
+      }, null, 2) + "\n")
+      console.log(`\nresults written to ${file}`)
+      if (metrics.results.some((r) => r.problems.length > 0)) process.exitCode = 1
+      return
+    }
 
     const serviceDb = join(dir, "service.sqlite")
     const serviceInfoDb = join(dir, "service-info.sqlite")

@@ -22,6 +22,7 @@ import { IdempotencySteps } from "./Idempotency/Http.ts"
 import { IdempotencyRepo } from "./Idempotency/IdempotencyRepo.ts"
 import { IdentityHandlers } from "./Identity/Http.ts"
 import { Ids } from "./Ids.ts"
+import { MetricsLive } from "./Metrics.ts"
 import { RateLimit } from "./RateLimit.ts"
 import { TracingLive } from "./Tracing.ts"
 
@@ -75,6 +76,9 @@ export const EdgeLive = Effect.gen(function*() {
 export const ServerLive = DatabaseAnnounced.pipe(
   Layer.provideMerge(WebServerLive(EdgeLive)),
   Layer.provide(ServicesLive),
+  // Built before the services and the server, which ask for it once each; its listener outlives
+  // the server's drain.
+  Layer.provide(MetricsLive),
   Layer.provide(TracingLive),
   checkedFirst(ServeConfig)
 )

@@ -12,7 +12,7 @@ import { version } from "./Version.ts"
 
 const serve = Command.make("serve", {}, () => Layer.launch(ServerLive)).pipe(
   Command.withDescription(
-    "Start the HTTP API, configured through the environment (PORT, HOST, DATABASE_URL, DATABASE_POOL_MAX, REDIS_URL, RATE_LIMIT_*, IDEMPOTENCY_TTL_HOURS, LOG_LEVEL, PUBLIC_URL, DOCS_ENABLED, OTEL_*; see the README)."
+    "Start the HTTP API, configured through the environment (PORT, HOST, DATABASE_URL, DATABASE_POOL_MAX, REDIS_URL, RATE_LIMIT_*, IDEMPOTENCY_TTL_HOURS, LOG_LEVEL, PUBLIC_URL, DOCS_ENABLED, OTEL_*, METRICS_PORT, METRICS_HOST; see the README)."
   )
 )
 

@@ -182,6 +182,37 @@ export const ServerConfig = Config.all({
   })
 })
 
+/**
+ * METRICS_PORT and METRICS_HOST: Prometheus's `GET /metrics` on a listener of its own (README,
+ * Operating it: Metrics), so that the API's port never shows it; unset, no listener at all. The
+ * same port as the API's is refused here: otherwise the metrics listener, bound first, would make
+ * the API's PORT the one said to be taken.
+ */
+export const MetricsConfig = Config.all({
+  server: ServerConfig,
+  port: variable<Option.Option<number>>("METRICS_PORT", {
+    fallback: Option.none(),
+    parse: (text) => {
+      if (text.trim() === "") return Either.right(Option.none())
+      const n = /^\s*\d{1,5}\s*$/.test(text) ? Number(text) : undefined
+      return n !== undefined && n <= 65535
+        ? Either.right(Option.some(n))
+        : Either.left("not a port number; use one from 0 to 65535 (0 picks a free port), or leave it unset for no metrics")
+    }
+  }),
+  host: variable("METRICS_HOST", {
+    fallback: "127.0.0.1",
+    parse: (text) =>
+      text.trim() === ""
+        ? Either.left("names no address; use 127.0.0.1 (this machine only), 0.0.0.0 or one of this machine's addresses")
+        : Either.right(text.trim())
+  })
+}).pipe(Config.mapOrFail(({ host, port, server }) =>
+  Option.isSome(port) && port.value !== 0 && port.value === server.port
+    ? Either.left(ConfigError.InvalidData([], `METRICS_PORT=${port.value}: the API's own PORT; give the metrics a port of their own.`))
+    : Either.right({ port, host })
+))
+
 const seconds = (name: string, options: { readonly fallback: number; readonly max: number }) =>
   variable(name, {
     fallback: Duration.seconds(options.fallback),
@@ -300,7 +331,8 @@ export const ServeConfig = Config.all([
   TracingConfig,
   RateLimitConfig,
   IdempotencyTtlConfig,
-  ShutdownConfig
+  ShutdownConfig,
+  MetricsConfig
 ])
 
 /** What the key commands read: the server's database, and the log level. */

@@ -3,6 +3,7 @@ import { AppConfig } from "./Config.ts"
 import { GroupCommit } from "./Database/GroupCommit.ts"
 import { IdempotencyConflict, IdempotencyInProgress } from "./Domain/Errors.ts"
 import { IdempotencyRepo, type IdempotencyRow } from "./Idempotency/IdempotencyRepo.ts"
+import { recorder } from "./Metrics.ts"
 import { spans } from "./Spans.ts"
 
 export interface IdempotentRequest {
@@ -93,6 +94,7 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
     Idempotency,
     Effect.gen(function*() {
       const span = yield* spans
+      const metrics = yield* recorder
       const groupCommit = yield* GroupCommit
       const repo = yield* IdempotencyRepo
       const { idempotencyTtl } = yield* AppConfig
@@ -127,10 +129,14 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
         Effect.forkScoped
       )
 
-      const replayOrConflict = (stored: IdempotencyRow, fingerprint: string) =>
-        stored.fingerprint === fingerprint
-          ? Effect.succeed(answerOf(stored, true))
-          : Effect.fail(conflict)
+      const replayOrConflict = (stored: IdempotencyRow, fingerprint: string) => {
+        if (stored.fingerprint === fingerprint) {
+          metrics.replayed()
+          return Effect.succeed(answerOf(stored, true))
+        }
+        metrics.conflicted()
+        return Effect.fail(conflict)
+      }
 
       // The operation's writes and its stored response commit together, or neither does. A pipeline,
       // not `Effect.gen`, as every step a request runs (README, Layout: the request path).

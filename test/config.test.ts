@@ -22,7 +22,10 @@ describe("configuration (README, Configuration)", () => {
     ["DATABASE_URL", "", "DATABASE_URL is empty; give a SQLite file path (sqlite: prefix allowed), or a postgres:// or postgresql:// URL, or leave it unset for data/campaign-api.sqlite."],
     ["SHUTDOWN_DELAY_SECONDS", "soon", "SHUTDOWN_DELAY_SECONDS=soon: not a number of seconds from 0 to 300; leave it unset for 5."],
     ["DOCS_ENABLED", "maybe", "DOCS_ENABLED=maybe: neither true nor false."],
-    ["HOST", " ", "HOST= : names no address; use 0.0.0.0 (every interface), 127.0.0.1 or one of this machine's addresses."]
+    ["HOST", " ", "HOST= : names no address; use 0.0.0.0 (every interface), 127.0.0.1 or one of this machine's addresses."],
+    ["METRICS_PORT", "metrics", "METRICS_PORT=metrics: not a port number; use one from 0 to 65535 (0 picks a free port), or leave it unset for no metrics."],
+    ["METRICS_PORT", "3000", "METRICS_PORT=3000: the API's own PORT; give the metrics a port of their own."],
+    ["METRICS_HOST", "", "METRICS_HOST=: names no address; use 127.0.0.1 (this machine only), 0.0.0.0 or one of this machine's addresses."]
   ])("%s=%j is one sentence naming the variable, its value and what to do", (name, value, sentence) => {
     expect(read(ServeConfig, { [name]: value })).toEqual(Either.left([sentence]))
   })

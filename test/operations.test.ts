@@ -447,9 +447,9 @@ describe("tracing", () => {
       return found[0]!
     }
 
-    it("exports OTLP/JSON to <endpoint>/v1/traces as service campaign-api", () => {
+    it("exports OTLP/JSON to <endpoint>/v1/traces (and the metrics to /v1/metrics) as service campaign-api", () => {
       expect(collector.received.length).toBeGreaterThan(0)
-      expect(new Set(collector.received.map(({ path }) => path))).toEqual(new Set(["/v1/traces"]))
+      expect(new Set(collector.received.map(({ path }) => path))).toEqual(new Set(["/v1/traces", "/v1/metrics"]))
       for (const resource of collector.resources()) {
         expect(resource.attributes).toContainEqual({ key: "service.name", value: { stringValue: "campaign-api" } })
       }
@@ -492,6 +492,18 @@ describe("tracing", () => {
       const activation = collector.spans().filter((span) => span.name === "Activations.activate")
       expect(activation).toHaveLength(1)
       expect(activation[0]!.traceId).toBe(parent.traceId)
+    })
+
+    it("exports the metrics next to the spans: the requests by route and status, the activation created (README, Operating it: Metrics)", () => {
+      // The last export, made when the server stopped, holds every count.
+      const last = (name: string) => collector.metrics().filter((metric) => metric.name === name).at(-1)
+      const whoamiPoints = last("http_server_request_duration_seconds")!.histogram.dataPoints.filter((point: any) =>
+        point.attributes.some((a: any) => a.key === "http.route" && a.value.stringValue === "/v1/whoami")
+      )
+      expect(whoamiPoints).toHaveLength(1)
+      expect(whoamiPoints[0].count).toBe(1)
+      expect(whoamiPoints[0].attributes).toContainEqual({ key: "http.response.status_code", value: { stringValue: "200" } })
+      expect(last("api_activations_created_total")!.sum.dataPoints[0].asDouble).toBe(1)
     })
 
     it("never exports the API key or its secret", () => {

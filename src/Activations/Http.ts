@@ -8,6 +8,7 @@ import { JsonPayload } from "../Domain/JsonBody.ts"
 import { compile } from "../Edge/Endpoint.ts"
 import { type Handlers, Refused, type Reply } from "../Edge/Exchange.ts"
 import { Idempotency, type IdempotentAnswer } from "../Idempotency.ts"
+import { recorder } from "../Metrics.ts"
 import { IdempotencyKey } from "../Idempotency/Api.ts"
 import { ActivationsApi } from "./Api.ts"
 import { ActivationReads } from "./Reads.ts"
@@ -35,6 +36,12 @@ export const ActivationsHandlers = Effect.gen(function*() {
   const activations = yield* Activations
   const idempotency = yield* Idempotency
   const reads = yield* ActivationReads
+  const metrics = yield* recorder
+  // Counted once committed and answered, never inside the transaction, which may run more than once.
+  const answered = (answer: IdempotentAnswer): Reply => {
+    if (!answer.replayed) metrics.activationCreated()
+    return toReply(answer)
+  }
 
   const handlers: Handlers<typeof CampaignApi>["activations"] = {
     activate: (exchange, given) =>
@@ -55,7 +62,7 @@ export const ActivationsHandlers = Effect.gen(function*() {
             path: exchange.path.replace(/\/$/, ""),
             body: request
           }, operation).pipe(
-            Effect.map(toReply),
+            Effect.map(answered),
             Effect.catchTag("IdempotencyInProgress", stillInProgress)
           )
         })),

@@ -1,6 +1,7 @@
 import { SqlClient } from "@effect/sql"
 import { SqlError } from "@effect/sql/SqlError"
 import { Cause, Chunk, Clock, Context, Deferred, Duration, Effect, Exit, FiberRef, HashMap, Layer, Option, Queue, Schedule, Tracer } from "effect"
+import { recorder } from "../Metrics.ts"
 import { spans, tracing } from "../Spans.ts"
 import { busyTimeout, DatabaseFile } from "./Sql.ts"
 import { isRetryable } from "./SqlErrors.ts"
@@ -102,6 +103,7 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
     Effect.gen(function*() {
       const span = yield* spans
       const traced = yield* tracing
+      const metrics = yield* recorder
       const sql = yield* SqlClient.SqlClient
       const file = yield* DatabaseFile
       // On PostgreSQL a batch waits for rows another instance holds (the same Idempotency-Key):
@@ -185,8 +187,9 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
           Effect.flatMap(Clock.currentTimeNanos, (now) => gather(Chunk.toArray(first), now + gatherForNanos))
         ),
         Effect.flatMap((batch) =>
-          Effect.flatMap(commit(batch), (outcome) =>
-            Effect.forEach(batch, (pending, i) =>
+          Effect.flatMap(commit(batch), (outcome) => {
+            if (Exit.isSuccess(outcome)) metrics.committed(batch.length)
+            return Effect.forEach(batch, (pending, i) =>
               Deferred.done(
                 pending.done,
                 Exit.isSuccess(outcome)
@@ -195,7 +198,8 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
                     onNone: () => Cause.squash(outcome.cause),
                     onSome: (aborted) => aborted.defect
                   }))
-              ), { discard: true }))
+              ), { discard: true })
+          })
         ),
         Effect.forever,
         // The work brings its services along; an empty context keeps the savepoints' context

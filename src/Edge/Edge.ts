@@ -2,6 +2,7 @@ import type { HttpApi } from "@effect/platform"
 import { Cause, Duration, Effect, Exit, Fiber, FiberRef, HashMap, LogLevel, Option, Runtime } from "effect"
 import { EdgeConfig, ServerConfig } from "../Config.ts"
 import type { NotFound } from "../Domain/Errors.ts"
+import { recorder } from "../Metrics.ts"
 import { tracing } from "../Spans.ts"
 import { makeAccessLog, makeRefusalTally, requestIdOf } from "./AccessLog.ts"
 import { docsPage, documentRoutes, encodedFor, openApiDocument, type PreparedDocument } from "./Documents.ts"
@@ -159,7 +160,15 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, steps
         })
       )
 
-    const renderer = makeRenderer()
+    // Decided once, as the access log is: with metrics off, an answer goes out as it always did.
+    const metrics = yield* recorder
+    const respond: (exchange: Exchange, reply: Reply, startedAt: number) => Response = metrics.on
+      ? (exchange, reply, startedAt) => {
+        metrics.answered(exchange.request.method, exchange.route, reply.status, (performance.now() - startedAt) / 1000)
+        return toWebResponse(exchange, reply)
+      }
+      : toWebResponse
+    const renderer = makeRenderer(metrics.databaseUnavailable)
     const refusals = makeRefusalTally()
     const summaries: ReadonlyArray<Summary> = [
       {
@@ -202,8 +211,8 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, steps
       )
       const reply = answer(request.method, program)
       return reply instanceof Promise
-        ? reply.then((reply) => toWebResponse(exchange, reply))
-        : toWebResponse(exchange, reply)
+        ? reply.then((reply) => respond(exchange, reply, startedAt))
+        : respond(exchange, reply, startedAt)
     }
 
     const fetch = (request: Request, client = inProcess): Response | Promise<Response> => {

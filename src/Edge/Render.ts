@@ -50,14 +50,16 @@ const outageLogInterval = 10_000
  * writes that count for the last seconds of an outage, which no later failure would report: once
  * no request has failed for the interval (the server asks every interval), and whatever is
  * counted when it stops (`stopping`). A later outage's first failure is logged with its cause.
+ * `counted` is told of every such 503 (the metrics' db_unavailable_total).
  */
-export const makeRenderer = () => {
+export const makeRenderer = (counted: () => void = () => {}) => {
   let loggedAt = -Infinity
   let failedAt = -Infinity
   let sinceLogged = 0
 
   const outage = (cause: Cause.Cause<unknown>) =>
     Effect.flatMap(Clock.currentTimeMillis, (now) => {
+      counted()
       failedAt = now
       if (now - loggedAt < outageLogInterval) {
         sinceLogged++

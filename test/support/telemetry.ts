@@ -30,7 +30,7 @@ export const spanAttribute = (span: OtlpSpan, key: string): unknown => {
 
 export type OtlpCollector = ReturnType<typeof otlpCollector>
 
-/** An OTLP/HTTP collector on loopback that keeps every JSON body POSTed to /v1/traces. */
+/** An OTLP/HTTP collector on loopback that keeps every JSON body POSTed to it (/v1/traces, /v1/metrics). */
 export const otlpCollector = (port = 0) => {
   const received: Array<{ readonly path: string; readonly body: any }> = []
   const server = Bun.serve({
@@ -44,9 +44,17 @@ export const otlpCollector = (port = 0) => {
   return {
     url: `http://127.0.0.1:${server.port}`,
     received,
-    resources: () => received.flatMap(({ body }) => body.resourceSpans.map((r: any) => r.resource)),
+    resources: () =>
+      received.flatMap(({ body, path }) => path === "/v1/traces" ? body.resourceSpans.map((r: any) => r.resource) : []),
     spans: (): Array<OtlpSpan> =>
-      received.flatMap(({ body }) => body.resourceSpans.flatMap((r: any) => r.scopeSpans.flatMap((s: any) => s.spans))),
+      received.flatMap(({ body, path }) =>
+        path === "/v1/traces" ? body.resourceSpans.flatMap((r: any) => r.scopeSpans.flatMap((s: any) => s.spans)) : []
+      ),
+    /** Every metric of every export to /v1/metrics, in the order received (the last export last). */
+    metrics: (): Array<{ readonly name: string; readonly [field: string]: any }> =>
+      received.flatMap(({ body, path }) =>
+        path === "/v1/metrics" ? body.resourceMetrics.flatMap((r: any) => r.scopeMetrics.flatMap((s: any) => s.metrics)) : []
+      ),
     stop: () => server.stop(true)
   }
 }
