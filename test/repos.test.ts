@@ -64,24 +64,27 @@ layer(SqlLiveAt(schemaFile))("SQLite database file", (it) => {
 
 const keysFile = tempDatabase()
 
-layer(ApiKeysRepo.Live.pipe(Layer.provide(SqlLiveAt(keysFile)), Layer.provide(configAt(keysFile))))("ApiKeysRepo", (it) => {
-  const keyRow = (overrides: Partial<ApiKeyRow> = {}): ApiKeyRow => ({
-    keyId: unique("key"),
-    brandId,
-    name: null,
-    scopes: ["campaigns:write", "analytics:read"],
-    secretSha256: "ab".repeat(32),
-    createdAt: 1_700_000_000_000,
-    expiresAt: null,
-    revokedAt: null,
-    previousSecretSha256: null,
-    previousSecretEndsAt: null,
-    rateLimit: null,
-    ...overrides
-  })
+/** A key as stored, with a new id: never rolled, no limit of its own. */
+const keyRowOf = (overrides: Partial<ApiKeyRow> = {}): ApiKeyRow => ({
+  keyId: unique("key"),
+  brandId,
+  name: null,
+  scopes: ["campaigns:write", "analytics:read"],
+  secretSha256: "ab".repeat(32),
+  createdAt: 1_700_000_000_000,
+  expiresAt: null,
+  revokedAt: null,
+  previousSecretSha256: null,
+  previousSecretEndsAt: null,
+  rateLimit: null,
+  ...overrides
+})
 
-  const find = (keyId: string) =>
-    Effect.map(Effect.flatMap(ApiKeysRepo, (repo) => repo.list), (rows) => rows.find((row) => row.keyId === keyId))
+const find = (keyId: string) =>
+  Effect.map(Effect.flatMap(ApiKeysRepo, (repo) => repo.list), (rows) => rows.find((row) => row.keyId === keyId))
+
+layer(ApiKeysRepo.Live.pipe(Layer.provide(SqlLiveAt(keysFile)), Layer.provide(configAt(keysFile))))("ApiKeysRepo", (it) => {
+  const keyRow = keyRowOf
 
   it.effect("insert then list returns every field as stored", () =>
     Effect.gen(function*() {
@@ -142,22 +145,7 @@ const lifecycleDatabases: ReadonlyArray<readonly [string, () => Promise<string>]
 
 describe.each(lifecycleDatabases)("ApiKeysRepo's key lifecycle on %s", (_, database) => {
   const repoLayer = Layer.unwrapEffect(Effect.map(Effect.promise(database), (url) => ApiKeysRepo.Live.pipe(Layer.provide(SqlLiveAt(url)), Layer.provide(configAt(url)))))
-  const keyRow = (overrides: Partial<ApiKeyRow> = {}): ApiKeyRow => ({
-    keyId: unique("life"),
-    brandId,
-    name: "nightly export",
-    scopes: ["campaigns:read"],
-    secretSha256: "ab".repeat(32),
-    createdAt: 1_700_000_000_000,
-    expiresAt: null,
-    revokedAt: null,
-    previousSecretSha256: null,
-    previousSecretEndsAt: null,
-    rateLimit: null,
-    ...overrides
-  })
-  const find = (keyId: string) =>
-    Effect.map(Effect.flatMap(ApiKeysRepo, (repo) => repo.list), (rows) => rows.find((row) => row.keyId === keyId))
+  const keyRow = (overrides: Partial<ApiKeyRow> = {}) => keyRowOf({ name: "nightly export", scopes: ["campaigns:read"], ...overrides })
 
   layer(repoLayer, { timeout: 30_000 })((it) => {
     it.effect("roll keeps the current secret as the previous one, until the grace or the key's expiry, the earlier", () =>
