@@ -640,3 +640,40 @@ describe("the reads' JSON, written without the schemas' encoders", () => {
     )
   })
 })
+
+describe("the renderer's validation message", () => {
+  /** An array nested `depth` deep, made without recursion. */
+  const nestedArray = (depth: number): unknown => {
+    let value: unknown = []
+    for (let i = 1; i < depth; i++) value = [value]
+    return value
+  }
+  const exchange: Exchange = {
+    request: new Request("http://127.0.0.1/v1/activations"),
+    path: "/v1/activations",
+    route: "/v1/activations",
+    params: {},
+    requestId: "deep",
+    headers: {},
+    key: undefined,
+    bodyRead: false
+  }
+  const Payload = Schema.Struct({ socialUsername: Schema.String })
+
+  it.effect("names the field of a value nested deeper than a stack can describe, as a 400, never a 500", () =>
+    Effect.gen(function*() {
+      const { renderFailure } = makeRenderer()
+      // Deep enough to overflow any stack that describes it recursively (Effect's formatter does).
+      for (const [value, message] of [
+        [nestedArray(500_000), "The request body must be a JSON object."],
+        [{ socialUsername: nestedArray(500_000) }, "socialUsername"]
+      ] as const) {
+        const error = yield* Effect.flip(Schema.decodeUnknown(Payload)(value))
+        const reply = yield* renderFailure(Cause.fail(error), exchange)
+        expect(reply.status).toBe(400)
+        const body = JSON.parse(String(reply.body))
+        expect(body.code).toBe("VALIDATION_ERROR")
+        expect(body.message).toContain(message)
+      }
+    }))
+})

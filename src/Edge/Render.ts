@@ -34,6 +34,48 @@ const describeIssue = (issue: Issue | undefined): string => {
   }
 }
 
+/**
+ * The path to the first leaf of a schema issue, walked without recursion and without reading the
+ * value that failed.
+ */
+const pathOf = (issue: ParseResult.ParseIssue): ReadonlyArray<PropertyKey> => {
+  const path: Array<PropertyKey> = []
+  let at: ParseResult.ParseIssue | undefined = issue
+  while (at !== undefined) {
+    switch (at._tag) {
+      case "Pointer":
+        path.push(...(Array.isArray(at.path) ? at.path : [at.path]))
+        at = at.issue
+        break
+      case "Composite":
+        at = Array.isArray(at.issues) ? at.issues[0] : at.issues
+        break
+      case "Refinement":
+      case "Transformation":
+        at = at.issue
+        break
+      default:
+        at = undefined
+    }
+  }
+  return path
+}
+
+/**
+ * The sentence of a schema failure. Effect's formatter describes the value that failed, recursively:
+ * a value nested thousands deep (a hostile body) overflows the stack there, and is then named by
+ * its field alone rather than becoming a 500.
+ */
+const validationMessage = (error: ParseResult.ParseError): string => {
+  try {
+    return describeIssue(ArrayFormatter.formatErrorSync(error)[0])
+  } catch (defect) {
+    if (!(defect instanceof RangeError)) throw defect
+    const field = pathOf(error.issue).map(String).join(".")
+    return field === "" ? "The request body must be a JSON object." : `${field} is not valid.`
+  }
+}
+
 const unavailable = new ServiceUnavailable({ message: "The service is temporarily unavailable; retry shortly." })
 const internal = new InternalError({ message: "An unexpected error occurred." })
 
@@ -89,10 +131,7 @@ export const makeRenderer = (counted: () => void = () => {}) => {
         const reply = errorReply(error.error)
         return Effect.succeed(error.headers === undefined ? reply : { ...reply, headers: error.headers })
       }
-      if (isParseError(error)) {
-        const issues = ArrayFormatter.formatErrorSync(error)
-        return Effect.succeed(errorReply(new ValidationError({ message: describeIssue(issues[0]) })))
-      }
+      if (isParseError(error)) return Effect.succeed(errorReply(new ValidationError({ message: validationMessage(error) })))
     }
     if (isDatabaseUnavailable(Cause.squash(cause))) return Effect.as(outage(cause), errorReply(unavailable))
     return Effect.as(Effect.logError("unexpected failure", cause), errorReply(internal))
