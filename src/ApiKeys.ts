@@ -93,10 +93,6 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
       const repo = yield* ApiKeysRepo
       const ids = yield* Ids
 
-      // Every key by id, loaded again whenever the generation moves: a request reads one number,
-      // not the key's row. A key created or revoked by any process counts from the next request on
-      // SQLite, within one poll on PostgreSQL (README, Running several instances). The counter only grows: keys loaded at a
-      // newer generation than a request reads (after a fresh read, below) serve it as well.
       // Each key with the answers its secrets give, made once per load, not per request.
       type Cached = ApiKeyRow & {
         readonly digest: Uint8Array
@@ -104,7 +100,19 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
         readonly current: Authenticated
         readonly previous: Authenticated
       }
-      const toCached = (row: ApiKeyRow): Cached => {
+      // One object per distinct limit for as long as the server runs, so that what is made once per
+      // limit (its charge, its headers) is found from it after the keys load again.
+      const limits = new Map<string, RateLimitPolicy>()
+      const sameLimit = (limit: RateLimitPolicy | null) => {
+        if (limit === null) return null
+        const name = `${limit.max}/${limit.windowSeconds}`
+        const known = limits.get(name)
+        if (known !== undefined) return known
+        limits.set(name, limit)
+        return limit
+      }
+      const toCached = (stored: ApiKeyRow): Cached => {
+        const row = { ...stored, rateLimit: sameLimit(stored.rateLimit) }
         const identity = { keyId: row.keyId as KeyId, brandId: row.brandId as BrandId, scopes: row.scopes as ReadonlyArray<Scope> }
         return {
           ...row,
@@ -119,6 +127,11 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
           }
         }
       }
+      // Every key by id, loaded again whenever the generation moves: a request reads one number,
+      // not the key's row. A key created, changed or revoked by any process counts from the next
+      // request on SQLite, within one poll on PostgreSQL (README, Running several instances). The
+      // counter only grows: keys loaded at a newer generation than a request reads (after a fresh
+      // read, below) serve it as well.
       let cache: { readonly generation: number; readonly keys: ReadonlyMap<string, Cached> } | undefined
       const cachedAt = (generation: number) =>
         cache !== undefined && cache.generation >= generation ? cache.keys : undefined

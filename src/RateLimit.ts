@@ -71,7 +71,7 @@ export class RateLimit extends Context.Tag("RateLimit")<RateLimit, {
       }
       const serverWide = chargeUnder(policy, (keyId) => keyId)
       // A key's own limit is met on every request of the key: its charge is made once per distinct
-      // limit, and found from the limit's object (the same from one load of the keys to the next)
+      // limit, and found from the limit's object (ApiKeys keeps one per distinct limit)
       // without building a string; each key's bucket name is built once.
       const byName = new Map<string, (keyId: string) => Effect.Effect<RateLimitDecision>>()
       const byLimit = new WeakMap<RateLimitPolicy, (keyId: string) => Effect.Effect<RateLimitDecision>>()

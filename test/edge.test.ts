@@ -33,7 +33,14 @@ const writer: ApiKeyIdentity = {
 }
 const reader: ApiKeyIdentity = { ...writer, keyId: "r3ader0000000000" as KeyId, scopes: ["campaigns:read"] }
 const endless = (identity: ApiKeyIdentity): Authenticated => ({ identity, endsAt: null, rateLimit: null, secretSha256: "00".repeat(32) })
-const tokens: Record<string, Authenticated> = { "cak_writer": endless(writer), "cak_reader": endless(reader) }
+/** A rolled key's previous secret, in its grace, on a key with a limit of its own. */
+const ending: Authenticated = {
+  identity: { ...reader, keyId: "end1ng0000000000" as KeyId },
+  endsAt: Date.UTC(2026, 11, 1, 9, 30),
+  rateLimit: { max: 5, windowSeconds: 30 },
+  secretSha256: "ee".repeat(32)
+}
+const tokens: Record<string, Authenticated> = { "cak_writer": endless(writer), "cak_reader": endless(reader), "cak_ending": ending }
 
 interface Doubles {
   /** What the rate limit decides for every request. */
@@ -41,6 +48,8 @@ interface Doubles {
   /** How the idempotency double answers: run the operation, or a duplicate still in progress. */
   inProgress: boolean
   activations: number
+  /** The secrets whose use the key step noted, by digest. */
+  used: Array<string>
 }
 
 const makeDoubles = (doubles: Doubles) =>
@@ -53,7 +62,7 @@ const makeDoubles = (doubles: Doubles) =>
           ? Effect.fail(new KeyRefused({ reason: "unknown key", keyId: null, brandId: null }))
           : Effect.succeed(tokens[token]!)
     }),
-    makeTestLayer(KeyUsage)({ record: () => undefined }),
+    makeTestLayer(KeyUsage)({ record: (_, secretSha256) => void doubles.used.push(secretSha256) }),
     makeTestLayer(RateLimit)({
       policy: { max: 120, windowSeconds: 60 },
       consume: () => Effect.sync(() => doubles.decision)
@@ -109,7 +118,12 @@ const edgeOn = (doubles: Doubles, without?: string) =>
     Effect.runPromise
   )
 
-const fresh = (): Doubles => ({ decision: { allowed: true, remaining: 119, retryAfterSeconds: 0 }, inProgress: false, activations: 0 })
+const fresh = (): Doubles => ({
+  decision: { allowed: true, remaining: 119, retryAfterSeconds: 0 },
+  inProgress: false,
+  activations: 0,
+  used: []
+})
 
 /** A request that fails every check that `passing` does not name, in the order of checks. */
 const activation = (passing: ReadonlyArray<"key" | "scope" | "idempotencyKey" | "mediaType" | "json" | "valid">) =>
@@ -167,6 +181,32 @@ describe("the edge, in process on test doubles", () => {
       "health.alive": [],
       "health.ready": []
     })
+  })
+
+  it("tells a secret's end in Api-Key-Expires and a key's own limit in its RateLimit headers, on a 200, a 403 and a 429, and notes each use of the secret", async () => {
+    const doubles = fresh()
+    const { fetch } = await edgeOn(doubles)
+    const request = (path: string, init: RequestInit = {}) =>
+      fetch(new Request(`http://localhost${path}`, { ...init, headers: { authorization: "Bearer cak_ending", ...init.headers } }))
+    const expires = "Tue, 01 Dec 2026 09:30:00 GMT"
+    const ok = await answer(request("/v1/whoami"))
+    expect(ok.status).toBe(200)
+    expect(ok.json.keyId).toBe("end1ng0000000000")
+    expect(ok.headers).toMatchObject({ "api-key-expires": expires, "ratelimit-policy": `"default";q=5;w=30` })
+    const forbidden = await answer(request(activatePath(), { method: "POST", body: "{}" }))
+    expect(forbidden.status).toBe(403)
+    expect(forbidden.headers["api-key-expires"]).toBe(expires)
+    doubles.decision = { allowed: false, remaining: 0, retryAfterSeconds: 6 }
+    const limited = await answer(request("/v1/whoami"))
+    expect(limited.status).toBe(429)
+    expect(limited.json.message).toBe("Rate limit exceeded: 5 requests per 30 seconds for this API key. Retry after 6 seconds.")
+    expect(limited.headers).toMatchObject({ "api-key-expires": expires, "ratelimit-policy": `"default";q=5;w=30`, "retry-after": "6" })
+    // A secret without an end says nothing of one; the server's limit is the policy's.
+    doubles.decision = { allowed: true, remaining: 119, retryAfterSeconds: 0 }
+    const endless = await answer(fetch(new Request("http://localhost/v1/whoami", { headers: { authorization: "Bearer cak_writer" } })))
+    expect(endless.headers["api-key-expires"]).toBeUndefined()
+    expect(endless.headers["ratelimit-policy"]).toBe(`"default";q=120;w=60`)
+    expect(doubles.used).toEqual(["ee".repeat(32), "ee".repeat(32), "ee".repeat(32), "00".repeat(32)])
   })
 
   it("refuses to start when a declared middleware has no step, naming the endpoint and the tag", async () => {

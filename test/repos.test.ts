@@ -233,6 +233,12 @@ describe.each(lifecycleDatabases)("ApiKeysRepo's key lifecycle on %s", (_, datab
           use(b, "ab".repeat(32), 1_750_000_120_000)
         ]))
         expect(yield* committed).toBe(before)
+        // Two instances writing the same keys at once, their notes in opposite orders: on
+        // PostgreSQL, rows locked in opposite orders would deadlock one of the two writes.
+        const shared = Array.from({ length: 400 }, (_, i) => ({ keyId: unique("both"), secretSha256: "ab".repeat(32), at: 1_750_000_000_000 + i }))
+        for (let round = 0; round < 5; round++) {
+          yield* Effect.all([repo.recordUsage(shared), repo.recordUsage([...shared].reverse())], { concurrency: 2 })
+        }
         // More than one statement's worth at once.
         const many = Array.from({ length: 1_201 }, (_, i) => ({ keyId: unique("many"), secretSha256: "ef".repeat(32), at: 1_750_000_000_000 + i }))
         yield* repo.recordUsage(many)

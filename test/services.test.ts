@@ -1,7 +1,7 @@
 import { RateLimiter } from "@effect/experimental"
 import { RateLimitStore } from "../src/RateLimit/Store.ts"
 import { describe, expect, it, layer } from "@effect/vitest"
-import { Arbitrary, Cause, Context, DateTime, Duration, Effect, Either, Exit, FastCheck as fc, FiberId, HashMap, Layer, List, LogLevel, Logger, LogSpan, Option, Schema, TestClock } from "effect"
+import { Arbitrary, Cause, Context, DateTime, Duration, Effect, Either, Exit, FastCheck as fc, Fiber, FiberId, HashMap, Layer, List, LogLevel, Logger, LogSpan, Option, Schema, Scope as EffectScope, TestClock } from "effect"
 import { createHash } from "node:crypto"
 import { Activations } from "../src/Activations.ts"
 import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
@@ -68,6 +68,14 @@ const ApiKeysRepoInMemory = makeTestLayer(ApiKeysRepo)({
       storedKeys.set(keyId, { ...row, secretSha256, previousSecretSha256: row.secretSha256, previousSecretEndsAt: endsAt })
       generation++
       return endsAt
+    }),
+  update: (keyId, changes, now) =>
+    Effect.sync(() => {
+      const row = storedKeys.get(keyId)
+      if (row === undefined || row.revokedAt !== null || (row.expiresAt !== null && row.expiresAt <= now)) return false
+      storedKeys.set(keyId, { ...row, ...changes })
+      generation++
+      return true
     }),
   lastUsed: Effect.succeed([])
 })
@@ -215,6 +223,22 @@ layer(ApiKeys.Live.pipe(Layer.provide(ApiKeysRepoInMemory), Layer.provide(makeId
       yield* expectRefused(rolled.apiKey, "expired", trial.info.keyId, brandId)
     }))
 
+  it.effect("an update counts from the next request: scopes, and a limit of its own found as one object from one load to the next", () =>
+    Effect.gen(function*() {
+      const keys = yield* ApiKeys
+      const { apiKey, info } = yield* createKey()
+      expect((yield* authenticate(apiKey)).rateLimit).toBeNull()
+      expect(yield* keys.update(info.keyId, { scopes: ["campaigns:read"], rateLimit: { max: 5, windowSeconds: 60 } })).toBe(true)
+      const updated = yield* authenticate(apiKey)
+      expect(updated.identity.scopes).toEqual(["campaigns:read"])
+      expect(updated.rateLimit).toEqual({ max: 5, windowSeconds: 60 })
+      // Another change loads every key again: the same limit is the same object.
+      yield* createKey()
+      expect((yield* authenticate(apiKey)).rateLimit).toBe(updated.rateLimit)
+      yield* keys.revoke(info.keyId)
+      expect(yield* keys.update(info.keyId, { name: "late" })).toBe(false)
+    }))
+
   it.effect("a revoked key, an expired key and an unknown id cannot be rolled", () =>
     Effect.gen(function*() {
       const keys = yield* ApiKeys
@@ -284,6 +308,33 @@ describe("KeyUsage", () => {
       }))
       // Scope closed: the graceful stop's write.
       expect(written.at(-1)).toEqual(["key-a/a@22"])
+    }))
+
+  it.effect("a stop during the minute's write waits for it, then writes what was noted meanwhile: nothing is lost", () =>
+    Effect.gen(function*() {
+      const batches: Array<ReadonlyArray<string>> = []
+      const SlowRepo = makeTestLayer(ApiKeysRepo)({
+        // The first write takes 10 s (a busy database), the others none.
+        recordUsage: (uses) =>
+          Effect.zipRight(
+            batches.length === 0 ? Effect.sleep("10 seconds") : Effect.void,
+            Effect.sync(() => void batches.push(uses.map((use) => `${use.keyId}@${use.at / minute}`)))
+          )
+      })
+      yield* TestClock.setTime(30 * minute)
+      const scope = yield* EffectScope.make()
+      const usage = yield* Layer.buildWithScope(KeyUsage.Live.pipe(Layer.provide(SlowRepo)), scope).pipe(
+        Effect.map(Context.get(KeyUsage))
+      )
+      usage.record("key-a", "a")
+      // The minute's write starts, and is under way…
+      yield* TestClock.adjust("1 minute")
+      usage.record("key-b", "b")
+      // …when the server stops.
+      const stopping = yield* Effect.fork(EffectScope.close(scope, Exit.void))
+      yield* TestClock.adjust("10 seconds")
+      yield* Fiber.join(stopping)
+      expect(batches).toEqual([["key-a@30"], ["key-b@31"]])
     }))
 })
 

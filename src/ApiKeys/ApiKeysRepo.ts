@@ -179,8 +179,13 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
           Effect.orDie,
           span("ApiKeysRepo.lastUsed")
         ),
-        recordUsage: (uses) =>
-          Effect.forEach(
+        // In one order on every instance (key id, then digest): two instances writing the same keys
+        // at once take their rows' locks in the same order, so PostgreSQL never finds a deadlock.
+        recordUsage: (unsorted) => {
+          const uses = [...unsorted].sort((a, b) =>
+            a.keyId < b.keyId ? -1 : a.keyId > b.keyId ? 1 : a.secretSha256 < b.secretSha256 ? -1 : a.secretSha256 > b.secretSha256 ? 1 : 0
+          )
+          return Effect.forEach(
             Array.from({ length: Math.ceil(uses.length / usageBatch) }, (_, i) => uses.slice(i * usageBatch, (i + 1) * usageBatch)),
             (batch) =>
               sql`INSERT INTO api_key_usage ${
@@ -189,6 +194,7 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
                   ON CONFLICT (key_id, secret_sha256) DO UPDATE SET last_used_at = ${later}`,
             { discard: true }
           ).pipe(Effect.orDie, span("ApiKeysRepo.recordUsage"))
+        }
       }
     })
   )

@@ -56,7 +56,7 @@ export const ApiKeysSteps = Effect.gen(function*() {
   const usage = yield* KeyUsage
   const rateLimit = yield* RateLimit
   const serverWide = told(rateLimit.policy, "per API key")
-  // A key's own limit is the same object from one load of the keys to the next: told once.
+  // ApiKeys keeps one object per distinct limit: each is told once.
   const ownTold = new WeakMap<RateLimitPolicy, Told>()
   const tellOwn = (limit: RateLimitPolicy) => {
     let said = ownTold.get(limit)
