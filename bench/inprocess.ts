@@ -4,17 +4,18 @@
  * flight at a time. Per-request CPU time, steadier than wrk for comparing one change (BENCHMARKS.md
  * cites it as "in-process"). Pin it to one core:
  *
- *   taskset -c 1 bun bench/inprocess.ts whoami|fresh|replay [requests per round]   # ROUNDS=6
+ *   taskset -c 1 bun bench/inprocess.ts whoami|fresh|replay|get|list [requests per round]   # ROUNDS=6
  */
 import { BunContext } from "@effect/platform-bun"
 import { Effect, Layer, ManagedRuntime, Option } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { activateBody, activatePath } from "./common.ts"
+import { Database } from "bun:sqlite"
+import { activateBody, activatePath, brandId, readPaths, seedReads } from "./common.ts"
 
 const scenario = process.argv[2] ?? "whoami"
-if (!["whoami", "fresh", "replay"].includes(scenario)) throw new Error(`unknown scenario ${scenario}`)
+if (!["whoami", "fresh", "replay", "get", "list"].includes(scenario)) throw new Error(`unknown scenario ${scenario}`)
 const perRound = Number(process.argv[3] ?? 10_000)
 const rounds = Number(process.env["ROUNDS"] ?? 6)
 const connections = 50
@@ -35,12 +36,20 @@ const { TracingLive } = await import("../src/Tracing.ts")
 const { apiKey } = await Effect.runPromise(
   Effect.flatMap(ApiKeys, (keys) =>
     keys.create({
-      brandId: "3f1c2b9e-8a4d-4c1e-9f0a-2b3c4d5e6f70" as never,
+      // The brand of the records the reads ask for.
+      brandId: brandId as never,
       scopes: ["campaigns:write"],
       name: Option.none(),
       expiresIn: Option.none()
     })).pipe(Effect.provide(KeysLive), Effect.provide(BunContext.layer))
 )
+
+// The reads' records, written straight into the database the key's creation made.
+if (scenario === "get" || scenario === "list") {
+  const db = new Database(process.env["DATABASE_URL"])
+  db.transaction(() => seedReads((sql, values) => db.run(sql, values as Array<string | null>)))()
+  db.close()
+}
 
 // Wired as the server wires them: tracing and logging are set up first, so that the fibers the
 // services fork (the group commit's) see tracing off too. Merged side by side, they saw it on
@@ -55,8 +64,10 @@ const { fetch } = await runtime.runPromise(Effect.flatMap(EdgeLive, makeEdge))
 const activateLength = String(Buffer.byteLength(activateBody))
 let sequence = 0
 const request = () =>
-  scenario === "whoami"
-    ? new Request("http://localhost/v1/whoami", { headers: { authorization: `Bearer ${apiKey}` } })
+  scenario === "whoami" || scenario === "get" || scenario === "list"
+    ? new Request(`http://localhost${scenario === "whoami" ? "/v1/whoami" : readPaths[scenario]}`, {
+      headers: { authorization: `Bearer ${apiKey}` }
+    })
     : new Request(`http://localhost${activatePath}`, {
       method: "POST",
       headers: {
