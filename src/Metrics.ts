@@ -48,7 +48,7 @@ export const series = {
   cpuSeconds: counter("process_cpu_seconds_total", "User and system CPU time spent, in seconds."),
   startTime: gauge("process_start_time_seconds", "Start time of the process since the Unix epoch, in seconds."),
   eventLoopLag: gauge(
-    "nodejs_eventloop_lag_seconds",
+    "nodejs_eventloop_lag_max_seconds",
     "The longest delay of a timer past its due time over the last 5 to 10 seconds: how long the event loop was kept busy."
   )
 } as const

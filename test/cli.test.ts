@@ -159,6 +159,12 @@ describe("keys command line", () => {
       const taken = await runCli(["serve"], { DATABASE_URL: tempDatabase(), PORT: port })
       expect(taken.code).toBe(78)
       expect(taken.stderr.trim()).toBe(`PORT=${port}: another process is listening on 127.0.0.1:${port}; stop it or choose another PORT.`)
+      // The metrics' listener the same (README, Operating it: Metrics).
+      const metricsTaken = await runCli(["serve"], { DATABASE_URL: tempDatabase(), METRICS_PORT: port })
+      expect(metricsTaken.code).toBe(78)
+      expect(metricsTaken.stderr.trim()).toBe(
+        `METRICS_PORT=${port}: another process is listening on 127.0.0.1:${port}; stop it or choose another METRICS_PORT.`
+      )
     } finally {
       await server.stop()
     }

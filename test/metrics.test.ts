@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { spawn, type Subprocess } from "bun"
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs"
+import { existsSync, mkdtempSync, readFileSync, renameSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import { render } from "../src/Metrics/Exposition.ts"
 import { makeRecorder } from "../src/Metrics.ts"
@@ -83,7 +83,7 @@ describe.each(backends)("metrics on $name", (backend) => {
       expect(samples(text).get(name)).toBeGreaterThan(0)
     }
     // A timer that ran on time is a lag of 0.
-    expect(samples(text).get("nodejs_eventloop_lag_seconds")).toBeGreaterThanOrEqual(0)
+    expect(samples(text).get("nodejs_eventloop_lag_max_seconds")).toBeGreaterThanOrEqual(0)
   })
 
   it("counts each whoami once, under its route pattern, method and status", async () => {
@@ -207,6 +207,38 @@ describe("metrics' labels", () => {
     recorder.answered("PROPFIND", "(unknown)", 404, 0.001)
     expect(render()).toContain(requestCount("_OTHER", "(unknown)", 404))
     expect(render()).not.toContain("PROPFIND")
+  })
+})
+
+describe("the database's unavailability in metrics", () => {
+  it("counts each request the database could not serve, readiness's own check included, and nothing once it is back", async () => {
+    const database = tempDatabase()
+    const metricsPort = freePort()
+    const metricsUrl = `http://127.0.0.1:${metricsPort}/metrics`
+    const server = await serveInProcess(database, { METRICS_PORT: String(metricsPort) })
+    try {
+      const { apiKey } = await createKey(database)
+      const moved = `${database}.moved`
+      const away = await delta(metricsUrl, async () => {
+        // The file gone from its path: no request may be answered from what may be stale.
+        renameSync(database, moved)
+        try {
+          expect((await activate(server.url, { apiKey, key: uniqueKey() })).status).toBe(503)
+          expect((await call(server.url, { path: "/readyz" })).status).toBe(503)
+        } finally {
+          renameSync(moved, database)
+        }
+      })
+      expect(away("db_unavailable_total")).toBe(2)
+      expect(away(requestCount("GET", "/readyz", 503))).toBe(1)
+      const back = await delta(metricsUrl, async () => {
+        expect((await activate(server.url, { apiKey, key: uniqueKey() })).status).toBe(200)
+        expect((await call(server.url, { path: "/readyz" })).status).toBe(200)
+      })
+      expect(back("db_unavailable_total")).toBe(0)
+    } finally {
+      await server.stop()
+    }
   })
 })
 

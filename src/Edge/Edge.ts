@@ -168,6 +168,15 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, steps
         return toWebResponse(exchange, reply)
       }
       : toWebResponse
+    // A program that failed past the renderer becomes the web server's 500 (WebServer.ts): counted
+    // as that 500, since it is what an error-rate alert is for.
+    const settle: (exchange: Exchange, reply: Promise<Reply>, startedAt: number) => Promise<Response> = metrics.on
+      ? (exchange, reply, startedAt) =>
+        reply.then((reply) => respond(exchange, reply, startedAt), (error: unknown) => {
+          metrics.answered(exchange.request.method, exchange.route, 500, (performance.now() - startedAt) / 1000)
+          throw error
+        })
+      : (exchange, reply) => reply.then((reply) => toWebResponse(exchange, reply))
     const renderer = makeRenderer(metrics.databaseUnavailable)
     const refusals = makeRefusalTally()
     const summaries: ReadonlyArray<Summary> = [
@@ -210,9 +219,7 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, steps
         traced ? withServerSpan(exchange)(answered) : answered
       )
       const reply = answer(request.method, program)
-      return reply instanceof Promise
-        ? reply.then((reply) => respond(exchange, reply, startedAt))
-        : respond(exchange, reply, startedAt)
+      return reply instanceof Promise ? settle(exchange, reply, startedAt) : respond(exchange, reply, startedAt)
     }
 
     const fetch = (request: Request, client = inProcess): Response | Promise<Response> => {

@@ -7,6 +7,7 @@ import { RateLimit } from "../RateLimit.ts"
 import { ServiceUnavailable } from "../Domain/Errors.ts"
 import { compile } from "../Edge/Endpoint.ts"
 import type { Handlers } from "../Edge/Exchange.ts"
+import { recorder } from "../Metrics.ts"
 import { HealthApi } from "./Api.ts"
 
 const notReady = new ServiceUnavailable({ message: "The database does not answer." })
@@ -21,11 +22,19 @@ export const HealthHandlers = Effect.gen(function*() {
   const database = sql.onDialectOrElse({ pg: () => "postgres" as const, orElse: () => "sqlite" as const })
   const rateLimit = yield* RateLimit
   const draining = yield* Draining
-  // A real table, not `SELECT 1`: that would answer without touching the database file.
+  const metrics = yield* recorder
+  // A real table, not `SELECT 1`: that would answer without touching the database file. Its
+  // failure is a request the database could not serve, as an activation's would be: counted
+  // (README, Operating it: Metrics), so that an outage with no traffic but the probes shows.
   const ping = file.ensurePresent.pipe(
     Effect.zipRight(sql`SELECT COUNT(*) AS n FROM api_keys WHERE key_id = ''`),
     Effect.timeoutFail({ duration: Duration.seconds(2), onTimeout: () => notReady }),
-    Effect.catchAllCause((cause) => Effect.zipRight(Effect.logWarning("readiness check failed", cause), notReady))
+    Effect.catchAllCause((cause) =>
+      Effect.zipRight(
+        Effect.zipRight(Effect.logWarning("readiness check failed", cause), Effect.sync(metrics.databaseUnavailable)),
+        notReady
+      )
+    )
   )
   const handlers: Handlers<typeof CampaignApi>["health"] = {
     alive: () => Effect.succeed(alive),

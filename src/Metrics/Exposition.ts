@@ -1,4 +1,4 @@
-import { Duration, Effect, Layer, Metric, MetricState, Option } from "effect"
+import { Duration, Effect, Layer, Metric, MetricKeyType, MetricState, Option } from "effect"
 import type { MetricPair } from "effect"
 import { StartupError } from "../Config.ts"
 import { logAtStart } from "../Logging.ts"
@@ -117,18 +117,16 @@ const processSampler = Effect.acquireRelease(
   (timer) => Effect.sync(() => clearInterval(timer))
 )
 
-/** Counters read 0 from the start, so that `rate()` and `increase()` see their first increase. */
+/**
+ * The service's counters read 0 from the start, so that `rate()` and `increase()` see their first
+ * increase (the CPU's is set from the process's own figure when it is sampled).
+ */
 const zeroedCounters = Effect.sync(() => {
-  for (
-    const counter of [
-      series.rateLimited,
-      series.replays,
-      series.conflicts,
-      series.activationsCreated,
-      series.unauthorized,
-      series.databaseUnavailable
-    ]
-  ) counter.unsafeUpdate(0, [])
+  for (const metric of Object.values(series)) {
+    if (metric !== series.cpuSeconds && MetricKeyType.isCounterKey(metric.keyType)) {
+      ;(metric as Metric.Metric.Counter<number>).unsafeUpdate(0, [])
+    }
+  }
 })
 
 const cannotListen = (host: string, port: number, error: unknown) => {
