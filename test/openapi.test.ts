@@ -71,7 +71,7 @@ const readErrors = {
     "503": ["SERVICE_UNAVAILABLE"]
   }
 
-/** The README's error codes (API, Errors) for each operation, by status. */
+/** The README's error codes (Errors) for each operation, by status. */
 const contractErrors: Record<string, Record<string, Array<string>>> = {
   "activations.activate": {
     "400": ["IDEMPOTENCY_KEY_REQUIRED", "MALFORMED_JSON", "VALIDATION_ERROR"],

@@ -153,7 +153,7 @@ export const toWebResponse = (
   }
   // The rest of an unread body is still on the connection: it cannot carry another request.
   if (!exchange.bodyRead && hasBody(exchange.request)) headers["connection"] = "close"
-  // The one answer without a body (README, API): nothing to give a type to.
+  // The one answer without a body (README, For integrators): nothing to give a type to.
   if (reply.status === 304) delete headers["content-type"]
   return new Response(reply.body, { status: reply.status, headers })
 }
