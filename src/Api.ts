@@ -21,7 +21,7 @@ const definition = HttpApi.make("campaign-api")
   .annotate(OpenApi.Version, version)
   .annotate(
     OpenApi.Description,
-    "Activate campaigns for creators and resolve the identity behind an API key. Every error is `{ ok: false, code, message }`; every authenticated response carries `RateLimit` and `RateLimit-Policy` headers. Each route has one spelling (a trailing slash aside): another letter case, `//`, `;params` or any percent-encoding is 404. `HEAD` is answered on every GET route, as the GET without its body."
+    "Activate campaigns for creators, read back what was activated and a campaign's numbers, and resolve the identity behind an API key. Every error is `{ ok: false, code, message }`; every authenticated response carries `RateLimit` and `RateLimit-Policy` headers, and `Api-Key-Expires` when the secret sent has an end. Each route has one spelling (a trailing slash aside): another letter case, `//`, `;params` or any percent-encoding is 404. `HEAD` is answered on every GET route, as the GET without its body."
   )
 
 /** The whole public API, definition only: handlers and steps live beside each feature. */

@@ -118,6 +118,23 @@ const splitScript = (page: string) => {
   }
 }
 
+const embeddedDocument = '<script id="api-reference" type="application/json">'
+
+/**
+ * The platform's page carries the whole OpenAPI document inline, which grows with every endpoint:
+ * Scalar is pointed at `/openapi.json` instead (its `data-url`), the document the service serves
+ * anyway, with its own validator. So the page stays a few kilobytes, and a browser that has the
+ * document asks only whether it changed.
+ */
+const withDocumentByUrl = (page: string) => {
+  const start = page.indexOf(embeddedDocument)
+  const end = page.indexOf(scriptEnd, start)
+  if (start === -1 || end === -1) throw new Error("@effect/platform's Scalar page no longer embeds the document as it did")
+  return `${page.slice(0, start)}<script id="api-reference" data-url="${documentRoutes.openApi}"></script>${
+    page.slice(end + scriptEnd.length)
+  }`
+}
+
 /** The source map it names is jsDelivr's, not served here: a 404 each time the browser's tools open. */
 const withoutSourceMap = (script: string) => script.replace(/\n\/\/# sourceMappingURL=\S+\s*$/, "\n")
 
@@ -150,7 +167,7 @@ export const docsPage = (api: HttpApi.HttpApi.Any, publicUrl: string): Effect.Ef
     const page = yield* prepare(
       "text/html; charset=utf-8",
       noCache,
-      encoder.encode(around(`<script src="${documentRoutes.docs}/${scriptName}"></script>`)),
+      encoder.encode(withDocumentByUrl(around(`<script src="${documentRoutes.docs}/${scriptName}"></script>`))),
       ["gzip"]
     )
     const prepared = yield* Effect.cached(prepare("text/javascript; charset=utf-8", immutable, scriptBytes, ["br", "gzip"]))
