@@ -1,7 +1,7 @@
 import type { HttpApi } from "@effect/platform"
 import { Context, Option } from "effect"
 import { RequiredScope } from "./ApiKeys/Api.ts"
-import { declaredEndpoints, middlewareOf, SuccessHeaders } from "./Declaration.ts"
+import { declaredEndpoints, middlewareOf, type SuccessHeader, SuccessHeaders } from "./Declaration.ts"
 import { RequireIdempotencyKey } from "./Idempotency/Api.ts"
 
 /**
@@ -81,7 +81,7 @@ interface Declaration {
   readonly scope: Option.Option<string>
   readonly replays: boolean
   /** Headers its 200 (and 304) carries, with what they mean. */
-  readonly successHeaders: Readonly<Record<string, string>>
+  readonly successHeaders: Readonly<Record<string, SuccessHeader>>
 }
 
 /** The transform for `api`'s document (`OpenApi.Transform`), by operation id (`group.endpoint`). */
@@ -123,9 +123,8 @@ const finish = (spec: Json, declarations: ReadonlyMap<string, Declaration>): Jso
         }
         response.headers = headersFor(status, secured, declaration?.replays ?? false)
         if (status === "200" || status === "304") {
-          for (const [name, description] of Object.entries(declaration?.successHeaders ?? {})) {
-            // The ETag is on every 200 and 304 of its operation; a Link only when there is a next page.
-            response.headers[name] = { ...header(description), ...(name === "Link" ? {} : { required: true }) }
+          for (const [name, { always, description }] of Object.entries(declaration?.successHeaders ?? {})) {
+            response.headers[name] = { ...header(description), ...(always ? { required: true } : {}) }
           }
         }
       }

@@ -8,7 +8,7 @@ import { ApiKeys } from "./ApiKeys.ts"
 import { ApiKeysRepo } from "./ApiKeys/ApiKeysRepo.ts"
 import { ApiKeysSteps } from "./ApiKeys/Http.ts"
 import { KeyUsage } from "./ApiKeys/KeyUsage.ts"
-import { AppConfig, checkedFirst, KeysConfig, RedisConfig, ServeConfig } from "./Config.ts"
+import { AppConfig, checkedFirst, DatabaseConfig, KeysConfig, RedisConfig, ServeConfig } from "./Config.ts"
 import { GroupCommit } from "./Database/GroupCommit.ts"
 import { DatabaseInUse, SqlLive, SqlServerLive } from "./Database/Sql.ts"
 import { Draining } from "./Draining.ts"
@@ -66,8 +66,9 @@ export const EdgeLive = Effect.gen(function*() {
       health: yield* HealthHandlers
     },
     steps: { ...(yield* ApiKeysSteps), ...IdempotencySteps, ...JsonBodySteps },
-    // With the rate limits on Redis every request waits on it: none is answered synchronously.
-    synchronousGets: Option.isNone(yield* RedisConfig)
+    // With the rate limits on Redis every request waits on it, and on PostgreSQL every read waits on
+    // the pool: then none is answered synchronously. On SQLite with the limits in memory, no GET waits.
+    synchronousGets: Option.isNone(yield* RedisConfig) && (yield* DatabaseConfig)._tag === "sqlite"
   }
   return options
 })

@@ -28,8 +28,14 @@ export const middlewareOf = ({ endpoint, group }: Declared): ReadonlyArray<HttpA
 ]
 
 
+/** A header of an endpoint's 200 (and 304): what it means, and whether every such answer has it. */
+export interface SuccessHeader {
+  readonly description: string
+  readonly always: boolean
+}
+
 /**
- * Headers an endpoint's 200 carries beyond the ones every answer does (`ETag`, `Link`), by name with
- * what they mean: an annotation, so that the OpenAPI document lists them (`ApiDocument.ts`).
+ * Headers an endpoint's 200 carries beyond the ones every operation's answers do (a read's `ETag`,
+ * a page's `Link`), by name: an annotation, so that the OpenAPI document lists them (`ApiDocument.ts`).
  */
-export class SuccessHeaders extends Context.Tag("SuccessHeaders")<SuccessHeaders, Readonly<Record<string, string>>>() {}
+export class SuccessHeaders extends Context.Tag("SuccessHeaders")<SuccessHeaders, Readonly<Record<string, SuccessHeader>>>() {}

@@ -157,7 +157,10 @@ describe.each(backends)("reads on $name", (backend) => {
       ["?creatorId=nope", "creatorId"],
       ["?campaignId=1234", "campaignId"],
       ["?startingAfter=last", "startingAfter"],
-      ["?sort=asc", "sort"]
+      ["?sort=asc", "sort"],
+      // A name that an object's prototype has is a parameter like any other.
+      ["?__proto__=x", "__proto__"],
+      ["?constructor=x", "constructor"]
     ])("is 400 VALIDATION_ERROR naming the parameter for %s", async (query, named) => {
       const answer = await list(reader, query)
       expectEnvelope(answer, 400, "VALIDATION_ERROR")

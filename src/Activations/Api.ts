@@ -46,7 +46,9 @@ const get = HttpApiEndpoint.get("get", "/activations/:activationId")
   .middleware(ApiKeyAuth)
   .middleware(RequireScope)
   .annotate(RequiredScope, "campaigns:read")
-  .annotate(SuccessHeaders, { ETag: "A strong validator of the record: send it in `If-None-Match` for a `304`." })
+  .annotate(SuccessHeaders, {
+    ETag: { description: "A strong validator of the record: send it in `If-None-Match` for a `304`.", always: true }
+  })
   .annotate(OpenApi.Summary, "Retrieve an activation")
   .annotate(
     OpenApi.Description,
@@ -61,7 +63,12 @@ const list = HttpApiEndpoint.get("list", "/activations")
   .middleware(RequireScope)
   .annotate(RequiredScope, "campaigns:read")
   .annotate(SuccessHeaders, {
-    Link: "With `hasMore`, the next page: `</v1/activations?…&startingAfter=<last id>>; rel=\"next\"` (RFC 8288, relative to this request)."
+    Link: {
+      description:
+        "With `hasMore`, the next page: `</v1/activations?…&startingAfter=<last id>>; rel=\"next\"` (RFC 8288, relative to this request).",
+      // Only when there is a next page.
+      always: false
+    }
   })
   .annotate(OpenApi.Summary, "List activations")
   .annotate(

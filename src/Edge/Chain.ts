@@ -9,16 +9,15 @@ const record = (exchange: Exchange, passed: Passed) => {
 }
 
 /**
- * What the steps before this one and `passed` provide together. The first context a step provides
- * is made for this request alone, so the services of later steps are added to it in place rather
- * than copied into a new one at every step.
+ * What the steps before this one and `passed` provide together: a new context, never a step's own
+ * written into (a step may hand out a context it made once).
  */
-const together = (given: Context.Context<never>, passed: Passed): Context.Context<never> => {
-  if (passed.provides === undefined) return given
-  if (given.unsafeMap.size === 0) return passed.provides
-  for (const [key, service] of passed.provides.unsafeMap) given.unsafeMap.set(key, service)
-  return given
-}
+const together = (given: Context.Context<never>, passed: Passed): Context.Context<never> =>
+  passed.provides === undefined
+    ? given
+    : given.unsafeMap.size === 0
+    ? passed.provides
+    : Context.merge(given, passed.provides)
 
 type Run = (exchange: Exchange, given: Context.Context<never>) => Effect.Effect<Reply, Failure>
 

@@ -81,7 +81,7 @@ export interface Edge {
 /**
  * What the composition root (`App.ts`) hands the edge: the definition, a handler for each of its
  * endpoints (one missing is a type error), the step of each middleware tag it declares, and
- * whether a GET may be answered synchronously (no REDIS_URL: nothing it runs waits).
+ * whether a GET may be answered synchronously (SQLite and no REDIS_URL: nothing it runs waits).
  */
 export interface EdgeOptions<Api extends HttpApi.HttpApi.Any> {
   readonly api: Api
@@ -129,11 +129,11 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, steps
     const runPromise = Runtime.runPromise(runtime)
 
     /**
-     * A GET reads no body: with the rate limits in memory its program (a whoami) never waits, and
+     * A GET reads no body: on SQLite with the rate limits in memory its program never waits, and
      * answering it synchronously, without a promise or a scheduler turn, is a sixth of its cost.
      * Should it wait after all, it goes on in its fiber, joined; that costs more than a promise from
      * the start, which is why a POST (always a body to read), and every request when the rate limits
-     * are on Redis (a round trip each), starts with one.
+     * are on Redis (a round trip each) or the reads on PostgreSQL (its pool), starts with one.
      */
     const answer = (method: string, program: Effect.Effect<Reply>): Reply | Promise<Reply> => {
       if (!synchronousGets || (method !== "GET" && method !== "HEAD")) return runPromise(program)
@@ -176,7 +176,7 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, steps
           metrics.answered(exchange.request.method, exchange.route, 500, (performance.now() - startedAt) / 1000)
           throw error
         })
-      : (exchange, reply) => reply.then((reply) => toWebResponse(exchange, reply))
+      : (exchange, reply, startedAt) => reply.then((reply) => respond(exchange, reply, startedAt))
     const renderer = makeRenderer(metrics.databaseUnavailable)
     const refusals = makeRefusalTally()
     const summaries: ReadonlyArray<Summary> = [

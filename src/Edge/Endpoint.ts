@@ -1,3 +1,4 @@
+import { UrlParams } from "@effect/platform"
 import { Either, Option, Schema } from "effect"
 import { ArrayFormatter, type ParseError } from "effect/ParseResult"
 import { ValidationError } from "../Domain/Errors.ts"
@@ -52,18 +53,13 @@ export const compile = <
 
 /**
  * A request's query parameters as the endpoint's URL parameter schema reads them: each name with
- * its value, a name sent twice with its values in a list (which a schema of single values refuses).
+ * its value, a name sent twice with its values in a list (which a schema of single values refuses),
+ * any name an own field (`__proto__` too, refused as unknown like any other).
  */
 const queryOf = (request: Request): Record<string, string | Array<string>> => {
   const url = request.url
   const at = url.indexOf("?")
-  const params: Record<string, string | Array<string>> = {}
-  if (at === -1) return params
-  for (const [name, value] of new URLSearchParams(url.slice(at + 1))) {
-    const seen = params[name]
-    params[name] = seen === undefined ? value : Array.isArray(seen) ? [...seen, value] : [seen, value]
-  }
-  return params
+  return at === -1 ? {} : UrlParams.toRecord(UrlParams.fromInput(new URLSearchParams(url.slice(at + 1))))
 }
 
 /** A strong validator of a response body (RFC 9110 §8.8.3): its SHA-256, quoted. */

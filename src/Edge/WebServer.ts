@@ -55,8 +55,7 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
     // the 401s and the outage's failures counted until the very end are logged too.
     yield* Effect.addFinalizer(() => Effect.forEach(edge.summaries, (summary) => summary.write(true), { discard: true }))
 
-    // Closing: told to stop, every answer closes its connection. Stopped: no longer listening.
-    let closing = false
+    // Told to stop (`draining`), every answer closes its connection. Stopped: no longer listening.
     let stopped = false
     let inFlight = 0
     const idle = yield* Deferred.make<void>()
@@ -69,7 +68,7 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
 
     const settle = (response: Response) => {
       inFlight--
-      if (closing) {
+      if (draining.started()) {
         response.headers.set("connection", "close")
         if (stopped && inFlight === 0) Deferred.unsafeDone(idle, Effect.void)
       }
@@ -140,7 +139,6 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
       }),
       (server) =>
         Effect.gen(function*() {
-          closing = true
           draining.start()
           yield* Effect.logInfo("draining", { inFlight, delaySeconds: Duration.toSeconds(delay) })
           yield* Effect.sleep(delay)
