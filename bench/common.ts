@@ -4,6 +4,7 @@
  * the first request of a replay run, whether a server is up, a free port, and wrk's result as
  * `scenario.lua` prints it.
  */
+import { Database } from "bun:sqlite"
 import { join } from "node:path"
 
 const luaScript = join(import.meta.dir, "scenario.lua")
@@ -106,13 +107,28 @@ export const readPaths = {
   list: `/v1/activations?limit=20&campaignId=${seededCampaign(3).toUpperCase()}`
 } as const
 
-/** Writes the seeded records with `run` (one statement and its values at a time). */
-export const seedReads = (run: (sql: string, values: ReadonlyArray<string | null>) => void) => {
-  for (let n = 0; n < seededActivations; n++) {
-    const at = new Date(Date.UTC(2026, 0, 1) + n * 60_000).toISOString()
-    run(
-      "INSERT INTO activations (id, brand_id, key_id, creator_id, campaign_id, status, social_username, planned_post_at, activated_at) VALUES (?, ?, ?, ?, ?, 'ACTIVE', '@seeded', ?, ?)",
-      [seededId(n), brandId, "seeded0000000000", `5d2a7c3e-1b4f-4e6a-8c9d-${String(n % 500).padStart(12, "0")}`, seededCampaign(n % seededCampaigns), n % 4 === 0 ? null : at.slice(0, 10), at]
+/** Writes the seeded records into the SQLite database `file`, migrated already, in one transaction. */
+export const seedReads = (file: string) => {
+  const db = new Database(file)
+  try {
+    const insert = db.query(
+      "INSERT INTO activations (id, brand_id, key_id, creator_id, campaign_id, status, social_username, planned_post_at, activated_at) VALUES (?, ?, ?, ?, ?, 'ACTIVE', '@seeded', ?, ?)"
     )
+    db.transaction(() => {
+      for (let n = 0; n < seededActivations; n++) {
+        const at = new Date(Date.UTC(2026, 0, 1) + n * 60_000).toISOString()
+        insert.run(
+          seededId(n),
+          brandId,
+          "seeded0000000000",
+          `5d2a7c3e-1b4f-4e6a-8c9d-${String(n % 500).padStart(12, "0")}`,
+          seededCampaign(n % seededCampaigns),
+          n % 4 === 0 ? null : at.slice(0, 10),
+          at
+        )
+      }
+    })()
+  } finally {
+    db.close()
   }
 }

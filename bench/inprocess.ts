@@ -11,7 +11,6 @@ import { Effect, Layer, ManagedRuntime, Option } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Database } from "bun:sqlite"
 import { activateBody, activatePath, brandId, readPaths, seedReads } from "./common.ts"
 
 const scenario = process.argv[2] ?? "whoami"
@@ -45,11 +44,7 @@ const { apiKey } = await Effect.runPromise(
 )
 
 // The reads' records, written straight into the database the key's creation made.
-if (scenario === "get" || scenario === "list") {
-  const db = new Database(process.env["DATABASE_URL"])
-  db.transaction(() => seedReads((sql, values) => db.run(sql, values as Array<string | null>)))()
-  db.close()
-}
+if (scenario === "get" || scenario === "list") seedReads(process.env["DATABASE_URL"])
 
 // Wired as the server wires them: tracing and logging are set up first, so that the fibers the
 // services fork (the group commit's) see tracing off too. Merged side by side, they saw it on

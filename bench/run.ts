@@ -90,15 +90,6 @@ const keyPrefixOf = (scenario: ScenarioName, prefix: string) =>
   scenario === "get" || scenario === "list" ? readPaths[scenario] : prefix
 
 /** The read scenarios' records, written into a server's database before it starts. */
-const seedDatabase = (databaseFile: string) => {
-  const db = new Database(databaseFile)
-  try {
-    db.transaction(() => seedReads((sql, values) => db.run(sql, values as Array<string | null>)))()
-  } finally {
-    db.close()
-  }
-}
-
 /** BENCH_STARTUP_ONLY=1 measures the binary's start-up against the bare server's, and stops there. */
 const startupOnly = process.env["BENCH_STARTUP_ONLY"] === "1"
 
@@ -535,7 +526,7 @@ const measureMetrics = async (binary: string, dir: string) => {
   const startOne = async (name: ServerName, command: ReadonlyArray<string>, env: Record<string, string>) => {
     const databaseFile = join(dir, `${name}.sqlite`)
     const apiKey = await createKey(cli, databaseFile)
-    seedDatabase(databaseFile)
+    seedReads(databaseFile)
     return startServer(name, [...command, "serve"], { RATE_LIMIT_MAX: "1000000000", LOG_LEVEL: serviceLogLevel, ...env }, databaseFile, apiKey)
   }
   const metricsPort = freePort()
@@ -746,7 +737,7 @@ const main = async () => {
     const serviceKey = await createKey(serviceCli, serviceDb)
     const serviceInfoKey = await createKey(serviceCli, serviceInfoDb)
     const baselineKey = await createKey(serviceCli, baselineDb)
-    for (const database of [serviceDb, serviceInfoDb, baselineDb]) seedDatabase(database)
+    for (const database of [serviceDb, serviceInfoDb, baselineDb]) seedReads(database)
     console.log(`seeded ${seededActivations} activations of the bench's brand into each database for the reads`)
     servers.push(await startServer("service", [...serviceCli, "serve"], {
       RATE_LIMIT_MAX: "1000000000",

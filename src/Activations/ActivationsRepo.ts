@@ -28,7 +28,7 @@ const fromStored = (row: Stored): Activation => ({
   activatedAt: row.activated_at
 })
 
-/** A page of a brand's activations: ids below `below` (a lowercase id), newest first, at most `limit`. */
+/** A page of a brand's activations: ids below `below` (in any letter case), newest first, at most `limit`. */
 export interface Page {
   readonly creatorId: string | undefined
   readonly campaignId: string | undefined
@@ -45,8 +45,9 @@ export interface Counts {
 }
 
 /**
- * Bounds past every id (lowercase hexadecimal and dashes) and every timestamp (an ISO date first):
- * letters and digits, which every collation orders the same way (PostgreSQL's may skip punctuation).
+ * Bounds past every id (lowercase hexadecimal and dashes) and every day (`YYYY-MM-DD`): a letter
+ * above every hexadecimal digit, and the last day there is, which orders after every other day in
+ * every collation, as both have the same shape.
  */
 const aboveEveryId = "g"
 const lastDay = "9999-12-31"
@@ -95,7 +96,8 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
       const byId = read.prepare((brandId: string, id: string) =>
         sql<Stored>`SELECT ${columns} FROM activations WHERE id = ${id} AND brand_id = ${brandId}`
       )
-      // One statement per combination of filters, each served by its own index (README, Reads).
+      // One statement per combination of filters; with both, the campaign's index serves it
+      // (README, Reliability: indexes and counts).
       const pages = {
         all: read.prepare((brandId: string, below: string, limit: number) =>
           sql<Stored>`SELECT ${columns} FROM activations
@@ -132,7 +134,10 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
         sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM campaign_creators
           WHERE brand_id = ${brandId} AND campaign_key = ${campaignKey}`
       )
-      /** A table of counts, written with the batch's rows merged per key (`byKey`), or one row alone. */
+      /**
+       * A table of counts, written with the batch's rows merged per key (`byKey`), or one row alone.
+       * It adds to what is there, so `many` accounts for every row given, as written.
+       */
       const counted = <Row>(
         write: (rows: ReadonlyArray<Row>) => Effect.Effect<unknown, SqlError>,
         keyOf: (row: Row) => string,

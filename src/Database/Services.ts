@@ -34,9 +34,9 @@ export class DatabaseInUse extends Context.Tag("Database/DatabaseInUse")<Databas
 }>() {}
 
 /**
- * Reads that must see only committed rows (the idempotency lookup): `prepare(make)` gives a
- * function that runs the statement `make` builds with the main client's `sql` on a connection
- * outside every transaction.
+ * Reads that must see only committed rows (the idempotency lookup, the reads, the analytics):
+ * `prepare(make)` gives a function that runs the statement `make` builds with the main client's
+ * `sql` on a connection outside every transaction.
  *
  * On SQLite, a read-only connection of their own, used directly: on the shared connection a plain
  * read could run inside a group-commit batch opened meanwhile and see its uncommitted writes, and

@@ -158,10 +158,11 @@ const readSql = (filename: string) => Layer.scoped(
       }),
       (db) => Effect.sync(() => db.close())
     )
-    const run = (text: string, params: ReadonlyArray<unknown>) =>
+    // bun:sqlite keeps the prepared statement of each text: compiled once.
+    const run = (text: string, params: ReadonlyArray<unknown>) => runPrepared(db.query(text), params)
+    const runPrepared = (statement: ReturnType<typeof db.query>, params: ReadonlyArray<unknown>) =>
       Effect.try({
-        // bun:sqlite keeps the prepared statement of each text: compiled once.
-        try: () => db.query(text).all(...(params as Array<SQLQueryBindings>)),
+        try: () => statement.all(...(params as Array<SQLQueryBindings>)),
         catch: (cause) => new SqlError({ cause, message: "Failed to execute statement" })
       })
     // The span @effect/sql gives each statement, only while tracing is on.
@@ -178,8 +179,12 @@ const readSql = (filename: string) => Layer.scoped(
         const standIns = Array.from({ length: make.length }, (_, i) => `\u0000stand-in ${i}`) as unknown as Args
         const [text, params] = make(...standIns).compile()
         const inPlace = params.length === standIns.length && params.every((param, i) => param === standIns[i])
+        if (inPlace) {
+          // The statement's text never changes: its prepared statement is taken once, here.
+          const statement = db.query(text)
+          return (...args: Args) => traced(text, runPrepared(statement, args)) as Effect.Effect<ReadonlyArray<A>, SqlError>
+        }
         return (...args: Args) => {
-          if (inPlace) return traced(text, run(text, args)) as Effect.Effect<ReadonlyArray<A>, SqlError>
           const [built, values] = make(...args).compile()
           return traced(built, run(built, values)) as Effect.Effect<ReadonlyArray<A>, SqlError>
         }
