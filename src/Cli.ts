@@ -23,7 +23,8 @@ const ScopeList = Schema.transform(
   Schema.Array(Scope).pipe(Schema.minItems(1)),
   {
     strict: false,
-    decode: (text) => text.split(",").map((s) => s.trim()).filter((s) => s !== ""),
+    // Each scope once, whatever was typed.
+    decode: (text) => [...new Set(text.split(",").map((s) => s.trim()).filter((s) => s !== ""))],
     encode: (scopes) => scopes.join(",")
   }
 ).annotations({ message: () => ({ message: scopesMessage, override: true }) })
@@ -434,7 +435,7 @@ const update = Command.make("update", {
 }, (options) =>
   withKeyId(options.typed, (keyId) => {
     const changes: KeyChangesRequested = {
-      ...Option.match(options.scopes, { onNone: () => ({}), onSome: (scopes) => ({ scopes: Array.from(new Set(scopes)) }) }),
+      ...Option.match(options.scopes, { onNone: () => ({}), onSome: (scopes) => ({ scopes }) }),
       ...Option.match(options.name, { onNone: () => ({}), onSome: (name) => ({ name }) }),
       ...Option.match(options.rateLimit, {
         onNone: () => ({}),
@@ -474,21 +475,19 @@ const announced = <A, E, R>(target: DatabaseTarget, layer: Layer.Layer<A, E, R>)
 // Every variable the key commands read, read first: a bad one is named with the others, not alone.
 const KeysAnnounced = Layer.unwrapEffect(Effect.map(KeysConfig, ([target]) => announced(target, KeysLive)))
 
+const keyCommands = [
+  create.pipe(Command.provide(KeysAnnounced)),
+  list.pipe(Command.provide(KeysAnnounced)),
+  show.pipe(Command.provide(KeysAnnounced)),
+  roll.pipe(Command.provide(KeysAnnounced)),
+  update.pipe(Command.provide(KeysAnnounced)),
+  revoke.pipe(Command.provide(KeysAnnounced))
+] as const
+
 const keys = Command.make("keys").pipe(
   Command.withDescription("Manage API keys in the database at DATABASE_URL."),
-  Command.withSubcommands([
-    create.pipe(Command.provide(KeysAnnounced)),
-    list.pipe(Command.provide(KeysAnnounced)),
-    show.pipe(Command.provide(KeysAnnounced)),
-    roll.pipe(Command.provide(KeysAnnounced)),
-    update.pipe(Command.provide(KeysAnnounced)),
-    revoke.pipe(Command.provide(KeysAnnounced))
-  ])
+  Command.withSubcommands(keyCommands)
 )
-
-/** Refused, or failed: one sentence on stderr and exit 1 (README, Backups). */
-const backupFailed = (message: string) =>
-  Effect.zipRight(Console.error(message), Effect.sync(() => void (process.exitCode = 1)))
 
 const backup = Command.make("backup", {
   file: Args.text({ name: "file" }).pipe(
@@ -499,9 +498,10 @@ const backup = Command.make("backup", {
     Effect.flatMap((target) => backUp(file, announced(target, SqlLive))),
     Effect.flatMap((written) => Console.log(`Backup written: ${written.file} (${written.bytes} bytes).`)),
     Effect.catchTags({
-      BackupRefused: (refused) => backupFailed(refused.message),
+      // Refused, or failed: one sentence and exit 1 (README, Backups).
+      BackupRefused: (refused) => failWith(1, refused.message),
       SqlError: (error) =>
-        backupFailed(`No backup was written: ${error.cause instanceof Error ? error.cause.message : error.message}.`)
+        failWith(1, `No backup was written: ${error.cause instanceof Error ? error.cause.message : error.message}.`)
     })
   )).pipe(
     Command.withDescription(
@@ -568,7 +568,11 @@ const run = Command.make("campaign-api").pipe(
   Command.run({ name: "campaign-api", version })
 )
 
-const keyCommands = ["create", "list", "show", "roll", "update", "revoke"]
+/** The `keys` commands' names, from the commands themselves. */
+const keyCommandNames: ReadonlyArray<string> = keyCommands.flatMap((command) =>
+  // Each command's own name type does not widen to `string` (its context tag is invariant in it).
+  [...Command.getNames(command as unknown as Command.Command<string, never, unknown, unknown>)]
+)
 const valueOptions = ["--brand", "--scopes", "--name", "--expires-in", "--rate-limit", "--grace"]
 
 /**
@@ -577,10 +581,10 @@ const valueOptions = ["--brand", "--scopes", "--name", "--expires-in", "--rate-l
  * option an unknown argument).
  */
 const usageProblem = (args: ReadonlyArray<string>): string | undefined => {
-  if (args[0] === "keys" && args[1] !== undefined && !args[1].startsWith("-") && !keyCommands.includes(args[1])) {
-    return `Unknown command 'keys ${args[1]}': use one of ${keyCommands.join(", ")} (see campaign-api keys --help).`
+  if (args[0] === "keys" && args[1] !== undefined && !args[1].startsWith("-") && !keyCommandNames.includes(args[1])) {
+    return `Unknown command 'keys ${args[1]}': use one of ${keyCommandNames.join(", ")} (see campaign-api keys --help).`
   }
-  if (args[0] !== "keys" || args[1] === undefined || !keyCommands.includes(args[1])) return undefined
+  if (args[0] !== "keys" || args[1] === undefined || !keyCommandNames.includes(args[1])) return undefined
   const bare = args.findIndex((arg, i) => valueOptions.includes(arg) && (args[i + 1] === undefined || args[i + 1]!.startsWith("--")))
   return bare === -1 ? undefined : `${args[bare]} needs a value (see campaign-api keys ${args[1]} --help).`
 }

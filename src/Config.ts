@@ -162,15 +162,20 @@ export const RedisConfig = variable<Option.Option<Redacted.Redacted<string>>>("R
       : Either.left("is not a redis:// or rediss:// URL with a host; correct it, or leave it unset to keep rate limits in memory")
 })
 
+/** A port, 0 to 65535 (0 asks the system for a free one); undefined when `text` is none. */
+const portOf = (text: string): number | undefined => {
+  const n = /^\s*\d{1,5}\s*$/.test(text) ? Number(text) : undefined
+  return n !== undefined && n <= 65535 ? n : undefined
+}
+const notAPort = "not a port number; use one from 0 to 65535 (0 picks a free port)"
+
 export const ServerConfig = Config.all({
   // 0 asks the system for a free port (the tests use it); the address is logged at start.
   port: variable("PORT", {
     fallback: 3000,
     parse: (text) => {
-      const n = /^\s*\d{1,5}\s*$/.test(text) ? Number(text) : undefined
-      return n !== undefined && n <= 65535
-        ? Either.right(n)
-        : Either.left("not a port number; use one from 0 to 65535 (0 picks a free port)")
+      const port = portOf(text)
+      return port === undefined ? Either.left(notAPort) : Either.right(port)
     }
   }),
   host: variable("HOST", {
@@ -194,10 +199,8 @@ export const MetricsConfig = Config.all({
     fallback: Option.none(),
     parse: (text) => {
       if (text.trim() === "") return Either.right(Option.none())
-      const n = /^\s*\d{1,5}\s*$/.test(text) ? Number(text) : undefined
-      return n !== undefined && n <= 65535
-        ? Either.right(Option.some(n))
-        : Either.left("not a port number; use one from 0 to 65535 (0 picks a free port), or leave it unset for no metrics")
+      const port = portOf(text)
+      return port === undefined ? Either.left(`${notAPort}, or leave it unset for no metrics`) : Either.right(Option.some(port))
     }
   }),
   host: variable("METRICS_HOST", {

@@ -70,26 +70,15 @@ export class RateLimit extends Context.Tag("RateLimit")<RateLimit, {
         }
       }
       const serverWide = chargeUnder(policy, (keyId) => keyId)
-      // A key's own limit is met on every request of the key: its charge is made once per distinct
-      // limit, and found from the limit's object (ApiKeys keeps one per distinct limit)
-      // without building a string; each key's bucket name is built once.
-      const byName = new Map<string, (keyId: string) => Effect.Effect<RateLimitDecision>>()
-      const byLimit = new WeakMap<RateLimitPolicy, (keyId: string) => Effect.Effect<RateLimitDecision>>()
+      // A key's own limit: its charge made once and found from the limit's object (ApiKeys keeps
+      // one per distinct limit). Equal numbers name the same bucket whichever object carries them.
+      const ownCharges = new WeakMap<RateLimitPolicy, (keyId: string) => Effect.Effect<RateLimitDecision>>()
       const chargeOwn = (own: RateLimitPolicy) => {
-        let charge = byLimit.get(own)
-        if (charge !== undefined) return charge
-        const name = `${own.max}/${own.windowSeconds}`
-        charge = byName.get(name)
+        let charge = ownCharges.get(own)
         if (charge === undefined) {
-          const buckets = new Map<string, string>()
-          charge = chargeUnder(own, (keyId) => {
-            let bucket = buckets.get(keyId)
-            if (bucket === undefined) buckets.set(keyId, bucket = `${keyId}:${name}`)
-            return bucket
-          })
-          byName.set(name, charge)
+          const name = `${own.max}/${own.windowSeconds}`
+          ownCharges.set(own, charge = chargeUnder(own, (keyId) => `${keyId}:${name}`))
         }
-        byLimit.set(own, charge)
         return charge
       }
       const consumeSpan = span("RateLimit.consume")

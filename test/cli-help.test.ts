@@ -44,17 +44,23 @@ describe("--help", () => {
     expect(text).toMatch(/- backup <file>\s+Write a consistent copy of the SQLite database/)
   })
 
-  it("keys lists create, list and revoke with what each does", async () => {
+  it("keys lists create, list, show, roll, update and revoke with what each does", async () => {
     const text = await help(["keys"])
     expect(text).toContain("Manage API keys")
     expect(text).toMatch(/- create .*\s+Create an API key/)
     expect(text).toMatch(/- list .*\s+List API keys/)
+    expect(text).toMatch(/- show .*\s+Show one API key/)
+    expect(text).toMatch(/- roll .*\s+Give a key a new secret/)
+    expect(text).toMatch(/- update .*\s+Change an active key/)
     expect(text).toMatch(/- revoke .*\s+Revoke an API key/)
   })
 
   it.each([
-    [["keys", "create"], "Create an API key", ["--brand", "--scopes", "--name", "--expires-in", "--json"]],
-    [["keys", "list"], "List API keys", ["--json"]],
+    [["keys", "create"], "Create an API key", ["--brand", "--scopes", "--name", "--expires-in", "--rate-limit", "--json"]],
+    [["keys", "list"], "List API keys", ["--brand", "--json"]],
+    [["keys", "show"], "Show one API key", ["<keyId>", "--json"]],
+    [["keys", "roll"], "Give a key a new secret", ["<keyId>", "--grace", "--json"]],
+    [["keys", "update"], "Change an active key", ["<keyId>", "--scopes", "--name", "--rate-limit"]],
     [["keys", "revoke"], "Revoke an API key", ["<keyId>"]],
     [["backup"], "Write a consistent copy of the SQLite database", ["<file>"]]
   ])("%j describes the command and every option and argument", async (args, summary, entries) => {

@@ -75,7 +75,7 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
   readonly insert: (row: ApiKeyRow) => Effect.Effect<void>
   readonly list: Effect.Effect<ReadonlyArray<ApiKeyRow>>
   /**
-   * A number that changes whenever any process creates, revokes or deletes a key: cheap
+   * A number that changes whenever any process adds, changes or deletes a key: cheap
    * enough to read on every request, so that a cache of `list` knows when to load again.
    */
   readonly generation: Effect.Effect<number>

@@ -13,7 +13,7 @@ const readCounter = Effect.map(SqlClient.SqlClient, (sql) =>
   ))
 
 /**
- * The keys' generation: a number that changes whenever any process creates, revokes or deletes a
+ * The keys' generation: a number that changes whenever any process changes, adds or deletes a
  * key, and, where it may lag, a read of it as committed now.
  */
 export interface Generation {
@@ -136,7 +136,7 @@ const generationTrustedFor = Duration.seconds(1)
 
 /**
  * On PostgreSQL, the counter polled in the background, so a request reads a number in memory.
- * A key created or revoked by any instance or the command line is seen within one poll; while
+ * A key created, changed or revoked by any instance or the command line is seen within one poll; while
  * the database does not answer, the last reading is trusted for `generationTrustedFor` (counted
  * from when the read started, so a reading always reflects every commit made that long ago),
  * then no key is vouched for (503) rather than one that may have been revoked since.

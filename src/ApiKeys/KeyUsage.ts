@@ -3,7 +3,7 @@ import { spans } from "../Spans.ts"
 import { ApiKeysRepo, type SecretUse } from "./ApiKeysRepo.ts"
 
 /** How precisely last use is kept, and how often it is written: at most once per key per minute. */
-export const usageResolution = Duration.minutes(1)
+const usageResolution = Duration.minutes(1)
 
 /**
  * When each key's secrets were last used (README, The key command line: last used), to the
@@ -14,8 +14,6 @@ export const usageResolution = Duration.minutes(1)
 export class KeyUsage extends Context.Tag("ApiKeys/KeyUsage")<KeyUsage, {
   /** Notes that the key's secret with this digest was used now: a map lookup, never a write, a lock or a wait. */
   readonly record: (keyId: string, secretSha256: string) => void
-  /** Writes what was noted since the last write. */
-  readonly flush: Effect.Effect<void>
 }>() {
   static readonly Live = Layer.scoped(
     KeyUsage,
@@ -37,6 +35,7 @@ export class KeyUsage extends Context.Tag("ApiKeys/KeyUsage")<KeyUsage, {
         pending.set(secretSha256, { keyId, secretSha256, at: minute })
       }
 
+      /** Writes what was noted since the last write. */
       const flush = Effect.suspend(() => {
         // Notes of an earlier minute are only needed to tell this minute from theirs.
         const now = clock.unsafeCurrentTimeMillis()
@@ -72,7 +71,7 @@ export class KeyUsage extends Context.Tag("ApiKeys/KeyUsage")<KeyUsage, {
       // At a graceful stop, after the server has answered its last request and before the database
       // closes: the minute's writing stopped (a write under way finished first), then the rest written.
       yield* Effect.addFinalizer(() => Effect.zipRight(Fiber.interrupt(writing), flush))
-      return { record, flush }
+      return { record }
     })
   )
 }
