@@ -178,6 +178,16 @@ describe("GET /openapi.json", () => {
     for (const operationId of Object.keys(contractErrors)) {
       expect(operation(operationId).security).toEqual(secured.includes(operationId) ? [{ bearer: scopes[operationId] }] : [])
     }
+    // And those annotations are the README's scopes (README, Reads and Analytics).
+    expect(scopes).toEqual({
+      "activations.activate": ["campaigns:write"],
+      "activations.get": ["campaigns:read"],
+      "activations.list": ["campaigns:read"],
+      "analytics.campaign": ["analytics:read"],
+      "identity.whoami": [],
+      "health.alive": [],
+      "health.ready": []
+    })
   })
 
   it("carries the version that --version prints", async () => {
