@@ -1,7 +1,50 @@
-import { Cause, Config, Effect, FiberId, FiberRef, HashMap, Inspectable, Layer, List, Logger, LogLevel, type LogSpan } from "effect"
+import { Cause, Config, Context, Effect, type Fiber, FiberId, FiberRef, HashMap, Inspectable, Layer, List, Logger, LogLevel, type LogSpan } from "effect"
 import { writeSync } from "node:fs"
 import { LogLevelConfig } from "./Config.ts"
-import { type AccessLogFields, AccessLogOutput, withAccessLogFields } from "./Edge/AccessLog.ts"
+import type { RefusalReason } from "./Domain/Errors.ts"
+
+/**
+ * One access-log line's fields; the key's id and brand, never the key. A refused key (a 401) keeps
+ * its id when it parses and its brand when it is known, and `reason` (null on every other line) says
+ * why: support can tell from the log what the answer must not (README, Operating it).
+ */
+export type AccessLogFields = {
+  readonly method: string
+  readonly route: string
+  readonly status: number
+  readonly durationMs: number
+  readonly keyId: string | null
+  readonly brandId: string | null
+  readonly reason: RefusalReason | null
+}
+
+/**
+ * An access-log line as the message of a log call: the terminal's pretty logger gets it so and
+ * lifts its fields into annotations (`withAccessLogFields`).
+ */
+export class AccessLogEntry {
+  constructor(readonly fields: AccessLogFields) {}
+}
+
+/** Writes an access-log entry as the message "request" with its fields as annotations. */
+export const withAccessLogFields = <Output>(logger: Logger.Logger<unknown, Output>) =>
+  Logger.mapInputOptions(logger, (options) => {
+    const [entry] = options.message as ReadonlyArray<unknown>
+    if (!(entry instanceof AccessLogEntry)) return options
+    let annotations = options.annotations
+    for (const [key, value] of Object.entries(entry.fields)) annotations = HashMap.set(annotations, key, value)
+    return { ...options, message: ["request"], annotations }
+  })
+
+/**
+ * The JSON logging's writer of an access line: at once, with the request's fiber for its
+ * annotations, log spans and id, in the shape of every other line. It needs no Effect step of its
+ * own, nor Effect's logger (a copy of the fiber's locals and a walk of its loggers per line).
+ */
+export class AccessLogOutput extends Context.Tag("AccessLogOutput")<
+  AccessLogOutput,
+  (fiber: Fiber.RuntimeFiber<unknown, unknown>, fields: AccessLogFields) => void
+>() {}
 
 /**
  * Lines for stderr, written together once per turn of the event loop: a write per line (what

@@ -1,5 +1,5 @@
-import { Context, Effect, type Fiber, HashMap, Logger, Option } from "effect"
-import type { RefusalReason } from "../Domain/Errors.ts"
+import { Effect, type Fiber, Option } from "effect"
+import { type AccessLogFields, AccessLogEntry, AccessLogOutput } from "../Logging.ts"
 import type { Exchange, Reply } from "./Exchange.ts"
 
 /** A caller's own request id is kept when it is sane: short, printable, no spaces. */
@@ -12,21 +12,6 @@ const isSaneRequestId = (header: string | null | undefined): header is string =>
 export const requestIdOf = (request: Request): string => {
   const incoming = request.headers.get("x-request-id")
   return isSaneRequestId(incoming) ? incoming : crypto.randomUUID()
-}
-
-/**
- * One access-log line's fields; the key's id and brand, never the key. A refused key (a 401) keeps
- * its id when it parses and its brand when it is known, and `reason` (null on every other line) says
- * why: support can tell from the log what the answer must not (README, Operating it).
- */
-export type AccessLogFields = {
-  readonly method: string
-  readonly route: string
-  readonly status: number
-  readonly durationMs: number
-  readonly keyId: string | null
-  readonly brandId: string | null
-  readonly reason: RefusalReason | null
 }
 
 /** The fields of a finished request's line. */
@@ -42,34 +27,6 @@ const fieldsOf = (exchange: Exchange, status: number, startedAt: number): Access
     reason: key?.reason ?? null
   }
 }
-
-/**
- * An access-log line as the message of a log call: the terminal's pretty logger gets it so and
- * lifts its fields into annotations (`withAccessLogFields`).
- */
-export class AccessLogEntry {
-  constructor(readonly fields: AccessLogFields) {}
-}
-
-/** Writes an access-log entry as the message "request" with its fields as annotations. */
-export const withAccessLogFields = <Output>(logger: Logger.Logger<unknown, Output>) =>
-  Logger.mapInputOptions(logger, (options) => {
-    const [entry] = options.message as ReadonlyArray<unknown>
-    if (!(entry instanceof AccessLogEntry)) return options
-    let annotations = options.annotations
-    for (const [key, value] of Object.entries(entry.fields)) annotations = HashMap.set(annotations, key, value)
-    return { ...options, message: ["request"], annotations }
-  })
-
-/**
- * The JSON logging's writer of an access line: at once, with the request's fiber for its
- * annotations, log spans and id, in the shape of every other line. It needs no Effect step of its
- * own, nor Effect's logger (a copy of the fiber's locals and a walk of its loggers per line).
- */
-export class AccessLogOutput extends Context.Tag("AccessLogOutput")<
-  AccessLogOutput,
-  (fiber: Fiber.RuntimeFiber<unknown, unknown>, fields: AccessLogFields) => void
->() {}
 
 /**
  * Adds the access-log line to a request's answer, decided once when the edge is built: the JSON

@@ -1,5 +1,5 @@
 import { HashMap, Logger, Option } from "effect"
-import type { AccessLogFields } from "../../src/Edge/AccessLog.ts"
+import type { AccessLogFields } from "../../src/Logging.ts"
 
 /** Every stderr line as JSON; a line that is not JSON fails the parse, as it should. */
 export const logLines = (stderr: string): Array<Record<string, any>> =>
