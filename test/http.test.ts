@@ -112,8 +112,82 @@ describe.each(backends)("on $name", (backend) => {
   describe("routing", () => {
     it("answers an unknown route with a 404 envelope, before authentication", async () => {
       expectEnvelope(await call(server.url, { path: "/v1/nope" }), 404, "NOT_FOUND")
-      expectEnvelope(await call(server.url, { path: "/" }), 404, "NOT_FOUND")
       expectEnvelope(await call(server.url, { path: "/v1/whoami/extra", apiKey: reader.apiKey }), 404, "NOT_FOUND")
+    })
+
+    it("answers GET / with a small JSON index naming the service, its version and its documents, no key needed", async () => {
+      const index = await call(server.url, { path: "/" })
+      expect(index.status).toBe(200)
+      expect(index.headers.get("content-type")).toBe("application/json")
+      expect(index.json).toStrictEqual({
+        ok: true,
+        name: "Campaign Activation and Identity API",
+        version: expect.stringMatching(/^\d+\.\d+\.\d+/),
+        docs: "/docs",
+        openApi: "/openapi.json"
+      })
+      const post = await call(server.url, { method: "POST", path: "/" })
+      expectEnvelope(post, 405, "METHOD_NOT_ALLOWED")
+      expect(post.headers.get("allow")).toBe("GET, HEAD")
+    })
+
+    it("answers HEAD on every GET route as GET would, headers (Date included) without the body", async () => {
+      for (const path of ["/", "/healthz", "/v1/whoami", "/openapi.json", "/docs"]) {
+        const [get, head] = await Promise.all(["GET", "HEAD"].map((method) =>
+          exchange(server.url, rawRequest(method, path, [["authorization", `Bearer ${reader.apiKey}`]]), { bodyless: method === "HEAD" })
+            .then(responseOf)
+        ))
+        const comparable = (headers: Record<string, string>) => {
+          const { date, "x-request-id": _, ratelimit: __, ...rest } = headers
+          return { ...rest, date: date === undefined ? undefined : "present" }
+        }
+        expect({ path, status: head!.status, headers: comparable(head!.headers), body: head!.body })
+          .toEqual({ path, status: get!.status, headers: comparable(get!.headers), body: "" })
+        expect(new Date(head!.headers["date"]!).getTime()).toBeGreaterThan(Date.now() - 60_000)
+      }
+    })
+
+    it("says X-Content-Type-Options: nosniff on every answer: success, refusal, 304, documents", async () => {
+      const made = await activateAsWriter({ key: uniqueKey() })
+      const record = await call(server.url, { path: `/v1/activations/${made.json.activation.id}`, apiKey: writer.apiKey })
+      const answers = [
+        made,
+        record,
+        await call(server.url, { path: `/v1/activations/${made.json.activation.id}`, apiKey: writer.apiKey, headers: { "if-none-match": record.headers.get("etag")! } }),
+        await call(server.url, { path: "/v1/whoami" }),
+        await call(server.url, { path: "/v1/nope" }),
+        await call(server.url, { method: "DELETE", path: "/v1/whoami" }),
+        await call(server.url, { path: "/" }),
+        await call(server.url, { path: "/openapi.json" }),
+        await call(server.url, { path: "/healthz" })
+      ]
+      expect(answers.map((answer) => answer.status)).toEqual([200, 200, 304, 401, 404, 405, 200, 200, 200])
+      for (const answer of answers) expect(answer.headers.get("x-content-type-options")).toBe("nosniff")
+    })
+
+    it("refuses a query parameter on an operation that takes none, naming it, after the checks of the key", async () => {
+      const refused = [
+        await call(server.url, { path: "/v1/whoami?verbose=1", apiKey: reader.apiKey }),
+        await call(server.url, { path: `/v1/activations/${crypto.randomUUID()}?expand=all`, apiKey: reader.apiKey }),
+        await call(server.url, { path: "/healthz?probe=1" }),
+        await activateAsWriter({ key: uniqueKey(), path: `${activatePath()}?dryRun=true`, body: { socialUsername: "@dryrun" } })
+      ]
+      expect(refused.map((answer) => [answer.status, answer.json.code, answer.json.message])).toEqual([
+        [400, "VALIDATION_ERROR", "verbose is not a query parameter of this operation."],
+        [400, "VALIDATION_ERROR", "expand is not a query parameter of this operation."],
+        [400, "VALIDATION_ERROR", "probe is not a query parameter of this operation."],
+        [400, "VALIDATION_ERROR", "dryRun is not a query parameter of this operation."]
+      ])
+      for (const answer of refused) expectEnvelope(answer, 400, "VALIDATION_ERROR")
+      // Refused before it was activated: nothing stored.
+      expect(await countActivations("social_username = ?", "@dryrun")).toBe(0)
+      expectEnvelope(await call(server.url, { path: "/v1/whoami?verbose=1" }), 401, "UNAUTHORIZED")
+    })
+
+    it("names a query parameter given twice in one sentence", async () => {
+      const twice = await call(server.url, { path: `/v1/activations?creatorId=${creatorId}&creatorId=${campaignId}`, apiKey: reader.apiKey })
+      expectEnvelope(twice, 400, "VALIDATION_ERROR")
+      expect(twice.json.message).toBe("creatorId is given more than once; give it once.")
     })
 
     it("answers a known route with another method with 405 and Allow", async () => {

@@ -51,18 +51,31 @@ describe("the documents", () => {
     expect(gzipped.headers["etag"]).toMatch(/^"[\w-]+"$/)
     expect(gzipped.headers["etag"]).toBe(plain.headers["etag"])
     expect(gzipped.headers["cache-control"]).toBe("no-cache")
+    // No other site may frame the one HTML page (README, For integrators).
+    expect(plain.headers["content-security-policy"]).toBe("frame-ancestors 'none'")
+    expect(plain.headers["x-content-type-options"]).toBe("nosniff")
     const again = await get("/docs", [["if-none-match", plain.headers["etag"]!]])
     expect(again.status).toBe(304)
     expect(again.body).toBe("")
   })
 
-  it("DOCS_ENABLED=false turns /docs off and leaves /openapi.json", async () => {
+  it("DOCS_ENABLED=false turns /docs off and leaves /openapi.json; the index says there are no docs", async () => {
     const { result } = await session(tempDatabase(), { DOCS_ENABLED: "false" }, async (url) => [
       await call(url, { path: "/docs" }),
-      await call(url, { path: "/openapi.json" })
+      await call(url, { path: "/openapi.json" }),
+      await call(url, { path: "/" })
     ])
     expectEnvelope(result[0]!, 404, "NOT_FOUND")
     expect(result[1]!.status).toBe(200)
+    expect(result[2]!.json).toMatchObject({ ok: true, docs: null, openApi: "/openapi.json" })
+  })
+
+  it("names the documents at PUBLIC_URL in the index when it is set", async () => {
+    const { result } = await session(tempDatabase(), { PUBLIC_URL: "https://api.example.com/campaigns/" }, (url) => call(url, { path: "/" }))
+    expect(result.json).toMatchObject({
+      docs: "https://api.example.com/campaigns/docs",
+      openApi: "https://api.example.com/campaigns/openapi.json"
+    })
   })
 })
 

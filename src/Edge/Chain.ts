@@ -1,5 +1,6 @@
-import { Context, Effect } from "effect"
+import { Context, Effect, Option } from "effect"
 import { type Declared, middlewareOf } from "../Declaration.ts"
+import { unexpectedQuery } from "./Endpoint.ts"
 import type { Exchange, Failure, Handler, Passed, Reply, Step, Steps } from "./Exchange.ts"
 
 /** Records what a passed step said, in the edge's own record of the request. */
@@ -35,13 +36,20 @@ export const chainOf = (declared: Declared, steps: Steps, handler: Handler<any>)
     }
     return stepFor(declared.endpoint)
   })
+  // An endpoint that declares no query parameters refuses any, at the validation of its input.
+  const handle: Run = Option.isSome(declared.endpoint.urlParamsSchema)
+    ? handler as Run
+    : (exchange, given) => {
+      const unexpected = unexpectedQuery(exchange.request)
+      return unexpected === undefined ? (handler as Run)(exchange, given) : Effect.fail(unexpected)
+    }
   const run = built.reduceRight<Run>(
     (next, step) => (exchange, given) =>
       Effect.flatMap(step(exchange, given), (passed) => {
         record(exchange, passed)
         return next(exchange, together(given, passed))
       }),
-    handler as Run
+    handle
   )
   const nothingGiven = Context.empty() as Context.Context<never>
   // Suspended: nothing of the request runs before its program does (a throw becomes a 500 envelope).

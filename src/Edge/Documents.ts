@@ -8,7 +8,7 @@ import type { Exchange } from "./Exchange.ts"
  * The OpenAPI document, its docs page and the page's script: where they are served. The script's
  * name is its digest, so a browser keeps it for good and a new version is a new name.
  */
-export const documentRoutes = { openApi: "/openapi.json", docs: "/docs", docsScript: "/docs/:script" } as const
+export const documentRoutes = { index: "/", openApi: "/openapi.json", docs: "/docs", docsScript: "/docs/:script" } as const
 
 /** A compressed form of a document, by its `Content-Encoding`. */
 interface Encoded {
@@ -24,6 +24,8 @@ export interface PreparedDocument {
   /** The smallest first. */
   readonly encoded: ReadonlyArray<Encoded>
   readonly etag: string
+  /** Headers of its own, beyond its type, caching and validator. */
+  readonly headers?: Readonly<Record<string, string>>
 }
 
 const accepts: Readonly<Record<Encoded["coding"], RegExp>> = { br: /\bbr\b/, gzip: /\bgzip\b/ }
@@ -172,7 +174,8 @@ export const docsPage = (api: HttpApi.HttpApi.Any, publicUrl: string): Effect.Ef
     )
     const prepared = yield* Effect.cached(prepare("text/javascript; charset=utf-8", immutable, scriptBytes, ["br", "gzip"]))
     return {
-      page,
+      // The one HTML page: no other site may frame it (README, For integrators).
+      page: { ...page, headers: { "content-security-policy": "frame-ancestors 'none'" } },
       script: (exchange) =>
         exchange.params.script === scriptName
           ? prepared

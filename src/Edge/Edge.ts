@@ -1,5 +1,5 @@
-import type { HttpApi } from "@effect/platform"
-import { Cause, Duration, Effect, Exit, Fiber, FiberRef, HashMap, LogLevel, Option, Runtime } from "effect"
+import { type HttpApi, OpenApi } from "@effect/platform"
+import { Cause, Context, Duration, Effect, Exit, Fiber, FiberRef, HashMap, LogLevel, Option, Runtime } from "effect"
 import { EdgeConfig, ServerConfig } from "../Config.ts"
 import type { NotFound } from "../Domain/Errors.ts"
 import { recorder } from "../Metrics.ts"
@@ -15,6 +15,7 @@ import { makeFallback, type Route, routesOf } from "./Router.ts"
 const serveDocument = (prepared: (exchange: Exchange) => Effect.Effect<PreparedDocument, NotFound>): Route["run"] => (exchange) =>
   Effect.map(prepared(exchange), (document) => {
     const headers = {
+      ...document.headers,
       "content-type": document.contentType,
       "cache-control": document.cacheControl,
       "etag": document.etag,
@@ -30,6 +31,23 @@ const serveDocument = (prepared: (exchange: Exchange) => Effect.Effect<PreparedD
       headers: encoded === undefined ? headers : { ...headers, "content-encoding": encoded.coding }
     }
   })
+
+/**
+ * `GET /`: what this service is and where its documents are, from the definition's title and
+ * version. The documents' URLs are PUBLIC_URL's when it is set; without it the server does not
+ * know the address its clients use, and names their paths alone (README, For integrators).
+ */
+const indexOf = (api: HttpApi.HttpApi.Any, docsEnabled: boolean, publicUrl: Option.Option<URL>): string => {
+  const { annotations } = api as HttpApi.HttpApi.AnyWithProps
+  const at = (path: string) => Option.match(publicUrl, { onNone: () => path, onSome: (url) => `${url.href.replace(/\/+$/, "")}${path}` })
+  return JSON.stringify({
+    ok: true,
+    name: Context.unsafeGet(annotations, OpenApi.Title),
+    version: Context.unsafeGet(annotations, OpenApi.Version),
+    docs: docsEnabled ? at(documentRoutes.docs) : null,
+    openApi: at(documentRoutes.openApi)
+  })
+}
 
 /** The client's address when there is no connection: in process (tests, the bench). */
 export const inProcess = "(in process)"
@@ -105,8 +123,10 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, steps
       Option.match(publicUrl, { onNone: () => `http://localhost:${listeningPort}`, onSome: (url) => url.href })
     const openApi = yield* Effect.cached(Effect.suspend(() => openApiDocument(api, serverUrl())))
     const docs = yield* Effect.cached(Effect.suspend(() => docsPage(api, serverUrl())))
+    const index = { status: 200, body: indexOf(api, docsEnabled, publicUrl) }
     const routes: ReadonlyArray<Route> = [
       ...routesOf(api, handlers, steps),
+      { method: "GET", path: documentRoutes.index, run: () => Effect.succeed(index) },
       { method: "GET", path: documentRoutes.openApi, run: serveDocument(() => openApi) },
       ...(docsEnabled
         ? [

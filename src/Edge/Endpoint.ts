@@ -1,5 +1,5 @@
 import { UrlParams } from "@effect/platform"
-import { Either, Option, Schema } from "effect"
+import { Either, Option, Schema, SchemaAST as AST } from "effect"
 import { ArrayFormatter, type ParseError } from "effect/ParseResult"
 import { ValidationError } from "../Domain/Errors.ts"
 
@@ -35,20 +35,46 @@ export const compile = <
     })
   const encode = Schema.encodeSync(endpoint.successSchema as Schema.Schema<Success, any>)
   const decodeUrlParams = decoder(endpoint.urlParamsSchema)
+  const taken = new Set(Option.match(endpoint.urlParamsSchema, {
+    onNone: () => [],
+    onSome: (schema) => AST.getPropertySignatures(schema.ast).map((property) => property.name)
+  }))
   return {
     decodePath: decoder(endpoint.pathSchema),
-    /** The request's query parameters; one the endpoint does not take is named as a query parameter. */
-    decodeQuery: (request: Request): Either.Either<UrlParams, ParseError | ValidationError> =>
-      Either.mapLeft(decodeUrlParams(queryOf(request)), (error) => {
+    /**
+     * The request's query parameters: one the endpoint does not take, or one it takes given more
+     * than once, is named in one sentence (README, Errors).
+     */
+    decodeQuery: (request: Request): Either.Either<UrlParams, ParseError | ValidationError> => {
+      const query = queryOf(request)
+      for (const name in query) {
+        if (Array.isArray(query[name]) && taken.has(name)) {
+          return Either.left(new ValidationError({ message: `${name} is given more than once; give it once.` }))
+        }
+      }
+      return Either.mapLeft(decodeUrlParams(query), (error) => {
         const unknown = ArrayFormatter.formatErrorSync(error).find((issue) => issue._tag === "Unexpected")
         return unknown === undefined
           ? error
           : new ValidationError({ message: `${String(unknown.path[0])} is not a query parameter of this operation.` })
-      }),
+      })
+    },
     decodeHeaders: decoder(endpoint.headersSchema),
     decodePayload: decoder(endpoint.payloadSchema),
     encodeSuccess: (success: Success): string => JSON.stringify(encode(success))
   }
+}
+
+/**
+ * The refusal of a query sent to an endpoint that declares no query parameters, naming the first
+ * (README, Errors); none when there is no query. The library's own server would ignore them: a
+ * typo or a parameter meant for another operation is refused here as on the operations that take
+ * some.
+ */
+export const unexpectedQuery = (request: Request): ValidationError | undefined => {
+  const query = queryOf(request)
+  for (const name in query) return new ValidationError({ message: `${name} is not a query parameter of this operation.` })
+  return undefined
 }
 
 /**

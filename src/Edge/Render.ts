@@ -140,17 +140,41 @@ export const makeRenderer = (counted: () => void = () => {}) => {
   return { renderFailure, summarize, interval: Duration.millis(outageLogInterval) }
 }
 
-/** The web response: the reply, the headers the steps noted, and the request id. */
+/**
+ * The `Date` of an answer to HEAD, which Bun 1.4.4 leaves out there while it sends one with every
+ * other answer: an IMF-fixdate (RFC 9110), made once per second.
+ */
+const httpDate = (() => {
+  let second = Number.NaN
+  let text = ""
+  return (): string => {
+    const now = Math.floor(Date.now() / 1000)
+    if (now !== second) {
+      second = now
+      text = new Date(now * 1000).toUTCString()
+    }
+    return text
+  }
+})()
+
+/**
+ * The web response: the reply, the headers the steps noted, the request id, and what every answer
+ * carries (README, For integrators: `X-Content-Type-Options: nosniff`, so that no browser reads a
+ * JSON answer as anything else).
+ */
 export const toWebResponse = (
   exchange: Pick<Exchange, "request" | "requestId" | "headers" | "bodyRead">,
   reply: Reply
 ): Response => {
   const headers: Record<string, string> = {
     "content-type": "application/json",
+    "x-content-type-options": "nosniff",
     "x-request-id": exchange.requestId,
     ...exchange.headers,
     ...reply.headers
   }
+  // HEAD answers as GET would, headers included (README, For integrators).
+  if (exchange.request.method === "HEAD") headers["date"] = httpDate()
   // The rest of an unread body is still on the connection: it cannot carry another request.
   if (!exchange.bodyRead && hasBody(exchange.request)) headers["connection"] = "close"
   // The one answer without a body (README, For integrators): nothing to give a type to.

@@ -128,7 +128,10 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
             reusePort: false,
             error: (error) => {
               console.error(JSON.stringify({ message: "unhandled error", logLevel: "ERROR", timestamp: new Date().toISOString(), cause: String(error), annotations: {} }))
-              return new Response(errorReply(internalError).body, { status: 500, headers: { "content-type": "application/json" } })
+              return new Response(errorReply(internalError).body, {
+                status: 500,
+                headers: { "content-type": "application/json", "x-content-type-options": "nosniff" }
+              })
             }
           })
           // At once, before any request can make a document with the configured port (0, say).
