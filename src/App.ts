@@ -10,6 +10,7 @@ import { ApiKeysSteps } from "./ApiKeys/Http.ts"
 import { KeyUsage } from "./ApiKeys/KeyUsage.ts"
 import { AppConfig, checkedFirst, DatabaseConfig, KeysConfig, RedisConfig, ServeConfig } from "./Config.ts"
 import { GroupCommit } from "./Database/GroupCommit.ts"
+import { DatabaseOutage } from "./Database/Outage.ts"
 import { DatabaseInUse, SqlLive, SqlServerLive } from "./Database/Sql.ts"
 import { Draining } from "./Draining.ts"
 import { logAtStart } from "./Logging.ts"
@@ -17,6 +18,7 @@ import type { EdgeOptions } from "./Edge/Edge.ts"
 import { JsonBodySteps } from "./Edge/JsonBody.ts"
 import { WebServerLive } from "./Edge/WebServer.ts"
 import { HealthHandlers } from "./Health/Http.ts"
+import { HealthRepo } from "./Health/HealthRepo.ts"
 import { Idempotency } from "./Idempotency.ts"
 import { IdempotencySteps } from "./Idempotency/Http.ts"
 import { IdempotencyRepo } from "./Idempotency/IdempotencyRepo.ts"
@@ -31,14 +33,14 @@ import { TracingLive } from "./Tracing.ts"
  * services from test layers instead.
  */
 
-const ReposLive = Layer.mergeAll(ApiKeysRepo.Live, ActivationsRepo.Live, IdempotencyRepo.Live)
+const ReposLive = Layer.mergeAll(ApiKeysRepo.Live, ActivationsRepo.Live, IdempotencyRepo.Live, HealthRepo.Live)
 
 /** Every service the API calls, on the database DATABASE_URL names. */
 export const ServicesLive = Layer.mergeAll(Activations.Live, Idempotency.Live).pipe(
   Layer.provideMerge(Layer.mergeAll(ApiKeys.Live, RateLimit.Live, KeyUsage.Live)),
   Layer.provideMerge(Layer.merge(ReposLive, GroupCommit.Live)),
   Layer.provideMerge(SqlServerLive),
-  Layer.provideMerge(Layer.mergeAll(Ids.Live, AppConfig.Live, Draining.Live))
+  Layer.provideMerge(Layer.mergeAll(Ids.Live, AppConfig.Live, Draining.Live, DatabaseOutage.Live))
 )
 
 /**

@@ -12,6 +12,7 @@ import { ActivationsHandlers } from "../src/Activations/Http.ts"
 import { CampaignApi } from "../src/Api.ts"
 import { ApiKeys } from "../src/ApiKeys.ts"
 import { ApiKeysSteps } from "../src/ApiKeys/Http.ts"
+import { DatabaseOutage } from "../src/Database/Outage.ts"
 import { declaredEndpoints, middlewareOf } from "../src/Declaration.ts"
 import type { ApiKeyIdentity, Authenticated, BrandId, KeyId } from "../src/Domain/ApiKey.ts"
 import { IdempotencyInProgress, KeyRefused } from "../src/Domain/Errors.ts"
@@ -56,6 +57,7 @@ const makeDoubles = (doubles: Doubles) =>
   Layer.mergeAll(
     // The reads are not what these tests are about: any call to the repository dies, loudly.
     makeTestLayer(ActivationsRepo)({}),
+    makeTestLayer(DatabaseOutage)({}),
     makeTestLayer(ApiKeys)({
       authenticate: (token) =>
         tokens[token] === undefined

@@ -19,6 +19,12 @@ import { pageJson, recordJson } from "../src/Activations/Reads.ts"
 import { ActivateResponse, Activation, ActivationList } from "../src/Domain/Activation.ts"
 import type { Exchange } from "../src/Edge/Exchange.ts"
 import { makeRenderer } from "../src/Edge/Render.ts"
+import type { Handlers } from "../src/Edge/Exchange.ts"
+import { CampaignApi } from "../src/Api.ts"
+import { DatabaseOutage } from "../src/Database/Outage.ts"
+import { Draining } from "../src/Draining.ts"
+import { HealthHandlers } from "../src/Health/Http.ts"
+import { HealthRepo } from "../src/Health/HealthRepo.ts"
 import { accessLine, jsonLine } from "../src/Logging.ts"
 import { RateLimit } from "../src/RateLimit.ts"
 import { annotationOf, captureLogs } from "./support/telemetry.ts"
@@ -576,8 +582,9 @@ describe("the Idempotency-Key header", () => {
   })
 })
 
-describe("the renderer's outage log", () => {
-  const { layer: captured, lines } = captureLogs(({ annotations, cause }) => ({
+describe("the database outage's log", () => {
+  const { layer: captured, lines } = captureLogs(({ annotations, cause, message }) => ({
+    message: (message as ReadonlyArray<unknown>)[0],
     cause: !Cause.isEmpty(cause),
     more: annotationOf(annotations, "moreSinceLastLine")
   }))
@@ -585,40 +592,76 @@ describe("the renderer's outage log", () => {
 
   it.effect("one line with the cause per 10 s, the rest counted: the last count once it has been quiet for 10 s or at shutdown, and a new outage's cause at once", () =>
     Effect.gen(function*() {
-      const { renderFailure, summarize } = makeRenderer()
-      const exchange: Exchange = {
-        request: new Request("http://127.0.0.1/v1/whoami"),
-        path: "/v1/whoami",
-        route: "/v1/whoami",
-        params: {},
-        requestId: "outage",
-        headers: {},
-        key: undefined,
-        bodyRead: false
-      }
-      const failTimes = (n: number) => Effect.repeatN(renderFailure(down, exchange), n - 1)
-      expect((yield* renderFailure(down, exchange)).status).toBe(503)
-      yield* failTimes(4)
-      expect(lines).toEqual([{ cause: true, more: 0 }])
-      // Still failing 5 s in: nothing more yet.
+      const scope = yield* EffectScope.make()
+      const outage = Context.get(yield* Layer.buildWithScope(DatabaseOutage.Live, scope), DatabaseOutage)
+      const failTimes = (n: number) => Effect.repeatN(outage.failed(down), n - 1)
+      yield* failTimes(5)
+      expect(lines).toEqual([{ message: "database unavailable", cause: true, more: 0 }])
+      // Still failing 5 s in, and 5 s after that: nothing more yet.
       yield* TestClock.adjust(Duration.seconds(5))
       yield* failTimes(2)
-      yield* summarize(false)
+      yield* TestClock.adjust(Duration.seconds(5))
       expect(lines).toHaveLength(1)
       // 10 s without a failure: the six counted since the first line.
       yield* TestClock.adjust(Duration.seconds(10))
-      yield* summarize(false)
-      expect(lines).toEqual([{ cause: true, more: 0 }, { cause: false, more: 6 }])
+      expect(lines.slice(1)).toEqual([{ message: "database unavailable", cause: false, more: 6 }])
       // A later outage's first failure has its cause, at once.
       yield* TestClock.adjust(Duration.seconds(1))
       yield* failTimes(3)
-      expect(lines).toEqual([{ cause: true, more: 0 }, { cause: false, more: 6 }, { cause: true, more: 0 }])
+      expect(lines.slice(2)).toEqual([{ message: "database unavailable", cause: true, more: 0 }])
       // Stopping, whatever is counted is written.
-      yield* summarize(true)
-      expect(lines.at(-1)).toEqual({ cause: false, more: 2 })
-      yield* summarize(true)
-      expect(lines).toHaveLength(4)
+      yield* EffectScope.close(scope, Exit.void)
+      expect(lines.slice(3)).toEqual([{ message: "database unavailable", cause: false, more: 2 }])
     }).pipe(Effect.provide(captured)))
+})
+
+describe("readiness", () => {
+  const { layer: captured, lines } = captureLogs(({ message }) => (message as ReadonlyArray<unknown>)[0])
+  let pings = 0
+  let answers = true
+  const doubles = Layer.mergeAll(
+    makeTestLayer(HealthRepo)({
+      database: "sqlite",
+      ping: Effect.suspend(() => {
+        pings++
+        return answers ? Effect.void : Effect.fail(databaseError("SQLITE_CANTOPEN", "the database file is gone"))
+      })
+    }),
+    makeTestLayer(RateLimit)({ status: () => "memory" }),
+    Draining.Live,
+    DatabaseOutage.Live
+  )
+  const probe = (handlers: Handlers<typeof CampaignApi>["health"]) =>
+    Effect.map(Effect.either(handlers.ready({} as Exchange, Context.empty())), Either.match({
+      onLeft: (error) => 503 + (error._tag === "ServiceUnavailable" ? 0 : 1000),
+      onRight: (reply) => reply.status
+    }))
+
+  it.scoped("asks the database at most once a second whatever the probe rate, and logs a failing probe as the outage's other failures", () =>
+    Effect.gen(function*() {
+      const handlers = yield* HealthHandlers
+      // A probe every 10 ms for 3 s: the database is asked once a second.
+      const statuses: Array<number> = []
+      for (let i = 0; i < 300; i++) {
+        statuses.push(yield* probe(handlers))
+        yield* TestClock.adjust(Duration.millis(10))
+      }
+      expect(new Set(statuses)).toEqual(new Set([200]))
+      expect(pings).toBe(3)
+      // The database gone for 30 s, probed every 100 ms: still once a second, and the log has the
+      // outage's first line and one per 10 s, never a line per probe.
+      answers = false
+      const down: Array<number> = []
+      for (let i = 0; i < 300; i++) {
+        down.push(yield* probe(handlers))
+        yield* TestClock.adjust(Duration.millis(100))
+      }
+      expect(new Set(down)).toEqual(new Set([503]))
+      expect(pings).toBe(33)
+      expect(lines.length).toBeGreaterThan(0)
+      expect(lines.length).toBeLessThanOrEqual(4)
+      expect(new Set(lines)).toEqual(new Set(["database unavailable"]))
+    }).pipe(Effect.provide(doubles), Effect.provide(captured)))
 })
 
 describe("the access line", () => {
@@ -713,7 +756,7 @@ describe("the renderer's validation message", () => {
 
   it.effect("names the field of a value nested deeper than a stack can describe, as a 400, never a 500", () =>
     Effect.gen(function*() {
-      const { renderFailure } = makeRenderer()
+      const { renderFailure } = makeRenderer(() => Effect.void)
       // Deep enough to overflow any stack that describes it recursively (Effect's formatter does).
       for (const [value, message] of [
         [nestedArray(500_000), "The request body must be a JSON object."],

@@ -1,6 +1,7 @@
 import { type HttpApi, OpenApi } from "@effect/platform"
 import { Cause, Context, Duration, Effect, Exit, Fiber, FiberRef, HashMap, LogLevel, Option, Runtime } from "effect"
 import { EdgeConfig, ServerConfig } from "../Config.ts"
+import { DatabaseOutage } from "../Database/Outage.ts"
 import type { NotFound } from "../Domain/Errors.ts"
 import { recorder } from "../Metrics.ts"
 import { tracing } from "../Spans.ts"
@@ -197,7 +198,7 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, steps
           throw error
         })
       : (exchange, reply, startedAt) => reply.then((reply) => respond(exchange, reply, startedAt))
-    const renderer = makeRenderer(metrics.databaseUnavailable)
+    const renderer = makeRenderer((yield* DatabaseOutage).failed)
     const refusals = makeRefusalTally()
     const summaries: ReadonlyArray<Summary> = [
       {
@@ -207,8 +208,7 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, steps
             Effect.forEach(refusals.drain(), ([clientAddress, count]) =>
               Effect.logInfo("repeated unauthorized requests", { clientAddress, count, status: 401 }), { discard: true })
           )
-      },
-      { interval: renderer.interval, write: renderer.summarize }
+      }
     ]
 
     /** One request of `route`, with the parameters the router read from its path. */

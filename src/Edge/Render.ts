@@ -1,4 +1,4 @@
-import { Cause, Clock, Duration, Effect, Option } from "effect"
+import { Cause, Effect, Option } from "effect"
 import { ArrayFormatter, isParseError } from "effect/ParseResult"
 import type * as ParseResult from "effect/ParseResult"
 import { isDatabaseUnavailable } from "../Database/SqlErrors.ts"
@@ -79,48 +79,13 @@ const validationMessage = (error: ParseResult.ParseError): string => {
 const unavailable = new ServiceUnavailable({ message: "The service is temporarily unavailable; retry shortly." })
 const internal = new InternalError({ message: "An unexpected error occurred." })
 
-/** At most one "database unavailable" line per this long: an outage fails every request alike. */
-const outageLogInterval = 10_000
-
 /**
  * The one renderer: every way a request can end badly leaves as the envelope. A tagged failure
- * is its own envelope (a refusal's with its headers, and its note for the access line), a schema's decode failure is VALIDATION_ERROR naming the field, the
- * database being unusable is 503, and anything else is a generic 500 with the cause in the log.
- *
- * The first 503 of an outage is logged with its cause; those that follow within the interval are
- * only counted, and the next line says how many there were (`moreSinceLastLine`). `summarize`
- * writes that count for the last seconds of an outage, which no later failure would report: once
- * no request has failed for the interval (the server asks every interval), and whatever is
- * counted when it stops (`stopping`). A later outage's first failure is logged with its cause.
- * `counted` is told of every such 503 (the metrics' db_unavailable_total).
+ * is its own envelope (a refusal's with its headers, and its note for the access line), a schema's
+ * decode failure is VALIDATION_ERROR naming the field, the database being unusable is 503 (told to
+ * `outage`, which counts and logs it), and anything else is a generic 500 with the cause in the log.
  */
-export const makeRenderer = (counted: () => void = () => {}) => {
-  let loggedAt = -Infinity
-  let failedAt = -Infinity
-  let sinceLogged = 0
-
-  const outage = (cause: Cause.Cause<unknown>) =>
-    Effect.flatMap(Clock.currentTimeMillis, (now) => {
-      counted()
-      failedAt = now
-      if (now - loggedAt < outageLogInterval) {
-        sinceLogged++
-        return Effect.void
-      }
-      const more = sinceLogged
-      loggedAt = now
-      sinceLogged = 0
-      return Effect.logWarning("database unavailable", cause).pipe(Effect.annotateLogs({ moreSinceLastLine: more }))
-    })
-
-  const summarize = (stopping: boolean) =>
-    Effect.flatMap(Clock.currentTimeMillis, (now) => {
-      if (sinceLogged === 0 || (!stopping && now - failedAt < outageLogInterval)) return Effect.void
-      const more = sinceLogged
-      sinceLogged = 0
-      return Effect.logWarning("database unavailable").pipe(Effect.annotateLogs({ moreSinceLastLine: more }))
-    })
-
+export const makeRenderer = (outage: (cause: Cause.Cause<unknown>) => Effect.Effect<void>) => {
   const renderFailure = (cause: Cause.Cause<unknown>, exchange: Exchange): Effect.Effect<Reply> => {
     const failure = Cause.failureOption(cause)
     if (Option.isSome(failure)) {
@@ -137,7 +102,7 @@ export const makeRenderer = (counted: () => void = () => {}) => {
     return Effect.as(Effect.logError("unexpected failure", cause), errorReply(internal))
   }
 
-  return { renderFailure, summarize, interval: Duration.millis(outageLogInterval) }
+  return { renderFailure }
 }
 
 /**
