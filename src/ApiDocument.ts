@@ -1,7 +1,8 @@
 import type { HttpApi } from "@effect/platform"
 import { Context, Option } from "effect"
 import { RequiredScope } from "./ApiKeys/Api.ts"
-import { declaredEndpoints, middlewareOf, type SuccessHeader, SuccessHeaders } from "./Declaration.ts"
+import { declaredEndpoints, middlewareOf, OptionalRequestHeaders, type SuccessHeader, SuccessHeaders } from "./Declaration.ts"
+import { grantedBy, type Scope } from "./Domain/ApiKey.ts"
 import { RequireIdempotencyKey } from "./Idempotency/Api.ts"
 
 /**
@@ -35,11 +36,25 @@ const rateLimitHeaders = {
     "When the secret this request sent stops working (the key's expiry, or the end of a rolled key's previous secret), the earlier, as an IMF-fixdate (RFC 9110); absent for a secret without an end."
   )
 }
-const retryAfter = header("Seconds to wait before retrying.", { type: "integer", minimum: 1 })
+const retryAfter = header("Seconds to wait before retrying.", { type: "integer", format: "int32", minimum: 1 })
+
+/**
+ * The statuses a secured operation answers only once the key has been checked: these always carry
+ * the RateLimit headers. A 401 never does; a 405 is answered before the key is read; a 404 may be
+ * the route's (before) or a record's (after); a 500 or 503 may come before or after.
+ */
+const afterTheKey = new Set(["200", "304", "400", "403", "409", "413", "415", "429"])
+
+/** The RateLimit headers of a secured operation's answer with `status`, required where every such answer has them. */
+const rateLimitHeadersFor = (status: string): Json => {
+  if (status === "401" || status === "405") return {}
+  if (afterTheKey.has(status)) return rateLimitHeaders
+  return Object.fromEntries(Object.entries<Json>(rateLimitHeaders).map(([name, { required: _, ...optional }]) => [name, optional]))
+}
 
 const headersFor = (status: string, secured: boolean, replays: boolean): Json => ({
   "X-Request-Id": requestIdHeader,
-  ...(secured && status !== "401" ? rateLimitHeaders : {}),
+  ...(secured ? rateLimitHeadersFor(status) : {}),
   ...(status === "401"
     ? { "WWW-Authenticate": { ...header("`Bearer`"), required: true } }
     : status === "403"
@@ -49,7 +64,7 @@ const headersFor = (status: string, secured: boolean, replays: boolean): Json =>
     : status === "405"
     ? { "Allow": { ...header("The methods the route takes, e.g. `GET, HEAD`."), required: true } }
     : status === "409"
-    ? { "Retry-After": header("`1`, with `IDEMPOTENCY_IN_PROGRESS` only.", { type: "integer" }) }
+    ? { "Retry-After": header("`1`, with `IDEMPOTENCY_IN_PROGRESS` only.", { type: "integer", format: "int32", minimum: 1 }) }
     : status === "200" && replays
     ? {
       "Idempotent-Replayed": header("Present, as `true`, when this is the stored response of an earlier request.", {
@@ -78,8 +93,10 @@ const pathExamples: Readonly<Record<string, string>> = {
 
 /** What the OpenAPI document says of an operation beyond its schemas, from its declaration. */
 interface Declaration {
-  readonly scope: Option.Option<string>
+  readonly scope: Option.Option<Scope>
   readonly replays: boolean
+  /** Optional request headers it reads, with what they mean. */
+  readonly optionalHeaders: Readonly<Record<string, string>>
   /** Headers its 200 (and 304) carries, with what they mean. */
   readonly successHeaders: Readonly<Record<string, SuccessHeader>>
 }
@@ -92,22 +109,34 @@ export const finishDocument = (api: HttpApi.HttpApi.Any) => {
       {
         scope: Context.getOption(declared.endpoint.annotations, RequiredScope),
         replays: middlewareOf(declared).some((tag) => tag.key === RequireIdempotencyKey.key),
-        successHeaders: Option.getOrElse(Context.getOption(declared.endpoint.annotations, SuccessHeaders), () => ({}))
+        successHeaders: Option.getOrElse(Context.getOption(declared.endpoint.annotations, SuccessHeaders), () => ({})),
+        optionalHeaders: Option.getOrElse(Context.getOption(declared.endpoint.annotations, OptionalRequestHeaders), () => ({}))
       }
     ])
   )
   return (spec: Json): Json => finish(spec, declarations)
 }
 
+/** Who answers questions about the service: those who run it (each deployment serves its own document). */
+const contact = { name: "The operators of this deployment" }
+
 const finish = (spec: Json, declarations: ReadonlyMap<string, Declaration>): Json => {
+  spec.info.contact = contact
   const bearer = spec.components?.securitySchemes?.bearer
   if (bearer !== undefined) bearer.bearerFormat = "cak_<keyId>_<secret>"
-  for (const operations of Object.values<Json>(spec.paths)) {
-    for (const operation of Object.values<Json>(operations)) {
+  for (const [path, operations] of Object.entries<Json>(spec.paths)) {
+    for (const [method, operation] of Object.entries<Json>(operations)) {
       const declaration = declarations.get(operation.operationId)
-      // The scope in the security requirement (whoami needs none).
+      // The scope in the security requirement, each scope that grants it an alternative (whoami needs none).
       if (declaration !== undefined && Option.isSome(declaration.scope)) {
-        operation.security = [{ bearer: [declaration.scope.value] }]
+        operation.security = grantedBy(declaration.scope.value).map((scope) => ({ bearer: [scope] }))
+      }
+      // Answered on every GET route, and said here rather than as operations of their own.
+      if (method === "get") {
+        operation.description = `${operation.description ?? ""} \`HEAD ${path}\` is answered as this GET, headers included, without the body.`.trim()
+      }
+      for (const [name, description] of Object.entries(declaration?.optionalHeaders ?? {})) {
+        operation.parameters.push({ name, in: "header", required: false, description, schema: { type: "string" } })
       }
       const secured = operation.security.length > 0
       for (const [status, response] of Object.entries<Json>(operation.responses)) {

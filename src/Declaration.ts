@@ -39,3 +39,12 @@ export interface SuccessHeader {
  * a page's `Link`), by name: an annotation, so that the OpenAPI document lists them (`ApiDocument.ts`).
  */
 export class SuccessHeaders extends Context.Tag("SuccessHeaders")<SuccessHeaders, Readonly<Record<string, SuccessHeader>>>() {}
+
+/**
+ * Request headers an endpoint reads when they are sent, beyond what its schemas decode (a read's
+ * `If-None-Match`), by name with what they mean: an annotation, so that the OpenAPI document lists
+ * them as optional parameters (`ApiDocument.ts`) without making the typed client ask for them.
+ */
+export class OptionalRequestHeaders
+  extends Context.Tag("OptionalRequestHeaders")<OptionalRequestHeaders, Readonly<Record<string, string>>>()
+{}

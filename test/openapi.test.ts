@@ -6,7 +6,7 @@ import { Context, Option } from "effect"
 import { CampaignApi } from "../src/Api.ts"
 import { RequiredScope } from "../src/ApiKeys/Api.ts"
 import { declaredEndpoints } from "../src/Declaration.ts"
-import type { Scope } from "../src/Domain/ApiKey.ts"
+import { grantedBy, type Scope } from "../src/Domain/ApiKey.ts"
 import { activate, activatePath, type Answer, call } from "./support/client.ts"
 import { type InProcessServer, serveInProcess } from "./support/inProcess.ts"
 import { createKey, runCli, tempDatabase } from "./support/server.ts"
@@ -101,7 +101,8 @@ const contractErrors: Record<string, Record<string, Array<string>>> = {
 
 const secured = ["activations.activate", "activations.get", "activations.list", "analytics.campaign", "identity.whoami"]
 
-const standardHeaders = ["content-type", "content-length", "date", "connection", "keep-alive", "allow"]
+// Sent with every answer (README, For integrators), as the HTTP ones are: not repeated on every response.
+const standardHeaders = ["content-type", "content-length", "date", "connection", "keep-alive", "allow", "x-content-type-options"]
 
 describe("GET /openapi.json", () => {
   it("is a valid OpenAPI 3.1 document", async () => {
@@ -175,9 +176,13 @@ describe("GET /openapi.json", () => {
         Option.toArray(Context.getOption(endpoint.annotations, RequiredScope))
       ])
     )
+    // Each scope that grants the one required is an alternative: a writer may read (README, Reads).
     for (const operationId of Object.keys(contractErrors)) {
-      expect(operation(operationId).security).toEqual(secured.includes(operationId) ? [{ bearer: scopes[operationId] }] : [])
+      expect(operation(operationId).security).toEqual(
+        secured.includes(operationId) ? (scopes[operationId]!.length === 0 ? [{ bearer: [] }] : grantedBy(scopes[operationId]![0]!).map((scope) => ({ bearer: [scope] }))) : []
+      )
     }
+    expect(operation("activations.list").security).toEqual([{ bearer: ["campaigns:read"] }, { bearer: ["campaigns:write"] }])
     // And those annotations are the README's scopes (README, Reads and Analytics).
     expect(scopes).toEqual({
       "activations.activate": ["campaigns:write"],
@@ -210,6 +215,46 @@ describe("GET /openapi.json", () => {
     for (const parameter of operation("activations.activate").parameters as Array<Json>) {
       expect({ name: parameter.name, valid: ajv.validate(parameter.schema, parameter.example) }).toEqual({ name: parameter.name, valid: true })
     }
+  })
+
+  it("bounds what it can: integer counts, the page's limit and size, the ids' and days' lengths, the scopes", () => {
+    const analytics = component("#/components/schemas/CampaignAnalytics").properties
+    for (const count of [analytics.activations, analytics.creators, analytics.unscheduled]) {
+      expect(count).toMatchObject({ type: "integer", minimum: 0 })
+    }
+    expect(component("#/components/schemas/ActivationsOnDay").properties.activations).toMatchObject({ type: "integer", minimum: 0 })
+    expect(component("#/components/schemas/PlannedPostsOnDay").properties.posts).toMatchObject({ type: "integer", minimum: 0 })
+    const list: Array<Json> = operation("activations.list").parameters
+    expect(list.find((p) => p.name === "limit")!.schema).toMatchObject({ type: "integer", minimum: 1, maximum: 100, default: 20 })
+    for (const name of ["creatorId", "campaignId", "startingAfter"]) {
+      expect(list.find((p) => p.name === name)!.schema).toMatchObject({ format: "uuid", minLength: 36, maxLength: 36 })
+    }
+    for (const { operation } of operations()) {
+      for (const parameter of (operation.parameters ?? []).filter((p: Json) => p.in === "path")) {
+        expect(parameter.schema, `${operation.operationId} ${parameter.name}`).toMatchObject({ maxLength: 36 })
+      }
+    }
+    for (const name of ["from", "to"]) {
+      expect(operation("analytics.campaign").parameters.find((p: Json) => p.name === name).schema).toMatchObject({ maxLength: 10 })
+    }
+    expect(component("#/components/schemas/ActivationList").properties.activations.maxItems).toBe(100)
+    expect(component("#/components/schemas/Identity").properties.scopes.maxItems).toBe(3)
+    for (const { operation } of operations()) {
+      for (const [status, response] of Object.entries<Json>(operation.responses)) {
+        const retryAfter = response.headers?.["Retry-After"]
+        if (retryAfter !== undefined) expect(retryAfter.schema, `${operation.operationId} ${status}`).toMatchObject({ type: "integer", format: "int32", minimum: 1 })
+      }
+    }
+  })
+
+  it("says HEAD is answered on each GET operation, lists If-None-Match on the get, and names a contact", () => {
+    for (const { method, operation, path } of operations()) {
+      if (method === "get") expect(operation.description, operation.operationId).toContain(`\`HEAD ${path}\``)
+    }
+    expect(operation("activations.get").parameters).toContainEqual(
+      expect.objectContaining({ name: "If-None-Match", in: "header", required: false })
+    )
+    expect(document.info.contact).toEqual({ name: expect.any(String) })
   })
 
   it("names PUBLIC_URL as its server", () => {
@@ -245,9 +290,13 @@ describe("GET /openapi.json", () => {
         const headers = Object.keys(response.headers ?? {})
         const where = `${operationId} ${status}`
         expect(headers, where).toContain("X-Request-Id")
-        const limited = secured.includes(operationId) && status !== "401"
+        // A 405 is answered before the key is read, a 401 refuses it; a route's 404, a 500 or a 503
+        // may come before the key is checked: there the RateLimit headers may be missing.
+        const limited = secured.includes(operationId) && status !== "401" && status !== "405"
+        const always = limited && !["404", "500", "503"].includes(status)
         for (const name of ["RateLimit", "RateLimit-Policy"]) {
           expect(headers.includes(name), `${where} ${name}`).toBe(limited)
+          if (limited) expect(response.headers[name].required === true, `${where} ${name} required`).toBe(always)
         }
         if (status === "429") expect(headers, where).toContain("Retry-After")
         if (secured.includes(operationId) && (status === "401" || status === "403")) {
@@ -316,6 +365,10 @@ describe("live responses against the document", () => {
     expect(documentedHeaders, `${documented.operationId} ${answer.status} documents what it sends`).toEqual(
       expect.arrayContaining(ownHeaders)
     )
+    const required = Object.entries<Json>(response.headers ?? {}).filter(([, header]) => header.required === true)
+      .map(([name]) => name.toLowerCase())
+    expect(required.filter((name) => !answer.headers.has(name)), `${documented.operationId} ${answer.status} sends what it requires`)
+      .toEqual([])
   }
 
   it("a path of another spelling (404) and another method (405, with Allow) are answered as each operation documents", async () => {

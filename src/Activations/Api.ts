@@ -1,7 +1,7 @@
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import { ApiKeyAuth, RequiredScope, RequireScope } from "../ApiKeys/Api.ts"
-import { SuccessHeaders } from "../Declaration.ts"
+import { OptionalRequestHeaders, SuccessHeaders } from "../Declaration.ts"
 import {
   ActivatePath,
   ActivateRequest,
@@ -48,6 +48,9 @@ const get = HttpApiEndpoint.get("get", "/activations/:activationId")
   .annotate(RequiredScope, "campaigns:read")
   .annotate(SuccessHeaders, {
     ETag: { description: "A strong validator of the record: send it in `If-None-Match` for a `304`.", always: true }
+  })
+  .annotate(OptionalRequestHeaders, {
+    "If-None-Match": "The record's `ETag` (or a list of tags, or `*`): `304 Not Modified` without a body when it matches."
   })
   .annotate(OpenApi.Summary, "Retrieve an activation")
   .annotate(

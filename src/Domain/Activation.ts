@@ -7,7 +7,13 @@ const Uuid = (field: string) =>
     Schema.pattern(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, message(`${field} must be a UUID`))
   ).annotations({
     ...message(`${field} must be a UUID`),
-    jsonSchema: { type: "string", format: "uuid", description: `The ${field.replace("Id", "")}'s UUID, in any letter case` }
+    jsonSchema: {
+      type: "string",
+      format: "uuid",
+      minLength: 36,
+      maxLength: 36,
+      description: `The ${field.replace("Id", "")}'s UUID, in any letter case`
+    }
   })
 
 export const ActivatePath = Schema.Struct({
@@ -140,7 +146,8 @@ export const ActivationIdPath = Schema.Struct({
 const PageLimit = Schema.String.annotations(message("limit must be a whole number from 1 to 100")).pipe(
   Schema.filter((text) => /^(?:[1-9]\d?|100)$/.test(text) || "limit must be a whole number from 1 to 100")
 ).annotations({
-  jsonSchema: { type: "string", pattern: "^(?:[1-9]\\d?|100)$", description: "How many records a page holds: 1 to 100 (default 20)" },
+  // A number on the wire as every query parameter is text: the document gives its range and default.
+  jsonSchema: { type: "integer", minimum: 1, maximum: 100, default: 20, description: "How many records a page holds" },
   examples: ["20"]
 })
 
@@ -156,6 +163,8 @@ export const ListActivationsQuery = Schema.Struct({
     jsonSchema: {
       type: "string",
       format: "uuid",
+      minLength: 36,
+      maxLength: 36,
       description: "An activation id: the page holds the records whose id is below it (the `Link` header's next page names it)"
     }
   }))
@@ -164,7 +173,10 @@ export type ListActivationsQuery = typeof ListActivationsQuery.Type
 
 export const ActivationList = Schema.Struct({
   ok: Schema.Literal(true),
-  activations: Schema.Array(Activation),
+  activations: Schema.Array(Activation).pipe(Schema.maxItems(100)).annotations({
+    title: "activations",
+    description: "The page's records, newest first: at most `limit`"
+  }),
   hasMore: Schema.Boolean.annotations({ description: "Whether there is a next page (the `Link` header names it)" })
 }).annotations({ identifier: "ActivationList" })
 
@@ -177,7 +189,13 @@ const Day = (field: string) =>
         : isCalendarDate(value) || `${field} must be a real calendar date`
     )
   ).annotations({
-    jsonSchema: { type: "string", format: "date", description: `The range's ${field === "from" ? "first" : "last"} UTC day, inclusive; omitted, the range is open on that side` },
+    jsonSchema: {
+      type: "string",
+      format: "date",
+      minLength: 10,
+      maxLength: 10,
+      description: `The range's ${field === "from" ? "first" : "last"} UTC day, inclusive; omitted, the range is open on that side`
+    },
     examples: [field === "from" ? "2026-12-01" : "2026-12-31"]
   })
 
@@ -192,21 +210,27 @@ export const AnalyticsQuery = Schema.Struct({
 }).annotations({ parseOptions: { onExcessProperty: "error" } })
 export type AnalyticsQuery = typeof AnalyticsQuery.Type
 
+/** A count: a whole number, never negative. */
+const Count = (description: string) =>
+  Schema.Number.pipe(Schema.filter((n) => Number.isInteger(n) && n >= 0)).annotations({
+    jsonSchema: { type: "integer", minimum: 0, description }
+  })
+
 const DayCount = <K extends string>(identifier: string, field: K, description: string) =>
   Schema.Struct({
     date: formatted("date", "A UTC day"),
-    [field]: Schema.Number.annotations({ description })
-  } as { date: typeof Schema.String } & { [P in K]: typeof Schema.Number }).annotations({ identifier })
+    [field]: Count(description)
+  } as { date: typeof Schema.String } & { [P in K]: ReturnType<typeof Count> }).annotations({ identifier })
 
 export const CampaignAnalytics = Schema.Struct({
   campaignId: formatted("uuid", "The campaign, as given in the path"),
   from: Schema.NullOr(formatted("date", "The range's first day, or null when open")),
   to: Schema.NullOr(formatted("date", "The range's last day, or null when open")),
-  activations: Schema.Number.annotations({ description: "The brand's activations of the campaign in the range" }),
-  creators: Schema.Number.annotations({ description: "How many distinct creators among them" }),
+  activations: Count("The brand's activations of the campaign in the range"),
+  creators: Count("How many distinct creators among them"),
   activationsByDay: Schema.Array(DayCount("ActivationsOnDay", "activations", "Activations made that UTC day")),
   plannedPostsByDay: Schema.Array(DayCount("PlannedPostsOnDay", "posts", "Of those activations, the posts planned for that day")),
-  unscheduled: Schema.Number.annotations({ description: "Of those activations, the ones without a planned post" })
+  unscheduled: Count("Of those activations, the ones without a planned post")
 }).annotations({ identifier: "CampaignAnalytics" })
 export type CampaignAnalytics = typeof CampaignAnalytics.Type
 

@@ -8,7 +8,11 @@ export type Scope = typeof Scope.Type
  * read them too, as Stripe's and GitHub's write permissions include read (README, Reads).
  */
 export const grants = (scopes: ReadonlyArray<Scope>, required: Scope): boolean =>
-  scopes.includes(required) || (required === "campaigns:read" && scopes.includes("campaigns:write"))
+  grantedBy(required).some((scope) => scopes.includes(scope))
+
+/** The scopes any one of which grants `required`: itself, and for reading campaigns, writing them. */
+export const grantedBy = (required: Scope): ReadonlyArray<Scope> =>
+  required === "campaigns:read" ? ["campaigns:read", "campaigns:write"] : [required]
 
 export const KeyId = Schema.String.pipe(Schema.pattern(/^[a-z0-9]{16}$/), Schema.brand("KeyId"))
 export type KeyId = typeof KeyId.Type
@@ -69,7 +73,10 @@ export const Identity = Schema.Struct({
   brandId: Schema.String.annotations({
     jsonSchema: { type: "string", format: "uuid", description: "The brand the key belongs to" }
   }),
-  scopes: Schema.Array(Scope)
+  scopes: Schema.Array(Scope).pipe(Schema.maxItems(Scope.literals.length)).annotations({
+    title: "scopes",
+    description: "What the key may do, each scope once"
+  })
 }).annotations({
   identifier: "Identity",
   examples: [{ ok: true, keyId: "2u6jlxxhvilekt9a", brandId: "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f", scopes: ["campaigns:write"] }]
