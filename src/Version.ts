@@ -1,4 +1,4 @@
-import packageJson from "../package.json" with { type: "json" }
+import { version as packageVersion } from "../package.json" with { type: "json" }
 
 /** The service's version, from package.json: `--version`, the OpenAPI document and traces say the same. */
-export const version: string = packageJson.version
+export const version: string = packageVersion
