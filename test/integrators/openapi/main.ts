@@ -27,7 +27,7 @@ const { activation } = body(
   })
 )
 const fetched = body(await client.GET("/v1/activations/{activationId}", { params: { path: { activationId: activation.id } } }))
-const page = body(await client.GET("/v1/activations", { params: { query: { campaignId: path.campaignId, limit: "10" } } }))
+const page = body(await client.GET("/v1/activations", { params: { query: { campaignId: path.campaignId, limit: 10 } } }))
 const { analytics } = body(
   await client.GET("/v1/campaigns/{campaignId}/analytics", { params: { path: { campaignId: path.campaignId } } })
 )
