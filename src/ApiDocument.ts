@@ -20,7 +20,7 @@ const isDecodeErrorRef = (schema: Json) => schema.$ref === "#/components/schemas
 const header = (description: string, schema: Json = { type: "string" }) => ({ description, schema })
 
 const requestIdHeader = {
-  ...header("The request's id: the caller's `X-Request-Id` when it is sane, a new UUID otherwise."),
+  ...header("The request's id, as the service's log names it: a new UUID, or the one a trusted reverse proxy sent."),
   required: true
 }
 const rateLimitHeaders = {

@@ -1,4 +1,5 @@
 import { Config, ConfigError, Context, Data, Duration, Effect, Either, Layer, LogLevel, Option, Redacted } from "effect"
+import { isIP } from "node:net"
 import { resolve } from "node:path"
 
 /**
@@ -321,6 +322,39 @@ export class AppConfig extends Context.Tag("Config/AppConfig")<AppConfig, {
   )
 }
 
+/** An address or a block of them (`10.0.0.0/8`, `fd00::/8`, or one address: its whole length). */
+export interface Cidr {
+  readonly address: string
+  readonly prefix: number
+  readonly family: "ipv4" | "ipv6"
+}
+
+const cidrOf = (text: string): Cidr | undefined => {
+  const [address = "", prefix, ...rest] = text.split("/")
+  const version = isIP(address)
+  if (version === 0 || rest.length > 0) return undefined
+  const bits = version === 4 ? 32 : 128
+  const length = prefix === undefined ? bits : /^\d{1,3}$/.test(prefix) ? Number(prefix) : Number.NaN
+  return length >= 0 && length <= bits ? { address, prefix: length, family: version === 4 ? "ipv4" : "ipv6" } : undefined
+}
+
+/**
+ * TRUSTED_PROXIES: the reverse proxies whose `X-Forwarded-For` / `Forwarded` client and
+ * `X-Request-Id` are believed (README, Configuration); unset, none: the socket's peer is the client.
+ */
+export const TrustedProxiesConfig = variable<ReadonlyArray<Cidr>>("TRUSTED_PROXIES", {
+  fallback: [],
+  parse: (text) => {
+    const entries = text.split(/[\s,]+/).filter((entry) => entry !== "")
+    const bad = entries.find((entry) => cidrOf(entry) === undefined)
+    return bad !== undefined
+      ? Either.left(
+        `${shown(bad)} is not an address or a CIDR; give them separated by commas (127.0.0.1,10.0.0.0/8,fd00::/8), or leave it unset to trust none`
+      )
+      : Either.right(entries.map((entry) => cidrOf(entry)!))
+  }
+})
+
 /**
  * Every variable a command reads, read together before anything starts: a start with three bad
  * values names all three, not the first one each time (README, Configuration).
@@ -335,7 +369,8 @@ export const ServeConfig = Config.all([
   RateLimitConfig,
   IdempotencyTtlConfig,
   ShutdownConfig,
-  MetricsConfig
+  MetricsConfig,
+  TrustedProxiesConfig
 ])
 
 /** What the key commands read: the server's database, and the log level. */

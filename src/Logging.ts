@@ -4,11 +4,13 @@ import { LogLevelConfig } from "./Config.ts"
 import type { RefusalReason } from "./Domain/Errors.ts"
 
 /**
- * One access-log line's fields; the key's id and brand, never the key. A refused key (a 401) keeps
+ * One access-log line's fields: who sent it (README, Operating it: Logs); the key's id and brand, never the key. A refused key (a 401) keeps
  * its id when it parses and its brand when it is known, and `reason` (null on every other line) says
  * why: support can tell from the log what the answer must not (README, Operating it).
  */
 export type AccessLogFields = {
+  readonly clientAddress: string
+  readonly clientRequestId: string | null
   readonly method: string
   readonly route: string
   readonly status: number

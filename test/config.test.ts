@@ -2,7 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Either } from "effect"
 import { existsSync } from "node:fs"
 import { dirname, join, relative } from "node:path"
-import { configProblems, databaseName, DatabaseConfig, KeysConfig, ServeConfig } from "../src/Config.ts"
+import { configProblems, databaseName, DatabaseConfig, KeysConfig, ServeConfig, TrustedProxiesConfig } from "../src/Config.ts"
 import { logLines } from "./support/telemetry.ts"
 import { root, runCli, startServer, tempDatabase } from "./support/server.ts"
 
@@ -117,4 +117,26 @@ describe("the start-up log", () => {
       annotations: { database }
     })
   })
+})
+
+describe("TRUSTED_PROXIES (README, Configuration)", () => {
+  it.each([
+    ["127.0.0.1", [{ address: "127.0.0.1", prefix: 32, family: "ipv4" }]],
+    ["10.0.0.0/8, fd00::/8", [{ address: "10.0.0.0", prefix: 8, family: "ipv4" }, { address: "fd00::", prefix: 8, family: "ipv6" }]],
+    ["::1 192.168.0.0/16", [{ address: "::1", prefix: 128, family: "ipv6" }, { address: "192.168.0.0", prefix: 16, family: "ipv4" }]]
+  ])("takes addresses and CIDRs: %s", (value, proxies) => {
+    expect(read(TrustedProxiesConfig, { TRUSTED_PROXIES: value })).toEqual(Either.right(proxies))
+  })
+
+  it("trusts none when unset", () => {
+    expect(read(TrustedProxiesConfig, {})).toEqual(Either.right([]))
+  })
+
+  it.each(["localhost", "10.0.0.0/33", "10.0.0.0/8/8", "fd00::/129", "10.0.0.1/-1", "10.0.0.1/ 8"])(
+    "refuses %j with one sentence naming it",
+    (value) => {
+      const problems = read(ServeConfig, { TRUSTED_PROXIES: `127.0.0.1,${value}` })
+      expect(problems).toEqual(Either.left([expect.stringMatching(/^TRUSTED_PROXIES=.*: .* is not an address or a CIDR; give them separated by commas/)]))
+    }
+  )
 })

@@ -210,17 +210,14 @@ describe("X-Request-Id", () => {
   const idOf = async (headers: Record<string, string>) =>
     (await call(server.url, { path: "/healthz", headers })).headers.get("x-request-id")
 
-  it("echoes a sane id the caller sent", async () => {
-    expect(await idOf({ "x-request-id": "abc-123" })).toBe("abc-123")
-  })
-
   it.each([
     ["absent", {}],
+    ["sane", { "x-request-id": "abc-123" }],
     ["with spaces", { "x-request-id": "abc 123" }],
     ["200 characters long", { "x-request-id": "a".repeat(200) }],
     ["with a control character", { "x-request-id": "abc\t123" }],
     ["empty", { "x-request-id": "" }]
-  ])("is a new UUID when the caller's is %s", async (_, headers: Record<string, string>) => {
+  ])("is a new UUID of the server's when the caller's is %s: a caller cannot make its requests collide with another's", async (_, headers: Record<string, string>) => {
     const first = await idOf(headers)
     const second = await idOf(headers)
     expect(first).toMatch(uuid)
@@ -229,14 +226,55 @@ describe("X-Request-Id", () => {
   })
 
   it("is on 401, 404 and 405 answers too", async () => {
-    const answers: Array<[Answer, number, string]> = [
-      [await call(server.url, { path: "/v1/whoami", headers: { "x-request-id": "id-401" } }), 401, "id-401"],
-      [await call(server.url, { path: "/nowhere", headers: { "x-request-id": "id-404" } }), 404, "id-404"],
-      [await call(server.url, { path: "/v1/whoami", method: "DELETE", headers: { "x-request-id": "id-405" } }), 405, "id-405"]
+    const answers: Array<[Answer, number]> = [
+      [await call(server.url, { path: "/v1/whoami", headers: { "x-request-id": "id-401" } }), 401],
+      [await call(server.url, { path: "/nowhere", headers: { "x-request-id": "id-404" } }), 404],
+      [await call(server.url, { path: "/v1/whoami", method: "DELETE", headers: { "x-request-id": "id-405" } }), 405]
     ]
-    for (const [answer, status, id] of answers) {
-      expect([answer.status, answer.headers.get("x-request-id")]).toEqual([status, id])
+    for (const [answer, status] of answers) {
+      expect(answer.status).toBe(status)
+      expect(answer.headers.get("x-request-id")).toMatch(uuid)
     }
+  })
+})
+
+describe("the client behind a trusted proxy (TRUSTED_PROXIES)", () => {
+  const badKey = `cak_${"b".repeat(16)}_${"0".repeat(64)}`
+
+  it("is the socket's peer unless the peer is a trusted proxy: then the client it names, its request id, and the 401s counted per client", async () => {
+    const { result, stderr } = await session(tempDatabase(), { TRUSTED_PROXIES: "127.0.0.1, 10.0.0.0/8" }, async (url) => {
+      const via = (localAddress: string, headers: Record<string, string>) =>
+        new Promise<{ status: number; requestId: string | undefined }>((resolve, reject) => {
+          const { hostname, port } = new URL(url)
+          const sent = httpRequest({ host: hostname, port, path: "/v1/whoami", localAddress, headers: { ...headers, authorization: `Bearer ${badKey}` } }, (response) => {
+            response.resume()
+            response.on("end", () => resolve({ status: response.statusCode!, requestId: response.headers["x-request-id"] as string | undefined }))
+          })
+          sent.on("error", reject)
+          sent.end()
+        })
+      return {
+        // From the trusted proxy: the client it appended, not what a client wrote before it, nor a
+        // trusted hop; its own request id.
+        proxied: await via("127.0.0.1", { "x-forwarded-for": "6.6.6.6, 203.0.113.9, 10.1.2.3", "x-request-id": "proxy-1" }),
+        again: await via("127.0.0.1", { "x-forwarded-for": "203.0.113.9", "x-request-id": "proxy-2" }),
+        forwarded: await via("127.0.0.1", { forwarded: "for=198.51.100.1, for=\"[2001:db8::7]:4711\"", "x-request-id": "proxy-3" }),
+        // From an address that is not a proxy: its forwarding headers and request id are not believed.
+        direct: await via("127.0.0.2", { "x-forwarded-for": "203.0.113.50", "x-request-id": "caller-1" })
+      }
+    })
+    expect(result.proxied).toEqual({ status: 401, requestId: "proxy-1" })
+    expect(result.forwarded).toEqual({ status: 401, requestId: "proxy-3" })
+    expect(result.direct.requestId).toMatch(uuid)
+    const entries = accessLog(stderr)
+    expect(entries.map(({ clientAddress, clientRequestId, requestId }) => ({ clientAddress, clientRequestId, requestId }))).toEqual([
+      { clientAddress: "203.0.113.9", clientRequestId: null, requestId: "proxy-1" },
+      { clientAddress: "2001:db8::7", clientRequestId: null, requestId: "proxy-3" },
+      { clientAddress: "127.0.0.2", clientRequestId: "caller-1", requestId: result.direct.requestId }
+    ])
+    // The second 401 of 203.0.113.9 in the minute is counted under it, not under the proxy.
+    const summaries = logLines(stderr).filter((line) => line.message === "repeated unauthorized requests")
+    expect(summaries.map((line) => line.annotations)).toEqual([expect.objectContaining({ clientAddress: "203.0.113.9", count: 1 })])
   })
 })
 
@@ -290,10 +328,17 @@ describe("structured logs", () => {
       const requestId = answer.headers.get("x-request-id")
       expect(answer.status).toBe(expected.status)
       expect(entries.filter((entry) => entry.requestId === requestId)).toEqual([
-        { ...expected, requestId, durationMs: expect.any(Number) }
+        {
+          ...expected,
+          requestId,
+          durationMs: expect.any(Number),
+          clientAddress: "127.0.0.1",
+          // The caller's own request id is logged beside the server's, never as it.
+          clientRequestId: answer === calls[0]!.answer ? "log-whoami" : null
+        }
       ])
     }
-    expect(calls[0]!.answer.headers.get("x-request-id")).toBe("log-whoami")
+    expect(calls[0]!.answer.headers.get("x-request-id")).toMatch(uuid)
     for (const secret of [key.apiKey, key.apiKey.split("_")[2]!, wrongSecret, wrongSecret.split("_")[2]!]) {
       expect(stderr).not.toContain(secret)
     }
@@ -368,9 +413,18 @@ describe("structured logs", () => {
     const entries = accessLog(stderr)
     for (const [i, { expected }] of refusals.entries()) {
       expect(seen(answers[i]!)).toStrictEqual(first)
-      const requestId = `refusal-${i}`
-      expect(entries.filter((entry) => entry.requestId === requestId)).toEqual([
-        { method: "GET", route: "/v1/whoami", status: 401, durationMs: expect.any(Number), requestId, ...expected }
+      const clientRequestId = `refusal-${i}`
+      expect(entries.filter((entry) => entry.clientRequestId === clientRequestId)).toEqual([
+        {
+          method: "GET",
+          route: "/v1/whoami",
+          status: 401,
+          durationMs: expect.any(Number),
+          requestId: expect.stringMatching(uuid),
+          clientAddress: `127.0.0.${10 + i}`,
+          clientRequestId,
+          ...expected
+        }
       ])
     }
     expect(new Set(refusals.map(({ expected }) => expected.reason))).toEqual(

@@ -88,13 +88,13 @@ describe("secrets at rest and in logs", () => {
 
 describe("refusals that say nothing about the key", () => {
   it("answers an unknown key id, a known id with a wrong secret and a revoked key with the same 401, byte for byte and header for header", async () => {
-    const requestId = "secrets-test"
     const refusal = async (apiKey: string) => {
-      const answer = await call(server.url, { path: "/v1/whoami", apiKey, headers: { "x-request-id": requestId } })
+      const answer = await call(server.url, { path: "/v1/whoami", apiKey })
       expectEnvelope(answer, 401, "UNAUTHORIZED")
+      // All but the date and the request's own id, a new one each time.
       const headers: Array<[string, string]> = []
       answer.headers.forEach((value, name) => {
-        if (name !== "date") headers.push([name, value])
+        if (name !== "date" && name !== "x-request-id") headers.push([name, value])
       })
       return { status: answer.status, text: answer.text, headers }
     }

@@ -18,6 +18,7 @@ import { databaseError } from "../src/Database/SqlErrors.ts"
 import { pageJson, recordJson } from "../src/Activations/Reads.ts"
 import { ActivateResponse, Activation, ActivationList } from "../src/Domain/Activation.ts"
 import type { Exchange } from "../src/Edge/Exchange.ts"
+import { makeCallers } from "../src/Edge/Caller.ts"
 import { makeRenderer } from "../src/Edge/Render.ts"
 import type { Handlers } from "../src/Edge/Exchange.ts"
 import { CampaignApi } from "../src/Api.ts"
@@ -668,6 +669,8 @@ describe("the access line", () => {
   const fiberId = FiberId.runtime(42, 0)
   const now = Date.UTC(2026, 10, 23, 1, 2, 3, 456)
   const fields = {
+    clientAddress: "203.0.113.7",
+    clientRequestId: "caller's \"own\" id",
     method: "POST",
     route: "/v1/whoami",
     status: 401,
@@ -748,6 +751,8 @@ describe("the renderer's validation message", () => {
     route: "/v1/activations",
     params: {},
     requestId: "deep",
+    clientAddress: "127.0.0.1",
+    clientRequestId: null,
     headers: {},
     key: undefined,
     bodyRead: false
@@ -770,4 +775,40 @@ describe("the renderer's validation message", () => {
         expect(body.message).toContain(message)
       }
     }))
+})
+
+describe("who sent a request (TRUSTED_PROXIES)", () => {
+  const request = (headers: Record<string, string>) => new Request("http://127.0.0.1/v1/whoami", { headers })
+  const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
+  const callers = makeCallers([
+    { address: "10.0.0.0", prefix: 8, family: "ipv4" },
+    { address: "fd00::", prefix: 8, family: "ipv6" }
+  ])
+
+  it("trusts no one by default: the peer is the client, the request id the server's, the caller's own id bounded and printable", () => {
+    const none = makeCallers([])
+    const caller = none(request({ "x-forwarded-for": "203.0.113.9", "x-request-id": `a\u0007b${"c".repeat(300)}` }), "10.1.2.3")
+    expect(caller.clientAddress).toBe("10.1.2.3")
+    expect(caller.requestId).toMatch(uuid)
+    expect(caller.clientRequestId).toBe(`a?b${"c".repeat(125)}`)
+    expect(none(request({}), "10.1.2.3").clientRequestId).toBeNull()
+  })
+
+  it.each([
+    ["the last hop a trusted proxy did not write", { "x-forwarded-for": "6.6.6.6, 203.0.113.9, 10.9.9.9" }, "10.1.2.3", "203.0.113.9"],
+    ["IPv6 and an IPv4-mapped peer", { "x-forwarded-for": "2001:db8::1" }, "::ffff:10.1.2.3", "2001:db8::1"],
+    ["Forwarded, without X-Forwarded-For", { forwarded: "for=198.51.100.1;proto=https, for=\"[2001:db8::7]:4711\"" }, "fd12::1", "2001:db8::7"],
+    ["an address with a port", { "x-forwarded-for": "203.0.113.9:51234" }, "10.1.2.3", "203.0.113.9"],
+    ["the proxy itself when what it names cannot be read", { "x-forwarded-for": "203.0.113.9, unknown" }, "10.1.2.3", "10.1.2.3"],
+    ["the proxy itself when it names no one", {}, "10.1.2.3", "10.1.2.3"],
+    ["the peer when it is not a trusted proxy, whatever it says", { "x-forwarded-for": "203.0.113.9" }, "192.0.2.1", "192.0.2.1"]
+  ])("names as the client %s", (_, headers, peer, client) => {
+    expect(callers(request(headers), peer).clientAddress).toBe(client)
+  })
+
+  it("takes a trusted proxy's sane X-Request-Id as the request's, and nobody else's", () => {
+    expect(callers(request({ "x-request-id": "nginx-42" }), "10.1.2.3")).toMatchObject({ requestId: "nginx-42", clientRequestId: null })
+    expect(callers(request({ "x-request-id": "not sane" }), "10.1.2.3").requestId).toMatch(uuid)
+    expect(callers(request({ "x-request-id": "nginx-42" }), "192.0.2.1")).toMatchObject({ requestId: expect.stringMatching(uuid), clientRequestId: "nginx-42" })
+  })
 })

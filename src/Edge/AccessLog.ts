@@ -2,22 +2,12 @@ import { Effect, type Fiber, Option } from "effect"
 import { type AccessLogFields, AccessLogEntry, AccessLogOutput } from "../Logging.ts"
 import type { Exchange, Reply } from "./Exchange.ts"
 
-/** A caller's own request id is kept when it is sane: short, printable, no spaces. */
-const saneRequestId = /^[A-Za-z0-9._:@+=\/-]{1,128}$/
-
-const isSaneRequestId = (header: string | null | undefined): header is string =>
-  typeof header === "string" && saneRequestId.test(header)
-
-/** The caller's `X-Request-Id` when it is sane, a new UUID otherwise. */
-export const requestIdOf = (request: Request): string => {
-  const incoming = request.headers.get("x-request-id")
-  return isSaneRequestId(incoming) ? incoming : crypto.randomUUID()
-}
-
 /** The fields of a finished request's line. */
 const fieldsOf = (exchange: Exchange, status: number, startedAt: number): AccessLogFields => {
   const { key } = exchange
   return {
+    clientAddress: exchange.clientAddress,
+    clientRequestId: exchange.clientRequestId,
     method: exchange.request.method,
     route: exchange.route,
     status,

@@ -1,11 +1,12 @@
 import { type HttpApi, OpenApi } from "@effect/platform"
 import { Cause, Context, Duration, Effect, Exit, Fiber, FiberRef, HashMap, LogLevel, Option, Runtime } from "effect"
-import { EdgeConfig, ServerConfig } from "../Config.ts"
+import { EdgeConfig, ServerConfig, TrustedProxiesConfig } from "../Config.ts"
 import { DatabaseOutage } from "../Database/Outage.ts"
 import type { NotFound } from "../Domain/Errors.ts"
 import { recorder } from "../Metrics.ts"
 import { tracing } from "../Spans.ts"
-import { makeAccessLog, makeRefusalTally, requestIdOf } from "./AccessLog.ts"
+import { makeAccessLog, makeRefusalTally } from "./AccessLog.ts"
+import { type Caller, makeCallers } from "./Caller.ts"
 import { docsPage, documentRoutes, encodedFor, openApiDocument, type PreparedDocument } from "./Documents.ts"
 import { notModified } from "./Endpoint.ts"
 import type { Exchange, Handlers, Reply, Steps } from "./Exchange.ts"
@@ -50,14 +51,14 @@ const indexOf = (api: HttpApi.HttpApi.Any, docsEnabled: boolean, publicUrl: Opti
   })
 }
 
-/** The client's address when there is no connection: in process (tests, the bench). */
+/** The peer's address when there is no connection: in process (tests, the bench). */
 export const inProcess = "(in process)"
 
 /**
- * What Bun's router and its fallback call. The client's address is asked of Bun once per
+ * What Bun's router and its fallback call. The peer's address is asked of Bun once per
  * request, by the guard, and handed on.
  */
-export type Handle = (request: Request & { params: Record<string, string> }, clientAddress: string) => Response | Promise<Response>
+export type Handle = (request: Request & { params: Record<string, string> }, peer: string) => Response | Promise<Response>
 
 /** How often repeated 401s from one address are summed up in the log. */
 const refusalSummaryInterval = Duration.minutes(1)
@@ -82,7 +83,9 @@ export interface Edge {
     Record<string, Handle>
   >
   /** Answers any request, routing it itself: Bun's fallback, and the entry for tests and the bench. */
-  readonly fetch: (request: Request, clientAddress?: string) => Response | Promise<Response>
+  readonly fetch: (request: Request, peer?: string) => Response | Promise<Response>
+  /** Who sent a request that came from `peer` (the web server's own answers name it too). */
+  readonly callerOf: (request: Request, peer: string) => Caller
   /**
    * What is counted rather than logged line by line (401s per client address, the requests a
    * database outage failed), each with how often the server writes its summary; `stopping`: the
@@ -212,14 +215,19 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, steps
     ]
 
     /** One request of `route`, with the parameters the router read from its path. */
-    const run = (route: Pick<Route, "path" | "run">, request: Request, path: string, params: Record<string, string>, clientAddress: string) => {
+    const callerOf = makeCallers(yield* TrustedProxiesConfig)
+
+    const run = (route: Pick<Route, "path" | "run">, request: Request, path: string, params: Record<string, string>, peer: string) => {
+      const { clientAddress, clientRequestId, requestId } = callerOf(request, peer)
       const startedAt = performance.now()
       const exchange: Exchange = {
         request,
         path,
         route: route.path,
         params,
-        requestId: requestIdOf(request),
+        requestId,
+        clientAddress,
+        clientRequestId,
         headers: {},
         key: undefined,
         bodyRead: false
@@ -242,23 +250,23 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, steps
       return reply instanceof Promise ? settle(exchange, reply, startedAt) : respond(exchange, reply, startedAt)
     }
 
-    const fetch = (request: Request, client = inProcess): Response | Promise<Response> => {
+    const fetch = (request: Request, peer = inProcess): Response | Promise<Response> => {
       const path = rawPath(request.url)
       const found = fallback(request.method, path)
-      if (found._tag === "Dispatch") return run(found.route, request, path, found.params, client)
-      return run({ path: found.route, run: () => Effect.succeed(found.reply) }, request, path, {}, client)
+      if (found._tag === "Dispatch") return run(found.route, request, path, found.params, peer)
+      return run({ path: found.route, run: () => Effect.succeed(found.reply) }, request, path, {}, peer)
     }
 
     const table: Edge["routes"] = {}
     for (const route of routes) {
       table[route.path] ??= {}
-      table[route.path]![route.method] = (request, client) => {
+      table[route.path]![route.method] = (request, peer) => {
         const path = rawPath(request.url)
         // Bun's router percent-decodes parameters and takes `;` in them: such a path is not this
         // route's spelling, and the fallback says so (404).
         return path.includes("%") || path.includes(";")
-          ? fetch(request, client)
-          : run(route, request, path, request.params, client)
+          ? fetch(request, peer)
+          : run(route, request, path, request.params, peer)
       }
     }
     const listening = (port: number) => {
@@ -267,6 +275,7 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, steps
     return {
       routes: table,
       fetch,
+      callerOf,
       listening,
       summaries
     } satisfies Edge

@@ -29,6 +29,9 @@ export interface Exchange {
   /** Path parameters as sent (the router never percent-decodes: see `Router.ts`). */
   readonly params: Readonly<Record<string, string>>
   readonly requestId: string
+  /** Who sent it (`Caller.ts`). */
+  readonly clientAddress: string
+  readonly clientRequestId: string | null
   /** Headers the passed steps added, for whatever response the request ends in (an error's too). */
   readonly headers: Record<string, string>
   /** What the steps said of the request's key, for the access line. */

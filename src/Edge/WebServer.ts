@@ -3,7 +3,6 @@ import { Deferred, Duration, Effect, FiberRef, Layer, Logger, LogLevel, Schedule
 import { ServerConfig, ShutdownConfig, StartupError } from "../Config.ts"
 import { InternalError, ServiceUnavailable } from "../Domain/Errors.ts"
 import { Draining } from "../Draining.ts"
-import { requestIdOf } from "./AccessLog.ts"
 import { makeConnectionLimit } from "./ConnectionLimit.ts"
 import { type EdgeOptions, type Handle, inProcess, makeEdge } from "./Edge.ts"
 import { errorReply, toWebResponse } from "./Render.ts"
@@ -60,8 +59,9 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
     let inFlight = 0
     const idle = yield* Deferred.make<void>()
 
-    const lateArrival = (request: Request) => {
-      const response = toWebResponse({ request, requestId: requestIdOf(request), headers: {}, bodyRead: false }, shuttingDown)
+    const lateArrival = (request: Request, peer: string) => {
+      const { requestId } = edge.callerOf(request, peer)
+      const response = toWebResponse({ request, requestId, headers: {}, bodyRead: false }, shuttingDown)
       response.headers.set("connection", "close")
       return response
     }
@@ -83,9 +83,9 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
     const connections = yield* makeConnectionLimit
 
     const guard = (serve: Handle) => (request: Request & { params: Record<string, string> }, server?: Bun.Server<unknown>) => {
-      if (stopped) return lateArrival(request)
       // Asked once per request: an object each time.
       const peer = server?.requestIP(request)
+      if (stopped) return lateArrival(request, peer?.address ?? inProcess)
       const lastOnConnection = connections.overLimit(peer)
       inFlight++
       let response: Response | Promise<Response>
