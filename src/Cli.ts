@@ -1,9 +1,10 @@
 import { Args, Command, HelpDoc, Options, ValidationError } from "@effect/cli"
-import { Config, Console, DateTime, Duration, Effect, Layer, Option, ParseResult, Schema } from "effect"
+import * as Span from "@effect/cli/HelpDoc/Span"
+import { Array as Arr, Config, Console, DateTime, Duration, Effect, Layer, Option, ParseResult, Schema } from "effect"
 import { existsSync } from "node:fs"
 import { ApiKeys, maxGrace } from "./ApiKeys.ts"
 import { KeysLive, ServerLive } from "./App.ts"
-import { databaseName, type DatabaseTarget, KeysConfig } from "./Config.ts"
+import { databaseName, type DatabaseTarget, KeysConfig, settingsList } from "./Config.ts"
 import { backUp, databaseToBackUp } from "./Database/Backup.ts"
 import { SqlLive } from "./Database/Sql.ts"
 import type { KeyChangesRequested } from "./ApiKeys/ApiKeysRepo.ts"
@@ -12,9 +13,24 @@ import { version } from "./Version.ts"
 
 const serve = Command.make("serve", {}, () => Layer.launch(ServerLive)).pipe(
   Command.withDescription(
-    "Start the HTTP API, configured through the environment (PORT, HOST, DATABASE_URL, DATABASE_POOL_MAX, REDIS_URL, RATE_LIMIT_*, IDEMPOTENCY_TTL_HOURS, LOG_LEVEL, PUBLIC_URL, DOCS_ENABLED, OTEL_*, METRICS_PORT, METRICS_HOST; see the README)."
+    "Start the HTTP API, configured by environment variables alone, each optional (serve --help lists them; see the README's Configuration)."
   )
 )
+
+/**
+ * The variables `serve` reads, as its help lists them below its description: @effect/cli's help
+ * has a place for options and arguments only. Taken from the table the configuration is read by,
+ * so the help cannot leave one out.
+ */
+const environmentHelp = (() => {
+  const entries = settingsList.map((setting): [Span.Span, HelpDoc.HelpDoc] => [
+    Span.text(setting.default === undefined ? `${setting.name} (unset)` : `${setting.name}=${setting.default}`),
+    HelpDoc.p(setting.meaning)
+  ])
+  return Arr.isNonEmptyReadonlyArray(entries)
+    ? HelpDoc.toAnsiText(HelpDoc.sequence(HelpDoc.h1("ENVIRONMENT"), HelpDoc.descriptionList(entries)))
+    : ""
+})()
 
 const scopesMessage = `--scopes takes a comma-separated list of ${Scope.literals.join(", ")}`
 
@@ -527,6 +543,7 @@ const commandWords = (argv: ReadonlyArray<string>) => {
  * Help as @effect/cli prints it, with two fixes: a subcommand's usage line names the program and
  * the commands above it (`$ campaign-api keys create …`, not `$ create …`), and a command list
  * puts each description under its command instead of padding every line to the longest usage.
+ * (`serve`'s page also gains its variables: see `readable`.)
  */
 const fixHelp = (text: string, words: ReadonlyArray<string>) => {
   const last = words.at(-1)
@@ -546,10 +563,12 @@ const fixHelp = (text: string, words: ReadonlyArray<string>) => {
  * prints under every option.
  */
 const readable = (text: string, words: ReadonlyArray<string>) => {
-  const plain = process.stdout.isTTY && !process.env["NO_COLOR"] ? text : text.replace(ansi, "")
+  const isHelp = text.replace(ansi, "").includes("USAGE")
+  const whole = isHelp && words.length === 1 && words[0] === "serve" ? `${text.trimEnd()}\n\n${environmentHelp}` : text
+  const plain = process.stdout.isTTY && !process.env["NO_COLOR"] ? whole : whole.replace(ansi, "")
   const lines = plain.split("\n").filter((line) => !genericLine.test(line.replace(ansi, ""))).join("\n")
     .replace(/\n{3,}/g, "\n\n")
-  return lines.includes("USAGE") ? fixHelp(lines, words) : lines
+  return isHelp ? fixHelp(lines, words) : lines
 }
 
 /** The default console, with `readable` applied to what the command line `argv` prints. */
