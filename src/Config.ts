@@ -30,6 +30,8 @@ interface Setting {
   /** Read, when the variable is unset, exactly as a value set to it would be. */
   readonly default?: string
   readonly meaning: string
+  /** It may hold a password: never shown with its value. */
+  readonly secret?: true
 }
 
 /**
@@ -42,11 +44,12 @@ export const settings = {
   PORT: { default: "3000", meaning: "the port to listen on, 0-65535 (0 picks a free one; the log says which)" },
   HOST: { default: "0.0.0.0", meaning: "the address to listen on (127.0.0.1: this machine only)" },
   DATABASE_URL: {
+    secret: true,
     default: "data/campaign-api.sqlite",
     meaning: "a SQLite file path (sqlite: prefix allowed; relative to the working directory), or a postgres:// or postgresql:// URL"
   },
   DATABASE_POOL_MAX: { default: "10", meaning: "PostgreSQL only: connections in this instance's pool, at least 2" },
-  REDIS_URL: { meaning: "a redis:// or rediss:// URL: the rate limits' store, shared by every instance; unset: this instance's memory" },
+  REDIS_URL: { secret: true, meaning: "a redis:// or rediss:// URL: the rate limits' store, shared by every instance; unset: this instance's memory" },
   RATE_LIMIT_MAX: { default: "120", meaning: "requests per window for each API key without a limit of its own" },
   RATE_LIMIT_WINDOW_SECONDS: { default: "60", meaning: "the rate limit's window" },
   IDEMPOTENCY_TTL_HOURS: { default: "24", meaning: "how long an Idempotency-Key is remembered (fractions allowed: 0.5 is 30 minutes)" },
@@ -57,7 +60,7 @@ export const settings = {
   LOG_LEVEL: { default: "info", meaning: `the log's level: ${Object.keys(logLevels).join(", ")}` },
   DOCS_ENABLED: { default: "true", meaning: `serve the docs page at /docs: ${switchChoices}` },
   PUBLIC_URL: { meaning: "the base URL the OpenAPI document names in servers; unset: http://localhost:<PORT>" },
-  OTEL_EXPORTER_OTLP_ENDPOINT: { meaning: "the OTLP/HTTP collector's base URL for spans and metrics; unset: no tracing" },
+  OTEL_EXPORTER_OTLP_ENDPOINT: { secret: true, meaning: "the OTLP/HTTP collector's base URL for spans and metrics; unset: no tracing" },
   OTEL_SERVICE_NAME: { default: "campaign-api", meaning: "the service name on exported spans and metrics" },
   METRICS_PORT: { meaning: "serve Prometheus metrics at GET /metrics on this port, never the API's; unset: no listener" },
   METRICS_HOST: { default: "127.0.0.1", meaning: "the metrics listener's address (127.0.0.1: this machine only)" }
@@ -70,7 +73,6 @@ export const settingsList: ReadonlyArray<Setting & { readonly name: Name }> = Ob
   [name, setting]
 ) => ({ name: name as Name, ...setting }))
 
-const defaultOf = (name: Name): string | undefined => (settings[name] as Setting).default
 
 /** What an unset variable gives: its default read as a value, or, when it has none, `unset`. */
 type Unset<N extends Name, A> = (typeof settings)[N] extends { readonly default: string } ? { readonly unset?: never }
@@ -80,16 +82,15 @@ type Unset<N extends Name, A> = (typeof settings)[N] extends { readonly default:
  * One environment variable of `settings`: set (or unset with a default), `parse` gives its value
  * or what is wrong with it, and the failure is the whole sentence the operator reads (README,
  * Configuration): `NAME=value: what is wrong; what to do.` A variable that may hold a password
- * (`secret`) is named without its value: `NAME is what is wrong; what to do.`
+ * (`secret` in `settings`) is named without its value: `NAME is what is wrong; what to do.`
  */
 const variable = <N extends Name, A>(name: N, options: {
   readonly parse: (text: string) => Either.Either<A, string>
-  readonly secret?: boolean
 } & Unset<N, A>): Config.Config<A> => {
-  const fallback = defaultOf(name)
+  const { default: fallback, secret } = settings[name] as Setting
   const read = (text: string) =>
     Either.mapLeft(options.parse(text), (problem) =>
-      ConfigError.InvalidData([], `${name}${options.secret === true ? " " : `=${shown(text)}: `}${problem}.`))
+      ConfigError.InvalidData([], `${name}${secret === true ? " " : `=${shown(text)}: `}${problem}.`))
   return Config.string(name).pipe(
     Config.option,
     Config.mapOrFail(Option.match({
@@ -100,7 +101,7 @@ const variable = <N extends Name, A>(name: N, options: {
 }
 
 /** What to say about leaving `name` unset: its default, as `settings` has it. */
-const unsetFor = (name: Name) => `leave it unset for ${defaultOf(name)}`
+const unsetFor = (name: Name) => `leave it unset for ${(settings[name] as Setting).default}`
 
 /** A value as a message shows it: as typed, unless it has characters a terminal would act on. */
 const shown = (text: string) => /^[\x20-\x7e]*$/.test(text) ? text : JSON.stringify(text)
@@ -167,7 +168,6 @@ const databaseChoices = "a SQLite file path (sqlite: prefix allowed), or a postg
 const databaseUrl = variable(
   "DATABASE_URL",
   {
-    secret: true,
     parse: (raw): Either.Either<
       { readonly _tag: "sqlite"; readonly filename: string } | { readonly _tag: "postgres"; readonly url: string },
       string
@@ -222,7 +222,6 @@ export const databaseName = (target: DatabaseTarget): string => {
 
 /** REDIS_URL: the rate limiter's shared store; unset (or empty) keeps the budgets in this process's memory. */
 export const RedisConfig = variable("REDIS_URL", {
-  secret: true,
   unset: Option.none<Redacted.Redacted<string>>(),
   parse: (text) =>
     text.trim() === ""
@@ -334,7 +333,6 @@ export const LogLevelConfig = variable("LOG_LEVEL", {
 export const TracingConfig = Config.all({
   // OpenTelemetry reads an empty variable as unset. Never shown: a collector URL may carry a token.
   endpoint: variable("OTEL_EXPORTER_OTLP_ENDPOINT", {
-    secret: true,
     unset: Option.none<URL>(),
     parse: (text) =>
       text.trim() === ""

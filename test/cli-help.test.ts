@@ -135,6 +135,21 @@ describe("usage errors say what to do", () => {
   })
 })
 
+describe("serve takes no options", () => {
+  it.each([
+    [["--port", "4000"], "PORT=4000 campaign-api serve"],
+    [["--port=4000"], "PORT=4000 campaign-api serve"],
+    [["--shutdown-delay-seconds", "0"], "SHUTDOWN_DELAY_SECONDS=0 campaign-api serve"],
+    [["--database-url", "postgres://app:s3cret-word@db/x"], "DATABASE_URL=<value> campaign-api serve"],
+    [["--bogus"], "--bogus names none of its variables"]
+  ])("serve %j is a usage error naming the environment variable to use instead", async (options, sentence) => {
+    const result = await runCli(["serve", ...options], { DATABASE_URL: tempDatabase() })
+    expect({ code: result.code, timedOut: result.timedOut, stdout: result.stdout }).toEqual({ code: 2, timedOut: false, stdout: "" })
+    expect(result.stderr.trim().split("\n")).toEqual([expect.stringContaining(sentence)])
+    expect(result.stderr).not.toContain("s3cret-word")
+  })
+})
+
 describe("a PostgreSQL DATABASE_URL that cannot be reached", () => {
   it.each([
     "postgres://app:s3cret-word@127.0.0.1:1/campaigns",
