@@ -1,7 +1,7 @@
 import { Args, Command, HelpDoc, Options, ValidationError } from "@effect/cli"
 import * as Span from "@effect/cli/HelpDoc/Span"
 import { Array as Arr, Config, Console, DateTime, Duration, Effect, Layer, Option, ParseResult, Schema } from "effect"
-import { existsSync } from "node:fs"
+import { existsSync, writeSync } from "node:fs"
 import { ApiKeys, maxGrace } from "./ApiKeys.ts"
 import { KeysLive, ServerLive } from "./App.ts"
 import { databaseName, type DatabaseTarget, KeysConfig, settingsList } from "./Config.ts"
@@ -484,9 +484,15 @@ const databaseNotice = (target: DatabaseTarget) =>
     return `Database: ${databaseName(target)}${isNew ? " (new: no database was there)" : ""}`
   })
 
+/**
+ * A line on stderr that is not an error: written as it is, where Bun's `console.error` prints in
+ * red on a terminal.
+ */
+const notice = (line: string) => Effect.sync(() => void writeSync(2, `${line}\n`))
+
 /** `layer`, which opens the database `target` names, saying which one once it is open. */
 const announced = <A, E, R>(target: DatabaseTarget, layer: Layer.Layer<A, E, R>) =>
-  Layer.unwrapEffect(Effect.map(databaseNotice(target), (notice) => Layer.tap(layer, () => Console.error(notice))))
+  Layer.unwrapEffect(Effect.map(databaseNotice(target), (said) => Layer.tap(layer, () => notice(said))))
 
 // Every variable the key commands read, read first: a bad one is named with the others, not alone.
 const KeysAnnounced = Layer.unwrapEffect(Effect.map(KeysConfig, ([target]) => announced(target, KeysLive)))

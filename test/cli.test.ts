@@ -181,7 +181,7 @@ describe("keys command line", () => {
 
 /**
  * Runs the real command line on a terminal `columns` wide, as a person would: what appeared on it
- * (stdout and stderr together), line by line, without colour codes.
+ * (stdout and stderr together), line by line, without colour codes, and as it was (`raw`).
  */
 const onTerminal = async (args: ReadonlyArray<string>, env: Environment, columns: number) => {
   let output = ""
@@ -201,7 +201,7 @@ const onTerminal = async (args: ReadonlyArray<string>, env: Environment, columns
   })
   const code = await proc.exited
   await closed.promise
-  return { code, lines: output.replace(/\x1b\[[0-9;]*m/g, "").split("\r\n").filter((line) => line !== "") }
+  return { code, raw: output, lines: output.replace(/\x1b\[[0-9;]*m/g, "").split("\r\n").filter((line) => line !== "") }
 }
 
 describe("keys list fits the width it is shown in", () => {
@@ -291,6 +291,14 @@ describe("the database a key command uses", () => {
       const result = await runCli(args, env)
       expect({ args, code: result.code, stderr: result.stderr }).toEqual({ args, code: 0, stderr: `Database: ${database}\n` })
     }
+  })
+
+  it("is named in the terminal's own colour, as a notice and not an error", async () => {
+    const env = { DATABASE_URL: tempDatabase() }
+    expect((await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read"], env)).code).toBe(0)
+    const shown = await onTerminal(["keys", "list"], env, 80)
+    expect(shown.code).toBe(0)
+    expect(shown.raw.split("\r\n").find((line) => line.includes("Database: "))).toBe(`Database: ${env.DATABASE_URL}`)
   })
 
   it.skipIf(sharedSkipped !== undefined)("on PostgreSQL is named by host, port and database, never with its user or password", async () => {
