@@ -3,7 +3,7 @@ import * as Span from "@effect/cli/HelpDoc/Span"
 import { Array as Arr, Config, Console, DateTime, Duration, Effect, Layer, Option, ParseResult, Schema } from "effect"
 import { existsSync, writeSync } from "node:fs"
 import { ApiKeys, maxGrace } from "./ApiKeys.ts"
-import { KeysLive, ServerLive } from "./App.ts"
+import { KeysLive, KeysOfExistingLive, ServerLive } from "./App.ts"
 import { databaseName, type DatabaseTarget, KeysConfig, settingsList } from "./Config.ts"
 import { backUp, databaseToBackUp } from "./Database/Backup.ts"
 import { SqlLive } from "./Database/Sql.ts"
@@ -475,8 +475,8 @@ const update = Command.make("update", {
 
 /**
  * What a command that opens the database says first, on stderr so that `--json` output stays one
- * line: which database (README, The key command line). A SQLite file that is not there yet is
- * about to be made: said at once, as it is most likely the wrong directory or DATABASE_URL.
+ * line: which database (README, The key command line). A SQLite file that `keys create` is about
+ * to make is said to be new, as it may be the wrong directory or DATABASE_URL.
  */
 const databaseNotice = (target: DatabaseTarget) =>
   Effect.sync(() => {
@@ -495,15 +495,18 @@ const announced = <A, E, R>(target: DatabaseTarget, layer: Layer.Layer<A, E, R>)
   Layer.unwrapEffect(Effect.map(databaseNotice(target), (said) => Layer.tap(layer, () => notice(said))))
 
 // Every variable the key commands read, read first: a bad one is named with the others, not alone.
-const KeysAnnounced = Layer.unwrapEffect(Effect.map(KeysConfig, ([target]) => announced(target, KeysLive)))
+const keysAnnounced = <E, R>(keys: Layer.Layer<ApiKeys, E, R>) =>
+  Layer.unwrapEffect(Effect.map(KeysConfig, ([target]) => announced(target, keys)))
 
+// Only `keys create` makes a database: a mistyped DATABASE_URL would otherwise give every command
+// an empty database of its own, and a key created in none of them would work.
 const keyCommands = [
-  create.pipe(Command.provide(KeysAnnounced)),
-  list.pipe(Command.provide(KeysAnnounced)),
-  show.pipe(Command.provide(KeysAnnounced)),
-  roll.pipe(Command.provide(KeysAnnounced)),
-  update.pipe(Command.provide(KeysAnnounced)),
-  revoke.pipe(Command.provide(KeysAnnounced))
+  create.pipe(Command.provide(keysAnnounced(KeysLive))),
+  list.pipe(Command.provide(keysAnnounced(KeysOfExistingLive))),
+  show.pipe(Command.provide(keysAnnounced(KeysOfExistingLive))),
+  roll.pipe(Command.provide(keysAnnounced(KeysOfExistingLive))),
+  update.pipe(Command.provide(keysAnnounced(KeysOfExistingLive))),
+  revoke.pipe(Command.provide(keysAnnounced(KeysOfExistingLive)))
 ] as const
 
 const keys = Command.make("keys").pipe(
@@ -640,6 +643,7 @@ const usageProblem = (args: ReadonlyArray<string>): string | undefined => {
 export const cli = (argv: ReadonlyArray<string>) => {
   const problem = usageProblem(argv.slice(2))
   return problem === undefined
-    ? run(argv)
+    // No database where one must be: one sentence, exit 1 (README, Exit codes).
+    ? Effect.catchTag(run(argv), "NoDatabase", (missing) => failWith(1, missing.message))
     : Effect.zipRight(Console.error(problem), Effect.fail(ValidationError.invalidArgument(HelpDoc.p(problem))))
 }

@@ -189,7 +189,9 @@ describe("exit codes", () => {
   })
 
   it("1 for keys revoke of an id with no active key", async () => {
-    const result = await runCli(["keys", "revoke", "aaaaaaaaaaaaaaaa"], { DATABASE_URL: tempDatabase() })
+    const env = { DATABASE_URL: tempDatabase() }
+    expect((await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read"], env)).code).toBe(0)
+    const result = await runCli(["keys", "revoke", "aaaaaaaaaaaaaaaa"], env)
     expect(result.code).toBe(1)
     expect(result.stderr).toContain("aaaaaaaaaaaaaaaa")
   })

@@ -92,11 +92,13 @@ describe("keys command line", () => {
     const days = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--expires-in", "30d"], env)
     expect(days.code).toBe(2)
     expect(days.stderr + days.stdout).toContain("--expires-in takes a whole number of days from 1 to 36500")
+    expect(existsSync(database)).toBe(false)
+    const { keyId } = await createKey(database)
     const unknown = await runCli(["keys", "revoke", "aaaaaaaaaaaaaaaa"], env)
     expect(unknown.code).toBe(1)
     expect(unknown.stderr).toContain("No active API key with id aaaaaaaaaaaaaaaa")
     const list = await runCli(["keys", "list", "--json"], env)
-    expect(JSON.parse(list.stdout)).toEqual([])
+    expect(JSON.parse(list.stdout)).toEqual([expect.objectContaining({ keyId, status: "active" })])
   })
 
   it("lists names in a table that stays aligned: wide characters, control characters escaped, long names cut, empty as -", async () => {
@@ -273,16 +275,13 @@ describe("keys list fits the width it is shown in", () => {
 })
 
 describe("the database a key command uses", () => {
-  it("is named on stderr by its absolute path, said to be new when no database was there, and --json stdout stays one line", async () => {
+  it("is named on stderr by its absolute path, said to be new when keys create made it, and --json stdout stays one line", async () => {
     const database = tempDatabase()
     // Relative, as an operator in the checkout would write it: the notice names the file it resolves to.
     const env = { DATABASE_URL: relative(root, database) }
-    const first = await runCli(["keys", "list", "--json"], env)
-    expect(first).toMatchObject({ code: 0, stdout: "[]\n", stderr: `Database: ${database} (new: no database was there)\n` })
-
     const created = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--json"], env)
     expect(created.code).toBe(0)
-    expect(created.stderr).toBe(`Database: ${database}\n`)
+    expect(created.stderr).toBe(`Database: ${database} (new: no database was there)\n`)
     const lines = created.stdout.trimEnd().split("\n")
     expect(lines).toHaveLength(1)
     const { keyId } = JSON.parse(lines[0]!)
@@ -291,6 +290,27 @@ describe("the database a key command uses", () => {
       const result = await runCli(args, env)
       expect({ args, code: result.code, stderr: result.stderr }).toEqual({ args, code: 0, stderr: `Database: ${database}\n` })
     }
+  })
+
+  it("is made only by keys create: every other key command refuses a missing one with one sentence naming its absolute path, exit 1, and makes nothing, not even its directory", async () => {
+    const directory = join(dirname(tempDatabase()), "mistyped")
+    const database = join(directory, "db.sqlite")
+    const env = { DATABASE_URL: relative(root, database) }
+    for (const args of [["list"], ["list", "--json"], ["show", "aaaaaaaaaaaaaaaa"], ["roll", "aaaaaaaaaaaaaaaa"], ["update", "aaaaaaaaaaaaaaaa", "--name", "x"], ["revoke", "aaaaaaaaaaaaaaaa"]]) {
+      const result = await runCli(["keys", ...args], env)
+      expect({ args, code: result.code, stdout: result.stdout, stderr: result.stderr }).toEqual({
+        args,
+        code: 1,
+        stdout: "",
+        stderr: `There is no database at ${database}: set DATABASE_URL to the server's database (only serve and keys create make a new one).\n`
+      })
+      expect(existsSync(directory)).toBe(false)
+    }
+    const created = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--json"], env)
+    expect({ code: created.code, stderr: created.stderr }).toEqual({ code: 0, stderr: `Database: ${database} (new: no database was there)\n` })
+    expect(JSON.parse((await runCli(["keys", "list", "--json"], env)).stdout)).toEqual([
+      expect.objectContaining({ keyId: JSON.parse(created.stdout).keyId })
+    ])
   })
 
   it("is named in the terminal's own colour, as a notice and not an error", async () => {
