@@ -341,76 +341,79 @@ const list = Command.make("list", {
     yield* Console.log(table(keys.map((key) => ({ key, status: status(key, now) })), yield* outputWidth))
   })).pipe(Command.withDescription("List API keys (never their secrets), with when each was last used and its rate limit."))
 
-/** The key a command acts on: its id as `keys list` shows it, or the whole key in hand. */
-const keyIdArg = (what: string) =>
-  Args.text({ name: "keyId" }).pipe(
-    Args.withDescription(`The key id that \`keys list\` shows, or the whole API key (cak_<keyId>_<secret>): its id is ${what}.`)
-  )
+/**
+ * Why what was typed for `keys <command>`'s key id is none: a whole key (`cak_<keyId>_<secret>`) is
+ * answered with its id, so that the secret, once in the shell's history and the process list, is
+ * not typed again; anything else is not repeated back, as it may hold a secret too.
+ */
+const notAKeyId = (command: string, typed: string) => {
+  const keyId = /^cak_([a-z0-9]{16})(?:_|$)/.exec(typed.trim())?.[1]
+  return keyId === undefined
+    ? `That is not a key id: keys ${command} takes one as keys list shows it, 16 characters a-z and 0-9.`
+    : `keys ${command} takes the key id alone, here ${keyId}, never the API key: its secret would stay in the shell's history.`
+}
 
-/** The key id in what the user typed: a key id, or a whole key whose secret is never repeated back. */
-const keyIdOf = (typed: string): string | undefined =>
-  /^(?:cak_)?([a-z0-9]{16})(?:_[^\s]*)?$/.exec(typed.trim())?.[1]
+/**
+ * The key `keys <command>` acts on: its id as `keys list` shows it, never the whole key, whose
+ * secret would stay in the shell's history and show in the process list (README, The key command line).
+ */
+const keyIdArg = (command: string, what: string) =>
+  Args.text({ name: "keyId" }).pipe(
+    Args.withSchema(
+      Schema.Trim.pipe(Schema.pattern(/^[a-z0-9]{16}$/)).annotations({
+        message: (issue) => ({ message: notAKeyId(command, String(issue.actual)), override: true })
+      })
+    ),
+    Args.withDescription(`The key id, as \`keys list\` shows it (never the whole API key): that key is ${what}.`)
+  )
 
 /** One sentence on stderr and the exit code: 2 for a usage error, 1 for a key that is not there (README, Exit codes). */
 const failWith = (code: 1 | 2, sentence: string) =>
   Effect.zipRight(Console.error(sentence), Effect.sync(() => void (process.exitCode = code)))
-
-/** `use` on the key id typed, or exit 2 when it is none. */
-const withKeyId = <E, R>(typed: string, use: (keyId: string) => Effect.Effect<void, E, R>) => {
-  const keyId = keyIdOf(typed)
-  // Whatever was typed may hold a secret: it is not printed.
-  return keyId === undefined
-    ? failWith(2, "That is neither a key id (16 characters a-z, 0-9, as `keys list` shows) nor an API key (cak_<keyId>_<secret>).")
-    : use(keyId)
-}
 
 const noActiveKey = (keyId: string) => failWith(1, `No active API key with id ${keyId}.`)
 
 /** When a change reaches the servers (README, Running several instances). */
 const takesEffect = "from the next request on (within 1 s on PostgreSQL)"
 
-const revoke = Command.make("revoke", { typed: keyIdArg("revoked") }, ({ typed }) =>
-  withKeyId(typed, (keyId) =>
-    Effect.flatMap(ApiKeys, (keys) => keys.revoke(keyId)).pipe(
-      Effect.flatMap((revoked) =>
-        revoked ? Console.log(`Revoked API key ${keyId}: it is refused ${takesEffect}.`) : noActiveKey(keyId)
-      )
-    ))).pipe(Command.withDescription("Revoke an API key at once."))
+const revoke = Command.make("revoke", { keyId: keyIdArg("revoke", "revoked") }, ({ keyId }) =>
+  Effect.flatMap(ApiKeys, (keys) => keys.revoke(keyId)).pipe(
+    Effect.flatMap((revoked) => revoked ? Console.log(`Revoked API key ${keyId}: it is refused ${takesEffect}.`) : noActiveKey(keyId))
+  )).pipe(Command.withDescription("Revoke an API key at once."))
 
-const show = Command.make("show", { typed: keyIdArg("shown"), json }, ({ json, typed }) =>
-  withKeyId(typed, (keyId) =>
-    Effect.gen(function*() {
-      const key = (yield* (yield* ApiKeys).list).find((key) => key.keyId === keyId)
-      if (key === undefined) return yield* failWith(1, `No API key with id ${keyId}.`)
-      const now = yield* DateTime.now
-      if (json) return yield* Console.log(JSON.stringify(jsonRow(key, now)))
-      const lines: Array<readonly [string, string]> = [
-        ["key id", key.keyId],
-        ["brand", key.brandId],
-        ["name", shownName(key.name)],
-        ["scopes", key.scopes.join(", ")],
-        ["status", status(key, now)],
-        ["created", DateTime.formatIso(key.createdAt)],
-        ["expires", isoOrNever(key.expiresAt)],
-        ...(key.revokedAt === null ? [] : [["revoked", DateTime.formatIso(key.revokedAt)] as const]),
-        ...(key.previousSecretEndsAt === null
-          ? []
-          : [[
-            "previous secret",
-            `works until ${DateTime.formatIso(key.previousSecretEndsAt)}, last used ${
-              key.previousSecretLastUsedAt === null ? "never" : minuteOf(key.previousSecretLastUsedAt)
-            }`
-          ] as const]),
-        ["rate limit", key.rateLimit === null ? "default (the server's)" : `${limitOf(key)} (requests/seconds)`],
-        ["last used", key.lastUsedAt === null ? "never" : minuteOf(key.lastUsedAt)]
-      ]
-      yield* Console.log(lines.map(([label, value]) => `${`${label}:`.padEnd(17)}${value}`).join("\n"))
-    }))).pipe(Command.withDescription(
-      "Show one API key (never its secret): its state, rate limit, when it was last used, and while a rolled key's previous secret works, when that one was."
-    ))
+const show = Command.make("show", { keyId: keyIdArg("show", "shown"), json }, ({ json, keyId }) =>
+  Effect.gen(function*() {
+    const key = (yield* (yield* ApiKeys).list).find((key) => key.keyId === keyId)
+    if (key === undefined) return yield* failWith(1, `No API key with id ${keyId}.`)
+    const now = yield* DateTime.now
+    if (json) return yield* Console.log(JSON.stringify(jsonRow(key, now)))
+    const lines: Array<readonly [string, string]> = [
+      ["key id", key.keyId],
+      ["brand", key.brandId],
+      ["name", shownName(key.name)],
+      ["scopes", key.scopes.join(", ")],
+      ["status", status(key, now)],
+      ["created", DateTime.formatIso(key.createdAt)],
+      ["expires", isoOrNever(key.expiresAt)],
+      ...(key.revokedAt === null ? [] : [["revoked", DateTime.formatIso(key.revokedAt)] as const]),
+      ...(key.previousSecretEndsAt === null
+        ? []
+        : [[
+          "previous secret",
+          `works until ${DateTime.formatIso(key.previousSecretEndsAt)}, last used ${
+            key.previousSecretLastUsedAt === null ? "never" : minuteOf(key.previousSecretLastUsedAt)
+          }`
+        ] as const]),
+      ["rate limit", key.rateLimit === null ? "default (the server's)" : `${limitOf(key)} (requests/seconds)`],
+      ["last used", key.lastUsedAt === null ? "never" : minuteOf(key.lastUsedAt)]
+    ]
+    yield* Console.log(lines.map(([label, value]) => `${`${label}:`.padEnd(17)}${value}`).join("\n"))
+  })).pipe(Command.withDescription(
+    "Show one API key (never its secret): its state, rate limit, when it was last used, and while a rolled key's previous secret works, when that one was."
+  ))
 
 const roll = Command.make("roll", {
-  typed: keyIdArg("given a new secret"),
+  keyId: keyIdArg("roll", "given a new secret"),
   grace: Options.text("grace").pipe(
     Options.withSchema(GraceText),
     Options.withDefault(Duration.hours(24)),
@@ -419,59 +422,57 @@ const roll = Command.make("roll", {
     )
   ),
   json
-}, ({ grace, json, typed }) =>
-  withKeyId(typed, (keyId) =>
-    Effect.gen(function*() {
-      const rolled = yield* (yield* ApiKeys).roll(keyId, grace)
-      if (rolled === undefined) return yield* noActiveKey(keyId)
-      const endsAt = DateTime.formatIso(rolled.previousSecretEndsAt)
-      if (json) return yield* Console.log(JSON.stringify({ apiKey: rolled.apiKey, keyId: rolled.keyId, previousSecretEndsAt: endsAt }))
-      const ended = DateTime.lessThanOrEqualTo(rolled.previousSecretEndsAt, yield* DateTime.now)
-      yield* Console.log([
-        "API key rolled. Store the new key now: it is shown only this once.",
-        "",
-        `  ${rolled.apiKey}`,
-        "",
-        `key id:           ${rolled.keyId}`,
-        ended
-          ? "previous secret:  refused from the next request on"
-          : `previous secret:  works until ${endsAt}, then is refused`
-      ].join("\n"))
-    }))).pipe(
+}, ({ grace, json, keyId }) =>
+  Effect.gen(function*() {
+    const rolled = yield* (yield* ApiKeys).roll(keyId, grace)
+    if (rolled === undefined) return yield* noActiveKey(keyId)
+    const endsAt = DateTime.formatIso(rolled.previousSecretEndsAt)
+    if (json) return yield* Console.log(JSON.stringify({ apiKey: rolled.apiKey, keyId: rolled.keyId, previousSecretEndsAt: endsAt }))
+    const ended = DateTime.lessThanOrEqualTo(rolled.previousSecretEndsAt, yield* DateTime.now)
+    yield* Console.log([
+      "API key rolled. Store the new key now: it is shown only this once.",
+      "",
+      `  ${rolled.apiKey}`,
+      "",
+      `key id:           ${rolled.keyId}`,
+      ended
+        ? "previous secret:  refused from the next request on"
+        : `previous secret:  works until ${endsAt}, then is refused`
+    ].join("\n"))
+  })).pipe(
     Command.withDescription(
       "Give a key a new secret, printed once; its key id, brand, scopes, name and limit stay, and its present secret keeps working for --grace."
     )
   )
 
 const update = Command.make("update", {
-  typed: keyIdArg("changed"),
+  keyId: keyIdArg("update", "changed"),
   scopes: Options.optional(scopesOption),
   name: nameOption,
   rateLimit: rateLimitOrDefault
-}, (options) =>
-  withKeyId(options.typed, (keyId) => {
-    const changes: KeyChangesRequested = {
-      ...Option.match(options.scopes, { onNone: () => ({}), onSome: (scopes) => ({ scopes }) }),
-      ...Option.match(options.name, { onNone: () => ({}), onSome: (name) => ({ name }) }),
-      ...Option.match(options.rateLimit, {
-        onNone: () => ({}),
-        onSome: (limit) => ({ rateLimit: limit === "default" ? null : limit })
-      })
-    }
-    const said = [
-      ...(changes.scopes === undefined ? [] : [`scopes ${changes.scopes.join(", ")}`]),
-      ...(changes.name === undefined ? [] : [`name ${shownName(changes.name)}`]),
-      ...(changes.rateLimit === undefined
-        ? []
-        : [`rate limit ${changes.rateLimit === null ? "default" : `${changes.rateLimit.max}/${changes.rateLimit.windowSeconds}`}`])
-    ]
-    if (said.length === 0) return failWith(2, "keys update changes --scopes, --name or --rate-limit: give at least one (see campaign-api keys update --help).")
-    return Effect.flatMap(ApiKeys, (keys) => keys.update(keyId, changes)).pipe(
-      Effect.flatMap((updated) =>
-        updated ? Console.log(`Updated API key ${keyId}: ${said.join("; ")}. It applies ${takesEffect}.`) : noActiveKey(keyId)
-      )
+}, ({ keyId, ...options }) => {
+  const changes: KeyChangesRequested = {
+    ...Option.match(options.scopes, { onNone: () => ({}), onSome: (scopes) => ({ scopes }) }),
+    ...Option.match(options.name, { onNone: () => ({}), onSome: (name) => ({ name }) }),
+    ...Option.match(options.rateLimit, {
+      onNone: () => ({}),
+      onSome: (limit) => ({ rateLimit: limit === "default" ? null : limit })
+    })
+  }
+  const said = [
+    ...(changes.scopes === undefined ? [] : [`scopes ${changes.scopes.join(", ")}`]),
+    ...(changes.name === undefined ? [] : [`name ${shownName(changes.name)}`]),
+    ...(changes.rateLimit === undefined
+      ? []
+      : [`rate limit ${changes.rateLimit === null ? "default" : `${changes.rateLimit.max}/${changes.rateLimit.windowSeconds}`}`])
+  ]
+  if (said.length === 0) return failWith(2, "keys update changes --scopes, --name or --rate-limit: give at least one (see campaign-api keys update --help).")
+  return Effect.flatMap(ApiKeys, (keys) => keys.update(keyId, changes)).pipe(
+    Effect.flatMap((updated) =>
+      updated ? Console.log(`Updated API key ${keyId}: ${said.join("; ")}. It applies ${takesEffect}.`) : noActiveKey(keyId)
     )
-  })).pipe(Command.withDescription("Change an active key's scopes, name or rate limit; its secret and key id stay."))
+  )
+}).pipe(Command.withDescription("Change an active key's scopes, name or rate limit; its secret and key id stay."))
 
 /**
  * What a command that opens the database says first, on stderr so that `--json` output stays one

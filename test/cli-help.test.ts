@@ -87,6 +87,12 @@ describe("--help", () => {
 })
 
 describe("help pages", () => {
+  it.each(["revoke", "show", "roll", "update"])("keys %s asks for the key id, never the whole key, whose secret would stay in the shell's history", async (command) => {
+    const text = await help(["keys", command])
+    expect(describedAs(text, "<keyId>").join(" ")).toContain("never the whole API key")
+    expect(text).not.toContain("cak_")
+  })
+
   it.each([[["keys"], "$ campaign-api keys"], [["keys", "create"], "$ campaign-api keys create --brand"], [
     ["keys", "revoke"],
     "$ campaign-api keys revoke <keyId>"

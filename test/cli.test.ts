@@ -116,22 +116,30 @@ describe("keys command line", () => {
     expect(Math.max(...lines.map((line) => Bun.stringWidth(line)))).toBeLessThanOrEqual(160)
   })
 
-  it("revokes by the whole key as well as by its id, and never prints a secret it was given", async () => {
+  it("takes a key's id, never the whole key: a whole key is a usage error showing the id to use, never the secret, and changes nothing", async () => {
     const database = tempDatabase()
     const env = { DATABASE_URL: database }
     const created = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--json"], env)
     const { apiKey, keyId } = JSON.parse(created.stdout)
     const secret = apiKey.split("_")[2]
-    const revoked = await runCli(["keys", "revoke", apiKey], env)
-    expect(revoked.code).toBe(0)
-    expect(revoked.stdout).toContain(`Revoked API key ${keyId}`)
-    expect(`${revoked.stdout}${revoked.stderr}`).not.toContain(secret)
-    const again = await runCli(["keys", "revoke", apiKey], env)
-    expect(again.code).toBe(1)
-    expect(`${again.stdout}${again.stderr}`).not.toContain(secret)
+    const stored = () => inspect(database, (db) => db.query("SELECT * FROM api_keys").all())
+    const before = stored()
+    for (const args of [["revoke", apiKey], ["show", apiKey], ["roll", apiKey, "--grace", "0"], ["update", apiKey, "--name", "x"]]) {
+      const refused = await runCli(["keys", ...args], env)
+      expect({ args: args[0], code: refused.code, stdout: refused.stdout, stderr: refused.stderr.trim() }).toEqual({
+        args: args[0],
+        code: 2,
+        stdout: "",
+        stderr: `keys ${args[0]} takes the key id alone, here ${keyId}, never the API key: its secret would stay in the shell's history.`
+      })
+    }
     const garbled = await runCli(["keys", "revoke", `x${apiKey}`], env)
     expect(garbled.code).toBe(2)
     expect(`${garbled.stdout}${garbled.stderr}`).not.toContain(secret)
+    expect(stored()).toEqual(before)
+    const revoked = await runCli(["keys", "revoke", keyId], env)
+    expect(revoked.code).toBe(0)
+    expect(revoked.stdout).toContain(`Revoked API key ${keyId}`)
   })
 
   it("stops at start with one sentence naming the variable and exit 78 when a path, address or port cannot be used", async () => {
