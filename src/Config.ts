@@ -132,7 +132,7 @@ const isUrlWithHost = (text: string, protocol: RegExp) => {
 }
 
 /** A URL with its password replaced, so that it can be printed. */
-const withoutPassword = (url: string): string => {
+export const withoutPassword = (url: string): string => {
   try {
     const parsed = new URL(url)
     if (parsed.password !== "") parsed.password = "***"

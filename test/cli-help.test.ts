@@ -168,6 +168,22 @@ describe("a PostgreSQL DATABASE_URL that cannot be reached", () => {
   })
 })
 
+describe("a REDIS_URL that cannot be reached at start", () => {
+  // Once running, a Redis lost is served through without limits (instances.test.ts); at start it
+  // is most likely a mistyped URL, which would leave the server with no limit at all.
+  it.each([
+    "redis://app:s3cret-word@127.0.0.1:1",
+    "redis://:s3cret-word@127.0.0.1:1/0"
+  ])("stops the start with 78 and one sentence that never shows the password: %s", async (url) => {
+    const result = await runCli(["serve"], { DATABASE_URL: tempDatabase(), REDIS_URL: url })
+    expect({ code: result.code, timedOut: result.timedOut, stdout: result.stdout }).toEqual({ code: 78, timedOut: false, stdout: "" })
+    expect(result.stderr.trim().split("\n")).toEqual([
+      expect.stringMatching(/^REDIS_URL=redis:\/\/.*127\.0\.0\.1:1.* cannot be reached \(connect ECONNREFUSED 127\.0\.0\.1:1\): start Redis or correct the URL\.$/)
+    ])
+    expect(`${result.stdout}${result.stderr}`).not.toContain("s3cret-word")
+  })
+})
+
 describe("exit codes", () => {
   it("0 for a successful command", async () => {
     const env = { DATABASE_URL: tempDatabase() }
