@@ -1,5 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { settingsList } from "../src/Config.ts"
+import { postgres, runDatabasePrefix, sharedSkipped } from "./support/backends.ts"
 import { runCli, tempDatabase } from "./support/server.ts"
 
 const brandId = "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f"
@@ -165,6 +166,20 @@ describe("a PostgreSQL DATABASE_URL that cannot be reached", () => {
     expect({ code: result.code, timedOut: result.timedOut }).toEqual({ code: 78, timedOut: false })
     expect(result.stderr.trim().split("\n")).toEqual([expect.stringMatching(/^DATABASE_URL=postgres(ql)?:\/\/app.*cannot be reached/)])
     expect(`${result.stdout}${result.stderr}`).not.toContain("s3cret-word")
+  })
+
+  it.skipIf(sharedSkipped !== undefined)("that names a database the server does not have says how to create it, for serve and the key commands alike", async () => {
+    const url = new URL(await postgres.database())
+    const name = `${runDatabasePrefix()}never_created`
+    url.pathname = `/${name}`
+    url.password = "s3cret-word"
+    for (const args of [["serve"], ["keys", "create", "--brand", brandId, "--scopes", "campaigns:read"], ["keys", "list"]]) {
+      const result = await runCli(args, { DATABASE_URL: url.toString() })
+      expect({ args, code: result.code, timedOut: result.timedOut, stdout: result.stdout }).toEqual({ args, code: 78, timedOut: false, stdout: "" })
+      expect(result.stderr.trim().split("\n")).toEqual([
+        `DATABASE_URL=postgres://${url.username}:***@${url.host}/${name} names a database that does not exist on that server: create it (createdb -h ${url.hostname} -p ${url.port} -U ${url.username} ${name}) or correct the URL.`
+      ])
+    }
   })
 })
 
