@@ -166,15 +166,22 @@ describe("keys command line", () => {
     const server = await startServer(tempDatabase())
     try {
       const port = new URL(server.url).port
-      const taken = await runCli(["serve"], { DATABASE_URL: tempDatabase(), PORT: port })
-      expect(taken.code).toBe(78)
-      expect(taken.stderr.trim()).toBe(`PORT=${port}: another process is listening on 127.0.0.1:${port}; stop it or choose another PORT.`)
-      // The metrics' listener the same (README, Operating it: Metrics).
-      const metricsTaken = await runCli(["serve"], { DATABASE_URL: tempDatabase(), METRICS_PORT: port })
-      expect(metricsTaken.code).toBe(78)
-      expect(metricsTaken.stderr.trim()).toBe(
-        `METRICS_PORT=${port}: another process is listening on 127.0.0.1:${port}; stop it or choose another METRICS_PORT.`
-      )
+      // Held on 127.0.0.1, asked for on every address or on that one: taken on this machine either way.
+      for (const host of ["127.0.0.1", "0.0.0.0"]) {
+        const taken = await runCli(["serve"], { DATABASE_URL: tempDatabase(), PORT: port, HOST: host })
+        expect({ host, code: taken.code, stderr: taken.stderr.trim() }).toEqual({
+          host,
+          code: 78,
+          stderr: `PORT=${port}: another process on this machine is listening on port ${port}; stop it or choose another PORT.`
+        })
+        // The metrics' listener the same (README, Operating it: Metrics).
+        const metricsTaken = await runCli(["serve"], { DATABASE_URL: tempDatabase(), METRICS_PORT: port, METRICS_HOST: host })
+        expect({ host, code: metricsTaken.code, stderr: metricsTaken.stderr.trim() }).toEqual({
+          host,
+          code: 78,
+          stderr: `METRICS_PORT=${port}: another process on this machine is listening on port ${port}; stop it or choose another METRICS_PORT.`
+        })
+      }
     } finally {
       await server.stop()
     }
