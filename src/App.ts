@@ -11,7 +11,7 @@ import { KeyUsage } from "./ApiKeys/KeyUsage.ts"
 import { AppConfig, checkedFirst, DatabaseConfig, KeysConfig, RedisConfig, ServeConfig } from "./Config.ts"
 import { GroupCommit } from "./Database/GroupCommit.ts"
 import { DatabaseOutage } from "./Database/Outage.ts"
-import { DatabaseInUse, SqlLive, SqlServerLive } from "./Database/Sql.ts"
+import { DatabaseInUse, SqlExistingLive, SqlLive, SqlServerLive } from "./Database/Sql.ts"
 import { Draining } from "./Draining.ts"
 import { logAtStart } from "./Logging.ts"
 import type { EdgeOptions } from "./Edge/Edge.ts"
@@ -86,10 +86,19 @@ export const ServerLive = DatabaseAnnounced.pipe(
   checkedFirst(ServeConfig)
 )
 
-/** The key store alone, for the key commands (and the tests) that share the server's database. */
-export const KeysLive = ApiKeys.Live.pipe(
-  Layer.provide(ApiKeysRepo.Live),
-  Layer.provide(SqlLive),
-  Layer.provide(Ids.Live),
-  checkedFirst(KeysConfig)
-)
+const keysOn = <E, R>(sql: Layer.Layer<Layer.Layer.Success<typeof SqlLive>, E, R>) =>
+  ApiKeys.Live.pipe(
+    Layer.provide(ApiKeysRepo.Live),
+    Layer.provide(sql),
+    Layer.provide(Ids.Live),
+    checkedFirst(KeysConfig)
+  )
+
+/**
+ * The key store alone, on the server's database: for `keys create` (and the tests), which makes a
+ * new SQLite database where there is none.
+ */
+export const KeysLive = keysOn(SqlLive)
+
+/** The same for the other key commands, which refuse a database that is not there (README, The key command line). */
+export const KeysOfExistingLive = keysOn(SqlExistingLive)

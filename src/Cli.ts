@@ -1,9 +1,10 @@
 import { Args, Command, HelpDoc, Options, ValidationError } from "@effect/cli"
-import { Config, Console, DateTime, Duration, Effect, Layer, Option, ParseResult, Schema } from "effect"
-import { existsSync } from "node:fs"
+import * as Span from "@effect/cli/HelpDoc/Span"
+import { Array as Arr, Config, Console, DateTime, Duration, Effect, Layer, Option, ParseResult, Schema } from "effect"
+import { existsSync, writeSync } from "node:fs"
 import { ApiKeys, maxGrace } from "./ApiKeys.ts"
-import { KeysLive, ServerLive } from "./App.ts"
-import { databaseName, type DatabaseTarget, KeysConfig } from "./Config.ts"
+import { KeysLive, KeysOfExistingLive, ServerLive } from "./App.ts"
+import { databaseName, type DatabaseTarget, KeysConfig, settingsList } from "./Config.ts"
 import { backUp, databaseToBackUp } from "./Database/Backup.ts"
 import { SqlLive } from "./Database/Sql.ts"
 import type { KeyChangesRequested } from "./ApiKeys/ApiKeysRepo.ts"
@@ -12,9 +13,24 @@ import { version } from "./Version.ts"
 
 const serve = Command.make("serve", {}, () => Layer.launch(ServerLive)).pipe(
   Command.withDescription(
-    "Start the HTTP API, configured through the environment (PORT, HOST, DATABASE_URL, DATABASE_POOL_MAX, REDIS_URL, RATE_LIMIT_*, IDEMPOTENCY_TTL_HOURS, LOG_LEVEL, PUBLIC_URL, DOCS_ENABLED, OTEL_*, METRICS_PORT, METRICS_HOST; see the README)."
+    "Start the HTTP API, configured by environment variables alone, each optional (serve --help lists them; see the README's Configuration)."
   )
 )
+
+/**
+ * The variables `serve` reads, as its help lists them below its description: @effect/cli's help
+ * has a place for options and arguments only. Taken from the table the configuration is read by,
+ * so the help cannot leave one out.
+ */
+const environmentHelp = (() => {
+  const entries = settingsList.map((setting): [Span.Span, HelpDoc.HelpDoc] => [
+    Span.text(setting.default === undefined ? `${setting.name} (unset)` : `${setting.name}=${setting.default}`),
+    HelpDoc.p(setting.meaning)
+  ])
+  return Arr.isNonEmptyReadonlyArray(entries)
+    ? HelpDoc.toAnsiText(HelpDoc.sequence(HelpDoc.h1("ENVIRONMENT"), HelpDoc.descriptionList(entries)))
+    : ""
+})()
 
 const scopesMessage = `--scopes takes a comma-separated list of ${Scope.literals.join(", ")}`
 
@@ -325,76 +341,79 @@ const list = Command.make("list", {
     yield* Console.log(table(keys.map((key) => ({ key, status: status(key, now) })), yield* outputWidth))
   })).pipe(Command.withDescription("List API keys (never their secrets), with when each was last used and its rate limit."))
 
-/** The key a command acts on: its id as `keys list` shows it, or the whole key in hand. */
-const keyIdArg = (what: string) =>
-  Args.text({ name: "keyId" }).pipe(
-    Args.withDescription(`The key id that \`keys list\` shows, or the whole API key (cak_<keyId>_<secret>): its id is ${what}.`)
-  )
+/**
+ * Why what was typed for `keys <command>`'s key id is none: a whole key (`cak_<keyId>_<secret>`) is
+ * answered with its id, so that the secret, once in the shell's history and the process list, is
+ * not typed again; anything else is not repeated back, as it may hold a secret too.
+ */
+const notAKeyId = (command: string, typed: string) => {
+  const keyId = /^cak_([a-z0-9]{16})(?:_|$)/.exec(typed.trim())?.[1]
+  return keyId === undefined
+    ? `That is not a key id: keys ${command} takes one as keys list shows it, 16 characters a-z and 0-9.`
+    : `keys ${command} takes the key id alone, here ${keyId}, never the API key: its secret would stay in the shell's history.`
+}
 
-/** The key id in what the user typed: a key id, or a whole key whose secret is never repeated back. */
-const keyIdOf = (typed: string): string | undefined =>
-  /^(?:cak_)?([a-z0-9]{16})(?:_[^\s]*)?$/.exec(typed.trim())?.[1]
+/**
+ * The key `keys <command>` acts on: its id as `keys list` shows it, never the whole key, whose
+ * secret would stay in the shell's history and show in the process list (README, The key command line).
+ */
+const keyIdArg = (command: string, what: string) =>
+  Args.text({ name: "keyId" }).pipe(
+    Args.withSchema(
+      Schema.Trim.pipe(Schema.pattern(/^[a-z0-9]{16}$/)).annotations({
+        message: (issue) => ({ message: notAKeyId(command, String(issue.actual)), override: true })
+      })
+    ),
+    Args.withDescription(`The key id, as \`keys list\` shows it (never the whole API key): that key is ${what}.`)
+  )
 
 /** One sentence on stderr and the exit code: 2 for a usage error, 1 for a key that is not there (README, Exit codes). */
 const failWith = (code: 1 | 2, sentence: string) =>
   Effect.zipRight(Console.error(sentence), Effect.sync(() => void (process.exitCode = code)))
-
-/** `use` on the key id typed, or exit 2 when it is none. */
-const withKeyId = <E, R>(typed: string, use: (keyId: string) => Effect.Effect<void, E, R>) => {
-  const keyId = keyIdOf(typed)
-  // Whatever was typed may hold a secret: it is not printed.
-  return keyId === undefined
-    ? failWith(2, "That is neither a key id (16 characters a-z, 0-9, as `keys list` shows) nor an API key (cak_<keyId>_<secret>).")
-    : use(keyId)
-}
 
 const noActiveKey = (keyId: string) => failWith(1, `No active API key with id ${keyId}.`)
 
 /** When a change reaches the servers (README, Running several instances). */
 const takesEffect = "from the next request on (within 1 s on PostgreSQL)"
 
-const revoke = Command.make("revoke", { typed: keyIdArg("revoked") }, ({ typed }) =>
-  withKeyId(typed, (keyId) =>
-    Effect.flatMap(ApiKeys, (keys) => keys.revoke(keyId)).pipe(
-      Effect.flatMap((revoked) =>
-        revoked ? Console.log(`Revoked API key ${keyId}: it is refused ${takesEffect}.`) : noActiveKey(keyId)
-      )
-    ))).pipe(Command.withDescription("Revoke an API key at once."))
+const revoke = Command.make("revoke", { keyId: keyIdArg("revoke", "revoked") }, ({ keyId }) =>
+  Effect.flatMap(ApiKeys, (keys) => keys.revoke(keyId)).pipe(
+    Effect.flatMap((revoked) => revoked ? Console.log(`Revoked API key ${keyId}: it is refused ${takesEffect}.`) : noActiveKey(keyId))
+  )).pipe(Command.withDescription("Revoke an API key at once."))
 
-const show = Command.make("show", { typed: keyIdArg("shown"), json }, ({ json, typed }) =>
-  withKeyId(typed, (keyId) =>
-    Effect.gen(function*() {
-      const key = (yield* (yield* ApiKeys).list).find((key) => key.keyId === keyId)
-      if (key === undefined) return yield* failWith(1, `No API key with id ${keyId}.`)
-      const now = yield* DateTime.now
-      if (json) return yield* Console.log(JSON.stringify(jsonRow(key, now)))
-      const lines: Array<readonly [string, string]> = [
-        ["key id", key.keyId],
-        ["brand", key.brandId],
-        ["name", shownName(key.name)],
-        ["scopes", key.scopes.join(", ")],
-        ["status", status(key, now)],
-        ["created", DateTime.formatIso(key.createdAt)],
-        ["expires", isoOrNever(key.expiresAt)],
-        ...(key.revokedAt === null ? [] : [["revoked", DateTime.formatIso(key.revokedAt)] as const]),
-        ...(key.previousSecretEndsAt === null
-          ? []
-          : [[
-            "previous secret",
-            `works until ${DateTime.formatIso(key.previousSecretEndsAt)}, last used ${
-              key.previousSecretLastUsedAt === null ? "never" : minuteOf(key.previousSecretLastUsedAt)
-            }`
-          ] as const]),
-        ["rate limit", key.rateLimit === null ? "default (the server's)" : `${limitOf(key)} (requests/seconds)`],
-        ["last used", key.lastUsedAt === null ? "never" : minuteOf(key.lastUsedAt)]
-      ]
-      yield* Console.log(lines.map(([label, value]) => `${`${label}:`.padEnd(17)}${value}`).join("\n"))
-    }))).pipe(Command.withDescription(
-      "Show one API key (never its secret): its state, rate limit, when it was last used, and while a rolled key's previous secret works, when that one was."
-    ))
+const show = Command.make("show", { keyId: keyIdArg("show", "shown"), json }, ({ json, keyId }) =>
+  Effect.gen(function*() {
+    const key = (yield* (yield* ApiKeys).list).find((key) => key.keyId === keyId)
+    if (key === undefined) return yield* failWith(1, `No API key with id ${keyId}.`)
+    const now = yield* DateTime.now
+    if (json) return yield* Console.log(JSON.stringify(jsonRow(key, now)))
+    const lines: Array<readonly [string, string]> = [
+      ["key id", key.keyId],
+      ["brand", key.brandId],
+      ["name", shownName(key.name)],
+      ["scopes", key.scopes.join(", ")],
+      ["status", status(key, now)],
+      ["created", DateTime.formatIso(key.createdAt)],
+      ["expires", isoOrNever(key.expiresAt)],
+      ...(key.revokedAt === null ? [] : [["revoked", DateTime.formatIso(key.revokedAt)] as const]),
+      ...(key.previousSecretEndsAt === null
+        ? []
+        : [[
+          "previous secret",
+          `works until ${DateTime.formatIso(key.previousSecretEndsAt)}, last used ${
+            key.previousSecretLastUsedAt === null ? "never" : minuteOf(key.previousSecretLastUsedAt)
+          }`
+        ] as const]),
+      ["rate limit", key.rateLimit === null ? "default (the server's)" : `${limitOf(key)} (requests/seconds)`],
+      ["last used", key.lastUsedAt === null ? "never" : minuteOf(key.lastUsedAt)]
+    ]
+    yield* Console.log(lines.map(([label, value]) => `${`${label}:`.padEnd(17)}${value}`).join("\n"))
+  })).pipe(Command.withDescription(
+    "Show one API key (never its secret): its state, rate limit, when it was last used, and while a rolled key's previous secret works, when that one was."
+  ))
 
 const roll = Command.make("roll", {
-  typed: keyIdArg("given a new secret"),
+  keyId: keyIdArg("roll", "given a new secret"),
   grace: Options.text("grace").pipe(
     Options.withSchema(GraceText),
     Options.withDefault(Duration.hours(24)),
@@ -403,64 +422,62 @@ const roll = Command.make("roll", {
     )
   ),
   json
-}, ({ grace, json, typed }) =>
-  withKeyId(typed, (keyId) =>
-    Effect.gen(function*() {
-      const rolled = yield* (yield* ApiKeys).roll(keyId, grace)
-      if (rolled === undefined) return yield* noActiveKey(keyId)
-      const endsAt = DateTime.formatIso(rolled.previousSecretEndsAt)
-      if (json) return yield* Console.log(JSON.stringify({ apiKey: rolled.apiKey, keyId: rolled.keyId, previousSecretEndsAt: endsAt }))
-      const ended = DateTime.lessThanOrEqualTo(rolled.previousSecretEndsAt, yield* DateTime.now)
-      yield* Console.log([
-        "API key rolled. Store the new key now: it is shown only this once.",
-        "",
-        `  ${rolled.apiKey}`,
-        "",
-        `key id:           ${rolled.keyId}`,
-        ended
-          ? "previous secret:  refused from the next request on"
-          : `previous secret:  works until ${endsAt}, then is refused`
-      ].join("\n"))
-    }))).pipe(
+}, ({ grace, json, keyId }) =>
+  Effect.gen(function*() {
+    const rolled = yield* (yield* ApiKeys).roll(keyId, grace)
+    if (rolled === undefined) return yield* noActiveKey(keyId)
+    const endsAt = DateTime.formatIso(rolled.previousSecretEndsAt)
+    if (json) return yield* Console.log(JSON.stringify({ apiKey: rolled.apiKey, keyId: rolled.keyId, previousSecretEndsAt: endsAt }))
+    const ended = DateTime.lessThanOrEqualTo(rolled.previousSecretEndsAt, yield* DateTime.now)
+    yield* Console.log([
+      "API key rolled. Store the new key now: it is shown only this once.",
+      "",
+      `  ${rolled.apiKey}`,
+      "",
+      `key id:           ${rolled.keyId}`,
+      ended
+        ? "previous secret:  refused from the next request on"
+        : `previous secret:  works until ${endsAt}, then is refused`
+    ].join("\n"))
+  })).pipe(
     Command.withDescription(
       "Give a key a new secret, printed once; its key id, brand, scopes, name and limit stay, and its present secret keeps working for --grace."
     )
   )
 
 const update = Command.make("update", {
-  typed: keyIdArg("changed"),
+  keyId: keyIdArg("update", "changed"),
   scopes: Options.optional(scopesOption),
   name: nameOption,
   rateLimit: rateLimitOrDefault
-}, (options) =>
-  withKeyId(options.typed, (keyId) => {
-    const changes: KeyChangesRequested = {
-      ...Option.match(options.scopes, { onNone: () => ({}), onSome: (scopes) => ({ scopes }) }),
-      ...Option.match(options.name, { onNone: () => ({}), onSome: (name) => ({ name }) }),
-      ...Option.match(options.rateLimit, {
-        onNone: () => ({}),
-        onSome: (limit) => ({ rateLimit: limit === "default" ? null : limit })
-      })
-    }
-    const said = [
-      ...(changes.scopes === undefined ? [] : [`scopes ${changes.scopes.join(", ")}`]),
-      ...(changes.name === undefined ? [] : [`name ${shownName(changes.name)}`]),
-      ...(changes.rateLimit === undefined
-        ? []
-        : [`rate limit ${changes.rateLimit === null ? "default" : `${changes.rateLimit.max}/${changes.rateLimit.windowSeconds}`}`])
-    ]
-    if (said.length === 0) return failWith(2, "keys update changes --scopes, --name or --rate-limit: give at least one (see campaign-api keys update --help).")
-    return Effect.flatMap(ApiKeys, (keys) => keys.update(keyId, changes)).pipe(
-      Effect.flatMap((updated) =>
-        updated ? Console.log(`Updated API key ${keyId}: ${said.join("; ")}. It applies ${takesEffect}.`) : noActiveKey(keyId)
-      )
+}, ({ keyId, ...options }) => {
+  const changes: KeyChangesRequested = {
+    ...Option.match(options.scopes, { onNone: () => ({}), onSome: (scopes) => ({ scopes }) }),
+    ...Option.match(options.name, { onNone: () => ({}), onSome: (name) => ({ name }) }),
+    ...Option.match(options.rateLimit, {
+      onNone: () => ({}),
+      onSome: (limit) => ({ rateLimit: limit === "default" ? null : limit })
+    })
+  }
+  const said = [
+    ...(changes.scopes === undefined ? [] : [`scopes ${changes.scopes.join(", ")}`]),
+    ...(changes.name === undefined ? [] : [`name ${shownName(changes.name)}`]),
+    ...(changes.rateLimit === undefined
+      ? []
+      : [`rate limit ${changes.rateLimit === null ? "default" : `${changes.rateLimit.max}/${changes.rateLimit.windowSeconds}`}`])
+  ]
+  if (said.length === 0) return failWith(2, "keys update changes --scopes, --name or --rate-limit: give at least one (see campaign-api keys update --help).")
+  return Effect.flatMap(ApiKeys, (keys) => keys.update(keyId, changes)).pipe(
+    Effect.flatMap((updated) =>
+      updated ? Console.log(`Updated API key ${keyId}: ${said.join("; ")}. It applies ${takesEffect}.`) : noActiveKey(keyId)
     )
-  })).pipe(Command.withDescription("Change an active key's scopes, name or rate limit; its secret and key id stay."))
+  )
+}).pipe(Command.withDescription("Change an active key's scopes, name or rate limit; its secret and key id stay."))
 
 /**
  * What a command that opens the database says first, on stderr so that `--json` output stays one
- * line: which database (README, The key command line). A SQLite file that is not there yet is
- * about to be made: said at once, as it is most likely the wrong directory or DATABASE_URL.
+ * line: which database (README, The key command line). A SQLite file that `keys create` is about
+ * to make is said to be new, as it may be the wrong directory or DATABASE_URL.
  */
 const databaseNotice = (target: DatabaseTarget) =>
   Effect.sync(() => {
@@ -468,20 +485,29 @@ const databaseNotice = (target: DatabaseTarget) =>
     return `Database: ${databaseName(target)}${isNew ? " (new: no database was there)" : ""}`
   })
 
+/**
+ * A line on stderr that is not an error: written as it is, where Bun's `console.error` prints in
+ * red on a terminal.
+ */
+const notice = (line: string) => Effect.sync(() => void writeSync(2, `${line}\n`))
+
 /** `layer`, which opens the database `target` names, saying which one once it is open. */
 const announced = <A, E, R>(target: DatabaseTarget, layer: Layer.Layer<A, E, R>) =>
-  Layer.unwrapEffect(Effect.map(databaseNotice(target), (notice) => Layer.tap(layer, () => Console.error(notice))))
+  Layer.unwrapEffect(Effect.map(databaseNotice(target), (said) => Layer.tap(layer, () => notice(said))))
 
 // Every variable the key commands read, read first: a bad one is named with the others, not alone.
-const KeysAnnounced = Layer.unwrapEffect(Effect.map(KeysConfig, ([target]) => announced(target, KeysLive)))
+const keysAnnounced = <E, R>(keys: Layer.Layer<ApiKeys, E, R>) =>
+  Layer.unwrapEffect(Effect.map(KeysConfig, ([target]) => announced(target, keys)))
 
+// Only `keys create` makes a database: a mistyped DATABASE_URL would otherwise give every command
+// an empty database of its own, and a key created in none of them would work.
 const keyCommands = [
-  create.pipe(Command.provide(KeysAnnounced)),
-  list.pipe(Command.provide(KeysAnnounced)),
-  show.pipe(Command.provide(KeysAnnounced)),
-  roll.pipe(Command.provide(KeysAnnounced)),
-  update.pipe(Command.provide(KeysAnnounced)),
-  revoke.pipe(Command.provide(KeysAnnounced))
+  create.pipe(Command.provide(keysAnnounced(KeysLive))),
+  list.pipe(Command.provide(keysAnnounced(KeysOfExistingLive))),
+  show.pipe(Command.provide(keysAnnounced(KeysOfExistingLive))),
+  roll.pipe(Command.provide(keysAnnounced(KeysOfExistingLive))),
+  update.pipe(Command.provide(keysAnnounced(KeysOfExistingLive))),
+  revoke.pipe(Command.provide(keysAnnounced(KeysOfExistingLive)))
 ] as const
 
 const keys = Command.make("keys").pipe(
@@ -527,6 +553,7 @@ const commandWords = (argv: ReadonlyArray<string>) => {
  * Help as @effect/cli prints it, with two fixes: a subcommand's usage line names the program and
  * the commands above it (`$ campaign-api keys create …`, not `$ create …`), and a command list
  * puts each description under its command instead of padding every line to the longest usage.
+ * (`serve`'s page also gains its variables: see `readable`.)
  */
 const fixHelp = (text: string, words: ReadonlyArray<string>) => {
   const last = words.at(-1)
@@ -546,10 +573,12 @@ const fixHelp = (text: string, words: ReadonlyArray<string>) => {
  * prints under every option.
  */
 const readable = (text: string, words: ReadonlyArray<string>) => {
-  const plain = process.stdout.isTTY && !process.env["NO_COLOR"] ? text : text.replace(ansi, "")
+  const isHelp = text.replace(ansi, "").includes("USAGE")
+  const whole = isHelp && words.length === 1 && words[0] === "serve" ? `${text.trimEnd()}\n\n${environmentHelp}` : text
+  const plain = process.stdout.isTTY && !process.env["NO_COLOR"] ? whole : whole.replace(ansi, "")
   const lines = plain.split("\n").filter((line) => !genericLine.test(line.replace(ansi, ""))).join("\n")
     .replace(/\n{3,}/g, "\n\n")
-  return lines.includes("USAGE") ? fixHelp(lines, words) : lines
+  return isHelp ? fixHelp(lines, words) : lines
 }
 
 /** The default console, with `readable` applied to what the command line `argv` prints. */
@@ -575,12 +604,34 @@ const keyCommandNames: ReadonlyArray<string> = keyCommands.flatMap((command) =>
 )
 const valueOptions = ["--brand", "--scopes", "--name", "--expires-in", "--rate-limit", "--grace"]
 
+/** @effect/cli's own options, which every command takes. */
+const builtInOptions = ["--help", "-h", "--version", "--wizard", "--completions", "--log-level"]
+
 /**
- * Two usage errors that @effect/cli reports confusingly, said plainly: an unknown `keys` command
- * (it lists the top-level commands instead) and an option given without its value (it calls the
- * option an unknown argument).
+ * `serve --port 4000`: serve takes no options, as a deployment's environment is where its settings
+ * live. The variable such an option means is named, with the value typed unless it may hold a password.
+ */
+const serveOption = (args: ReadonlyArray<string>): string | undefined => {
+  const at = args.findIndex((arg, i) => i > 0 && arg.startsWith("-") && !builtInOptions.includes(arg.split("=")[0]!))
+  if (args[0] !== "serve" || at === -1) return undefined
+  const [flag, ...inline] = args[at]!.split("=")
+  const setting = settingsList.find(({ name }) => name === flag!.replace(/^-+/, "").toUpperCase().replaceAll("-", "_"))
+  if (setting === undefined) {
+    return `serve takes no options, and ${flag} names none of its variables: every setting is an environment variable (see campaign-api serve --help).`
+  }
+  const next = args[at + 1]
+  const typed = inline.length > 0 ? inline.join("=") : next !== undefined && !next.startsWith("-") ? next : undefined
+  const value = typed === undefined || setting.secret === true ? "<value>" : typed
+  return `serve takes no options; use the environment variable instead: ${setting.name}=${value} campaign-api serve (see campaign-api serve --help).`
+}
+
+/**
+ * Three usage errors that @effect/cli reports confusingly, said plainly: an unknown `keys` command
+ * (it lists the top-level commands instead), an option given without its value, and an option of
+ * `serve` (it calls either an unknown argument).
  */
 const usageProblem = (args: ReadonlyArray<string>): string | undefined => {
+  if (args[0] === "serve") return serveOption(args)
   if (args[0] === "keys" && args[1] !== undefined && !args[1].startsWith("-") && !keyCommandNames.includes(args[1])) {
     return `Unknown command 'keys ${args[1]}': use one of ${keyCommandNames.join(", ")} (see campaign-api keys --help).`
   }
@@ -593,6 +644,7 @@ const usageProblem = (args: ReadonlyArray<string>): string | undefined => {
 export const cli = (argv: ReadonlyArray<string>) => {
   const problem = usageProblem(argv.slice(2))
   return problem === undefined
-    ? run(argv)
+    // No database where one must be: one sentence, exit 1 (README, Exit codes).
+    ? Effect.catchTag(run(argv), "NoDatabase", (missing) => failWith(1, missing.message))
     : Effect.zipRight(Console.error(problem), Effect.fail(ValidationError.invalidArgument(HelpDoc.p(problem))))
 }

@@ -11,26 +11,102 @@ export class StartupError extends Data.TaggedError("StartupError")<{
   readonly message: string
 }> {}
 
+const logLevels: Record<string, LogLevel.LogLevel> = {
+  all: LogLevel.All,
+  trace: LogLevel.Trace,
+  debug: LogLevel.Debug,
+  info: LogLevel.Info,
+  warn: LogLevel.Warning,
+  warning: LogLevel.Warning,
+  error: LogLevel.Error,
+  fatal: LogLevel.Fatal,
+  none: LogLevel.None
+}
+
+/** The words DOCS_ENABLED takes, each pair's first for on and second for off. */
+const switchWords = [["true", "false"], ["yes", "no"], ["on", "off"], ["1", "0"]] as const
+const switchChoices = `true or false (or ${switchWords.slice(1).map((pair) => pair.join("/")).join(", ")})`
+
+interface Setting {
+  /** Read, when the variable is unset, exactly as a value set to it would be. */
+  readonly default?: string
+  readonly meaning: string
+  /** It may hold a password: never shown with its value. */
+  readonly secret?: true
+}
+
 /**
- * One environment variable: unset, its default; set, `parse` gives its value or what is wrong
- * with it, and the failure is the whole sentence the operator reads (README, Configuration):
- * `NAME=value: what is wrong; what to do.` A variable that may hold a password (`secret`) is
- * named without its value: `NAME is what is wrong; what to do.`
+ * Every variable the server reads (README, Configuration): its default and what it is for, in one
+ * line. The parsing below reads only these names, and `serve --help` lists them, so the two say
+ * the same. A `default` is read exactly as a value set to it would be: the default shown is the
+ * one used. Without one, an unset variable means what `meaning` says.
  */
-const variable = <A>(name: string, options: {
-  readonly fallback: A
+export const settings = {
+  PORT: { default: "3000", meaning: "the port to listen on, 0-65535 (0 picks a free one; the log says which)" },
+  HOST: { default: "0.0.0.0", meaning: "the address to listen on (127.0.0.1: this machine only)" },
+  DATABASE_URL: {
+    secret: true,
+    default: "data/campaign-api.sqlite",
+    meaning: "a SQLite file path (sqlite: prefix allowed; relative to the working directory), or a postgres:// or postgresql:// URL"
+  },
+  DATABASE_POOL_MAX: { default: "10", meaning: "PostgreSQL only: connections in this instance's pool, at least 2" },
+  REDIS_URL: { secret: true, meaning: "a redis:// or rediss:// URL: the rate limits' store, shared by every instance; unset: this instance's memory" },
+  RATE_LIMIT_MAX: { default: "120", meaning: "requests per window for each API key without a limit of its own" },
+  RATE_LIMIT_WINDOW_SECONDS: { default: "60", meaning: "the rate limit's window" },
+  IDEMPOTENCY_TTL_HOURS: { default: "24", meaning: "how long an Idempotency-Key is remembered (fractions allowed: 0.5 is 30 minutes)" },
+  SHUTDOWN_DELAY_SECONDS: {
+    default: "5",
+    meaning: "on SIGTERM, how long requests are still served (/readyz 503) before the listener closes, 0-300"
+  },
+  LOG_LEVEL: { default: "info", meaning: `the log's level: ${Object.keys(logLevels).join(", ")}` },
+  DOCS_ENABLED: { default: "true", meaning: `serve the docs page at /docs: ${switchChoices}` },
+  PUBLIC_URL: { meaning: "the base URL the OpenAPI document names in servers; unset: http://localhost:<PORT>" },
+  OTEL_EXPORTER_OTLP_ENDPOINT: { secret: true, meaning: "the OTLP/HTTP collector's base URL for spans and metrics; unset: no tracing" },
+  OTEL_SERVICE_NAME: { default: "campaign-api", meaning: "the service name on exported spans and metrics" },
+  METRICS_PORT: { meaning: "serve Prometheus metrics at GET /metrics on this port, never the API's; unset: no listener" },
+  METRICS_HOST: { default: "127.0.0.1", meaning: "the metrics listener's address (127.0.0.1: this machine only)" },
+  TRUSTED_PROXIES: {
+    meaning:
+      "addresses or CIDRs of reverse proxies, comma-separated, whose X-Forwarded-For / Forwarded client and X-Request-Id are believed; unset: none, the socket's peer is the client"
+  }
+} as const satisfies Record<string, Setting>
+
+type Name = keyof typeof settings
+
+/** `settings` in its order, each with its name, as `serve --help` lists them. */
+export const settingsList: ReadonlyArray<Setting & { readonly name: Name }> = Object.entries(settings).map((
+  [name, setting]
+) => ({ name: name as Name, ...setting }))
+
+
+/** What an unset variable gives: its default read as a value, or, when it has none, `unset`. */
+type Unset<N extends Name, A> = (typeof settings)[N] extends { readonly default: string } ? { readonly unset?: never }
+  : { readonly unset: A }
+
+/**
+ * One environment variable of `settings`: set (or unset with a default), `parse` gives its value
+ * or what is wrong with it, and the failure is the whole sentence the operator reads (README,
+ * Configuration): `NAME=value: what is wrong; what to do.` A variable that may hold a password
+ * (`secret` in `settings`) is named without its value: `NAME is what is wrong; what to do.`
+ */
+const variable = <N extends Name, A>(name: N, options: {
   readonly parse: (text: string) => Either.Either<A, string>
-  readonly secret?: boolean
-}): Config.Config<A> =>
-  Config.string(name).pipe(
+} & Unset<N, A>): Config.Config<A> => {
+  const { default: fallback, secret } = settings[name] as Setting
+  const read = (text: string) =>
+    Either.mapLeft(options.parse(text), (problem) =>
+      ConfigError.InvalidData([], `${name}${secret === true ? " " : `=${shown(text)}: `}${problem}.`))
+  return Config.string(name).pipe(
     Config.option,
     Config.mapOrFail(Option.match({
-      onNone: () => Either.right(options.fallback),
-      onSome: (text) =>
-        Either.mapLeft(options.parse(text), (problem) =>
-          ConfigError.InvalidData([], `${name}${options.secret === true ? " " : `=${shown(text)}: `}${problem}.`))
+      onNone: () => fallback === undefined ? Either.right(options.unset as A) : read(fallback),
+      onSome: read
     }))
   )
+}
+
+/** What to say about leaving `name` unset: its default, as `settings` has it. */
+const unsetFor = (name: Name) => `leave it unset for ${(settings[name] as Setting).default}`
 
 /** A value as a message shows it: as typed, unless it has characters a terminal would act on. */
 const shown = (text: string) => /^[\x20-\x7e]*$/.test(text) ? text : JSON.stringify(text)
@@ -40,14 +116,13 @@ const wholeNumber = (text: string): number | undefined => /^\s*\d+\s*$/.test(tex
 const decimal = (text: string): number | undefined =>
   /^\s*(\d+(\.\d*)?|\.\d+)\s*$/.test(text) ? Number(text) : undefined
 
-const positiveInt = (name: string, fallback: number) =>
+const positiveInt = (name: "RATE_LIMIT_MAX" | "RATE_LIMIT_WINDOW_SECONDS") =>
   variable(name, {
-    fallback,
     parse: (text) => {
       const n = wholeNumber(text)
       return n !== undefined && n > 0
         ? Either.right(n)
-        : Either.left(`not a whole number above 0; give one, or leave it unset for ${fallback}`)
+        : Either.left(`not a whole number above 0; give one, or ${unsetFor(name)}`)
     }
   })
 
@@ -62,7 +137,7 @@ const isUrlWithHost = (text: string, protocol: RegExp) => {
 }
 
 /** A URL with its password replaced, so that it can be printed. */
-const withoutPassword = (url: string): string => {
+export const withoutPassword = (url: string): string => {
   try {
     const parsed = new URL(url)
     if (parsed.password !== "") parsed.password = "***"
@@ -86,7 +161,6 @@ export type DatabaseTarget =
     readonly poolSize: number
   }
 
-const defaultDatabase = "data/campaign-api.sqlite"
 const databaseChoices = "a SQLite file path (sqlite: prefix allowed), or a postgres:// or postgresql:// URL"
 
 /**
@@ -96,14 +170,15 @@ const databaseChoices = "a SQLite file path (sqlite: prefix allowed), or a postg
  * whose name has a colon before any slash is written `./name`. Never shown with its value: it
  * may carry a password.
  */
-const databaseUrl = variable<{ readonly _tag: "sqlite"; readonly filename: string } | { readonly _tag: "postgres"; readonly url: string }>(
+const databaseUrl = variable(
   "DATABASE_URL",
   {
-    secret: true,
-    fallback: { _tag: "sqlite", filename: defaultDatabase },
-    parse: (raw) => {
+    parse: (raw): Either.Either<
+      { readonly _tag: "sqlite"; readonly filename: string } | { readonly _tag: "postgres"; readonly url: string },
+      string
+    > => {
       const text = raw.trim()
-      if (text === "") return Either.left(`is empty; give ${databaseChoices}, or leave it unset for ${defaultDatabase}`)
+      if (text === "") return Either.left(`is empty; give ${databaseChoices}, or ${unsetFor("DATABASE_URL")}`)
       const scheme = /^([A-Za-z][A-Za-z0-9+.-]*):/.exec(text)?.[1]?.toLowerCase()
       if (scheme === undefined) return Either.right({ _tag: "sqlite", filename: raw })
       if (scheme === "sqlite") {
@@ -126,12 +201,11 @@ export const DatabaseConfig: Config.Config<DatabaseTarget> = Config.all({
   url: databaseUrl,
   // One connection holds the migration lock while the migrations run on another.
   poolSize: variable("DATABASE_POOL_MAX", {
-    fallback: 10,
     parse: (text) => {
       const n = wholeNumber(text)
       return n !== undefined && n >= 2
         ? Either.right(n)
-        : Either.left("not a whole number of at least 2 (one connection holds the migration lock); leave it unset for 10")
+        : Either.left(`not a whole number of at least 2 (one connection holds the migration lock); ${unsetFor("DATABASE_POOL_MAX")}`)
     }
   })
 }).pipe(Config.map(({ poolSize, url }): DatabaseTarget =>
@@ -152,9 +226,8 @@ export const databaseName = (target: DatabaseTarget): string => {
 }
 
 /** REDIS_URL: the rate limiter's shared store; unset (or empty) keeps the budgets in this process's memory. */
-export const RedisConfig = variable<Option.Option<Redacted.Redacted<string>>>("REDIS_URL", {
-  secret: true,
-  fallback: Option.none(),
+export const RedisConfig = variable("REDIS_URL", {
+  unset: Option.none<Redacted.Redacted<string>>(),
   parse: (text) =>
     text.trim() === ""
       ? Either.right(Option.none())
@@ -173,14 +246,12 @@ const notAPort = "not a port number; use one from 0 to 65535 (0 picks a free por
 export const ServerConfig = Config.all({
   // 0 asks the system for a free port (the tests use it); the address is logged at start.
   port: variable("PORT", {
-    fallback: 3000,
     parse: (text) => {
       const port = portOf(text)
       return port === undefined ? Either.left(notAPort) : Either.right(port)
     }
   }),
   host: variable("HOST", {
-    fallback: "0.0.0.0",
     parse: (text) =>
       text.trim() === ""
         ? Either.left("names no address; use 0.0.0.0 (every interface), 127.0.0.1 or one of this machine's addresses")
@@ -196,8 +267,8 @@ export const ServerConfig = Config.all({
  */
 export const MetricsConfig = Config.all({
   server: ServerConfig,
-  port: variable<Option.Option<number>>("METRICS_PORT", {
-    fallback: Option.none(),
+  port: variable("METRICS_PORT", {
+    unset: Option.none<number>(),
     parse: (text) => {
       if (text.trim() === "") return Either.right(Option.none())
       const port = portOf(text)
@@ -205,7 +276,6 @@ export const MetricsConfig = Config.all({
     }
   }),
   host: variable("METRICS_HOST", {
-    fallback: "127.0.0.1",
     parse: (text) =>
       text.trim() === ""
         ? Either.left("names no address; use 127.0.0.1 (this machine only), 0.0.0.0 or one of this machine's addresses")
@@ -217,14 +287,13 @@ export const MetricsConfig = Config.all({
     : Either.right({ port, host })
 ))
 
-const seconds = (name: string, options: { readonly fallback: number; readonly max: number }) =>
+const seconds = (name: "SHUTDOWN_DELAY_SECONDS", max: number) =>
   variable(name, {
-    fallback: Duration.seconds(options.fallback),
     parse: (text) => {
       const n = decimal(text)
-      return n !== undefined && n <= options.max
+      return n !== undefined && n <= max
         ? Either.right(Duration.millis(Math.round(n * 1000)))
-        : Either.left(`not a number of seconds from 0 to ${options.max}; leave it unset for ${options.fallback}`)
+        : Either.left(`not a number of seconds from 0 to ${max}; ${unsetFor(name)}`)
     }
   })
 
@@ -233,21 +302,22 @@ const seconds = (name: string, options: { readonly fallback: number; readonly ma
  * its connection, `/readyz` 503) before the listener closes, so a load balancer moves traffic away
  * first (README, Operating it: Shutdown).
  */
-export const ShutdownConfig = seconds("SHUTDOWN_DELAY_SECONDS", { fallback: 5, max: 300 })
+export const ShutdownConfig = seconds("SHUTDOWN_DELAY_SECONDS", 300)
 
-const booleans: Record<string, boolean> = { true: true, yes: true, on: true, 1: true, false: false, no: false, off: false, 0: false }
+const switches = new Map<string, boolean>(switchWords.flatMap(([on, off]) => [[on, true], [off, false]]))
 
 export const EdgeConfig = Config.all({
   docsEnabled: variable("DOCS_ENABLED", {
-    fallback: true,
     parse: (text) => {
-      const value = booleans[text.trim().toLowerCase()]
-      return value === undefined ? Either.left("neither true nor false") : Either.right(value)
+      const value = switches.get(text.trim().toLowerCase())
+      return value === undefined
+        ? Either.left(`neither true nor false; use ${switchChoices}`)
+        : Either.right(value)
     }
   }),
   /** The base URL the OpenAPI document names in `servers`; by default this server on localhost. */
-  publicUrl: variable<Option.Option<URL>>("PUBLIC_URL", {
-    fallback: Option.none(),
+  publicUrl: variable("PUBLIC_URL", {
+    unset: Option.none<URL>(),
     parse: (text) =>
       isUrlWithHost(text, /^https?:$/)
         ? Either.right(Option.some(new URL(text.trim())))
@@ -255,20 +325,7 @@ export const EdgeConfig = Config.all({
   })
 })
 
-const logLevels: Record<string, LogLevel.LogLevel> = {
-  all: LogLevel.All,
-  trace: LogLevel.Trace,
-  debug: LogLevel.Debug,
-  info: LogLevel.Info,
-  warn: LogLevel.Warning,
-  warning: LogLevel.Warning,
-  error: LogLevel.Error,
-  fatal: LogLevel.Fatal,
-  none: LogLevel.None
-}
-
 export const LogLevelConfig = variable("LOG_LEVEL", {
-  fallback: LogLevel.Info,
   parse: (text) => {
     const level = logLevels[text.trim().toLowerCase()]
     return level === undefined
@@ -280,9 +337,8 @@ export const LogLevelConfig = variable("LOG_LEVEL", {
 /** OTEL_EXPORTER_OTLP_ENDPOINT and OTEL_SERVICE_NAME: spans go out only when the endpoint is set. */
 export const TracingConfig = Config.all({
   // OpenTelemetry reads an empty variable as unset. Never shown: a collector URL may carry a token.
-  endpoint: variable<Option.Option<URL>>("OTEL_EXPORTER_OTLP_ENDPOINT", {
-    secret: true,
-    fallback: Option.none(),
+  endpoint: variable("OTEL_EXPORTER_OTLP_ENDPOINT", {
+    unset: Option.none<URL>(),
     parse: (text) =>
       text.trim() === ""
         ? Either.right(Option.none())
@@ -290,22 +346,21 @@ export const TracingConfig = Config.all({
         ? Either.right(Option.some(new URL(text.trim())))
         : Either.left("is not an http:// or https:// URL; give the OTLP/HTTP collector's base URL, or leave it unset for no tracing")
   }),
-  serviceName: variable("OTEL_SERVICE_NAME", { fallback: "campaign-api", parse: Either.right })
+  serviceName: variable("OTEL_SERVICE_NAME", { parse: Either.right })
 })
 
 const RateLimitConfig = Config.all({
-  max: positiveInt("RATE_LIMIT_MAX", 120),
-  windowSeconds: positiveInt("RATE_LIMIT_WINDOW_SECONDS", 60)
+  max: positiveInt("RATE_LIMIT_MAX"),
+  windowSeconds: positiveInt("RATE_LIMIT_WINDOW_SECONDS")
 })
 
 // Fractions are allowed (0.01 is 36 s): the soak test needs a TTL of seconds.
 const IdempotencyTtlConfig = variable("IDEMPOTENCY_TTL_HOURS", {
-  fallback: Duration.hours(24),
   parse: (text) => {
     const hours = decimal(text)
     return hours !== undefined && hours * 3_600_000 >= 1000
       ? Either.right(Duration.millis(Math.round(hours * 3_600_000)))
-      : Either.left("not a number of hours of at least one second (0.0003); leave it unset for 24")
+      : Either.left(`not a number of hours of at least one second (0.0003); ${unsetFor("IDEMPOTENCY_TTL_HOURS")}`)
   }
 })
 
@@ -342,9 +397,9 @@ const cidrOf = (text: string): Cidr | undefined => {
  * TRUSTED_PROXIES: the reverse proxies whose `X-Forwarded-For` / `Forwarded` client and
  * `X-Request-Id` are believed (README, Configuration); unset, none: the socket's peer is the client.
  */
-export const TrustedProxiesConfig = variable<ReadonlyArray<Cidr>>("TRUSTED_PROXIES", {
-  fallback: [],
-  parse: (text) => {
+export const TrustedProxiesConfig = variable("TRUSTED_PROXIES", {
+  unset: [] as ReadonlyArray<Cidr>,
+  parse: (text): Either.Either<ReadonlyArray<Cidr>, string> => {
     const entries = text.split(/[\s,]+/).filter((entry) => entry !== "")
     const bad = entries.find((entry) => cidrOf(entry) === undefined)
     return bad !== undefined

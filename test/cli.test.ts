@@ -92,11 +92,13 @@ describe("keys command line", () => {
     const days = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--expires-in", "30d"], env)
     expect(days.code).toBe(2)
     expect(days.stderr + days.stdout).toContain("--expires-in takes a whole number of days from 1 to 36500")
+    expect(existsSync(database)).toBe(false)
+    const { keyId } = await createKey(database)
     const unknown = await runCli(["keys", "revoke", "aaaaaaaaaaaaaaaa"], env)
     expect(unknown.code).toBe(1)
     expect(unknown.stderr).toContain("No active API key with id aaaaaaaaaaaaaaaa")
     const list = await runCli(["keys", "list", "--json"], env)
-    expect(JSON.parse(list.stdout)).toEqual([])
+    expect(JSON.parse(list.stdout)).toEqual([expect.objectContaining({ keyId, status: "active" })])
   })
 
   it("lists names in a table that stays aligned: wide characters, control characters escaped, long names cut, empty as -", async () => {
@@ -114,22 +116,30 @@ describe("keys command line", () => {
     expect(Math.max(...lines.map((line) => Bun.stringWidth(line)))).toBeLessThanOrEqual(160)
   })
 
-  it("revokes by the whole key as well as by its id, and never prints a secret it was given", async () => {
+  it("takes a key's id, never the whole key: a whole key is a usage error showing the id to use, never the secret, and changes nothing", async () => {
     const database = tempDatabase()
     const env = { DATABASE_URL: database }
     const created = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--json"], env)
     const { apiKey, keyId } = JSON.parse(created.stdout)
     const secret = apiKey.split("_")[2]
-    const revoked = await runCli(["keys", "revoke", apiKey], env)
-    expect(revoked.code).toBe(0)
-    expect(revoked.stdout).toContain(`Revoked API key ${keyId}`)
-    expect(`${revoked.stdout}${revoked.stderr}`).not.toContain(secret)
-    const again = await runCli(["keys", "revoke", apiKey], env)
-    expect(again.code).toBe(1)
-    expect(`${again.stdout}${again.stderr}`).not.toContain(secret)
+    const stored = () => inspect(database, (db) => db.query("SELECT * FROM api_keys").all())
+    const before = stored()
+    for (const args of [["revoke", apiKey], ["show", apiKey], ["roll", apiKey, "--grace", "0"], ["update", apiKey, "--name", "x"]]) {
+      const refused = await runCli(["keys", ...args], env)
+      expect({ args: args[0], code: refused.code, stdout: refused.stdout, stderr: refused.stderr.trim() }).toEqual({
+        args: args[0],
+        code: 2,
+        stdout: "",
+        stderr: `keys ${args[0]} takes the key id alone, here ${keyId}, never the API key: its secret would stay in the shell's history.`
+      })
+    }
     const garbled = await runCli(["keys", "revoke", `x${apiKey}`], env)
     expect(garbled.code).toBe(2)
     expect(`${garbled.stdout}${garbled.stderr}`).not.toContain(secret)
+    expect(stored()).toEqual(before)
+    const revoked = await runCli(["keys", "revoke", keyId], env)
+    expect(revoked.code).toBe(0)
+    expect(revoked.stdout).toContain(`Revoked API key ${keyId}`)
   })
 
   it("stops at start with one sentence naming the variable and exit 78 when a path, address or port cannot be used", async () => {
@@ -156,15 +166,22 @@ describe("keys command line", () => {
     const server = await startServer(tempDatabase())
     try {
       const port = new URL(server.url).port
-      const taken = await runCli(["serve"], { DATABASE_URL: tempDatabase(), PORT: port })
-      expect(taken.code).toBe(78)
-      expect(taken.stderr.trim()).toBe(`PORT=${port}: another process is listening on 127.0.0.1:${port}; stop it or choose another PORT.`)
-      // The metrics' listener the same (README, Operating it: Metrics).
-      const metricsTaken = await runCli(["serve"], { DATABASE_URL: tempDatabase(), METRICS_PORT: port })
-      expect(metricsTaken.code).toBe(78)
-      expect(metricsTaken.stderr.trim()).toBe(
-        `METRICS_PORT=${port}: another process is listening on 127.0.0.1:${port}; stop it or choose another METRICS_PORT.`
-      )
+      // Held on 127.0.0.1, asked for on every address or on that one: taken on this machine either way.
+      for (const host of ["127.0.0.1", "0.0.0.0"]) {
+        const taken = await runCli(["serve"], { DATABASE_URL: tempDatabase(), PORT: port, HOST: host })
+        expect({ host, code: taken.code, stderr: taken.stderr.trim() }).toEqual({
+          host,
+          code: 78,
+          stderr: `PORT=${port}: another process on this machine is listening on port ${port}; stop it or choose another PORT.`
+        })
+        // The metrics' listener the same (README, Operating it: Metrics).
+        const metricsTaken = await runCli(["serve"], { DATABASE_URL: tempDatabase(), METRICS_PORT: port, METRICS_HOST: host })
+        expect({ host, code: metricsTaken.code, stderr: metricsTaken.stderr.trim() }).toEqual({
+          host,
+          code: 78,
+          stderr: `METRICS_PORT=${port}: another process on this machine is listening on port ${port}; stop it or choose another METRICS_PORT.`
+        })
+      }
     } finally {
       await server.stop()
     }
@@ -181,7 +198,7 @@ describe("keys command line", () => {
 
 /**
  * Runs the real command line on a terminal `columns` wide, as a person would: what appeared on it
- * (stdout and stderr together), line by line, without colour codes.
+ * (stdout and stderr together), line by line, without colour codes, and as it was (`raw`).
  */
 const onTerminal = async (args: ReadonlyArray<string>, env: Environment, columns: number) => {
   let output = ""
@@ -201,7 +218,7 @@ const onTerminal = async (args: ReadonlyArray<string>, env: Environment, columns
   })
   const code = await proc.exited
   await closed.promise
-  return { code, lines: output.replace(/\x1b\[[0-9;]*m/g, "").split("\r\n").filter((line) => line !== "") }
+  return { code, raw: output, lines: output.replace(/\x1b\[[0-9;]*m/g, "").split("\r\n").filter((line) => line !== "") }
 }
 
 describe("keys list fits the width it is shown in", () => {
@@ -273,16 +290,13 @@ describe("keys list fits the width it is shown in", () => {
 })
 
 describe("the database a key command uses", () => {
-  it("is named on stderr by its absolute path, said to be new when no database was there, and --json stdout stays one line", async () => {
+  it("is named on stderr by its absolute path, said to be new when keys create made it, and --json stdout stays one line", async () => {
     const database = tempDatabase()
     // Relative, as an operator in the checkout would write it: the notice names the file it resolves to.
     const env = { DATABASE_URL: relative(root, database) }
-    const first = await runCli(["keys", "list", "--json"], env)
-    expect(first).toMatchObject({ code: 0, stdout: "[]\n", stderr: `Database: ${database} (new: no database was there)\n` })
-
     const created = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--json"], env)
     expect(created.code).toBe(0)
-    expect(created.stderr).toBe(`Database: ${database}\n`)
+    expect(created.stderr).toBe(`Database: ${database} (new: no database was there)\n`)
     const lines = created.stdout.trimEnd().split("\n")
     expect(lines).toHaveLength(1)
     const { keyId } = JSON.parse(lines[0]!)
@@ -291,6 +305,35 @@ describe("the database a key command uses", () => {
       const result = await runCli(args, env)
       expect({ args, code: result.code, stderr: result.stderr }).toEqual({ args, code: 0, stderr: `Database: ${database}\n` })
     }
+  })
+
+  it("is made only by keys create: every other key command refuses a missing one with one sentence naming its absolute path, exit 1, and makes nothing, not even its directory", async () => {
+    const directory = join(dirname(tempDatabase()), "mistyped")
+    const database = join(directory, "db.sqlite")
+    const env = { DATABASE_URL: relative(root, database) }
+    for (const args of [["list"], ["list", "--json"], ["show", "aaaaaaaaaaaaaaaa"], ["roll", "aaaaaaaaaaaaaaaa"], ["update", "aaaaaaaaaaaaaaaa", "--name", "x"], ["revoke", "aaaaaaaaaaaaaaaa"]]) {
+      const result = await runCli(["keys", ...args], env)
+      expect({ args, code: result.code, stdout: result.stdout, stderr: result.stderr }).toEqual({
+        args,
+        code: 1,
+        stdout: "",
+        stderr: `There is no database at ${database}: set DATABASE_URL to the server's database (only serve and keys create make a new one).\n`
+      })
+      expect(existsSync(directory)).toBe(false)
+    }
+    const created = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--json"], env)
+    expect({ code: created.code, stderr: created.stderr }).toEqual({ code: 0, stderr: `Database: ${database} (new: no database was there)\n` })
+    expect(JSON.parse((await runCli(["keys", "list", "--json"], env)).stdout)).toEqual([
+      expect.objectContaining({ keyId: JSON.parse(created.stdout).keyId })
+    ])
+  })
+
+  it("is named in the terminal's own colour, as a notice and not an error", async () => {
+    const env = { DATABASE_URL: tempDatabase() }
+    expect((await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read"], env)).code).toBe(0)
+    const shown = await onTerminal(["keys", "list"], env, 80)
+    expect(shown.code).toBe(0)
+    expect(shown.raw.split("\r\n").find((line) => line.includes("Database: "))).toBe(`Database: ${env.DATABASE_URL}`)
   })
 
   it.skipIf(sharedSkipped !== undefined)("on PostgreSQL is named by host, port and database, never with its user or password", async () => {

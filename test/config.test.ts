@@ -1,8 +1,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Either } from "effect"
-import { existsSync } from "node:fs"
+import { existsSync, readFileSync } from "node:fs"
 import { dirname, join, relative } from "node:path"
-import { configProblems, databaseName, DatabaseConfig, KeysConfig, ServeConfig, TrustedProxiesConfig } from "../src/Config.ts"
+import { configProblems, databaseName, DatabaseConfig, KeysConfig, ServeConfig, settingsList, TrustedProxiesConfig } from "../src/Config.ts"
 import { logLines } from "./support/telemetry.ts"
 import { root, runCli, startServer, tempDatabase } from "./support/server.ts"
 
@@ -21,7 +21,7 @@ describe("configuration (README, Configuration)", () => {
     ["PUBLIC_URL", "localhost:3000", "PUBLIC_URL=localhost:3000: not an http:// or https:// URL; give the base URL clients call, e.g. https://api.example.com."],
     ["DATABASE_URL", "", "DATABASE_URL is empty; give a SQLite file path (sqlite: prefix allowed), or a postgres:// or postgresql:// URL, or leave it unset for data/campaign-api.sqlite."],
     ["SHUTDOWN_DELAY_SECONDS", "soon", "SHUTDOWN_DELAY_SECONDS=soon: not a number of seconds from 0 to 300; leave it unset for 5."],
-    ["DOCS_ENABLED", "maybe", "DOCS_ENABLED=maybe: neither true nor false."],
+    ["DOCS_ENABLED", "maybe", "DOCS_ENABLED=maybe: neither true nor false; use true or false (or yes/no, on/off, 1/0)."],
     ["HOST", " ", "HOST= : names no address; use 0.0.0.0 (every interface), 127.0.0.1 or one of this machine's addresses."],
     ["METRICS_PORT", "metrics", "METRICS_PORT=metrics: not a port number; use one from 0 to 65535 (0 picks a free port), or leave it unset for no metrics."],
     ["METRICS_PORT", "3000", "METRICS_PORT=3000: the API's own PORT; give the metrics a port of their own."],
@@ -70,6 +70,39 @@ describe("configuration (README, Configuration)", () => {
     expect(Either.map(postgres, databaseName)).toEqual(Either.right("postgres://db.internal:5433/campaigns"))
     const sqlite = read(DatabaseConfig, { DATABASE_URL: "data/x.sqlite" })
     expect(Either.map(sqlite, databaseName)).toEqual(Either.right(join(process.cwd(), "data/x.sqlite")))
+  })
+})
+
+describe("the table of variables (README, Configuration)", () => {
+  /** The names `config` asks the environment for, read from exactly these variables. */
+  const namesRead = (config: Effect.Effect<unknown, unknown>, variables: Record<string, string> = {}) => {
+    const asked = new Set<string>()
+    const { flattened } = ConfigProvider.fromMap(new Map(Object.entries(variables)))
+    const recording = ConfigProvider.fromFlat(ConfigProvider.makeFlat({
+      load: (path, primitive, split) => {
+        asked.add(path.join("_"))
+        return flattened.load(path, primitive, split)
+      },
+      enumerateChildren: flattened.enumerateChildren,
+      patch: flattened.patch
+    }))
+    Effect.runSync(Effect.either(Effect.withConfigProvider(config, recording)))
+    return [...asked].sort()
+  }
+
+  it("is exactly what serve reads, and every default in it is a value the variable takes", () => {
+    expect(namesRead(ServeConfig)).toEqual(settingsList.map(({ name }) => name).sort())
+    expect(read(ServeConfig, {})).toEqual(Either.right(expect.anything()))
+  })
+
+  it("is the README's table: the same variables, in the same order, with the same defaults", () => {
+    const readme = readFileSync(join(root, "README.md"), "utf8")
+    const section = readme.slice(readme.indexOf("### Configuration"), readme.indexOf("\n### ", readme.indexOf("### Configuration") + 1))
+    const rows = section.split("\n").filter((line) => /^\| `[A-Z_]+` \|/.test(line)).map((line) => {
+      const [name, fallback] = line.split("|").slice(1, 3).map((cell) => cell.trim().replaceAll("`", ""))
+      return [name, fallback]
+    })
+    expect(rows).toEqual(settingsList.map(({ default: fallback, name }) => [name, fallback ?? "unset"]))
   })
 })
 

@@ -3,6 +3,7 @@ import { Data, Effect, Exit, type Layer } from "effect"
 import { closeSync, existsSync, fchmodSync, fstatSync, fsyncSync, openSync, rmSync } from "node:fs"
 import { dirname, resolve } from "node:path"
 import { DatabaseConfig, databaseName, type DatabaseTarget } from "../Config.ts"
+import { NoDatabase } from "./Services.ts"
 
 /** Why no backup was written, as the one sentence `backup` prints before it exits 1 (README, Backups). */
 export class BackupRefused extends Data.TaggedError("BackupRefused")<{ readonly message: string }> {}
@@ -25,7 +26,7 @@ export const databaseToBackUp = Effect.flatMap(DatabaseConfig, (target): Effect.
     ? refused("DATABASE_URL is :memory:, a database that lives only in the process that opened it: there is no file to back up.")
     : existsSync(target.filename)
     ? Effect.succeed(target)
-    : refused(`There is no database at ${resolve(target.filename)}: set DATABASE_URL to the server's database.`))
+    : refused(new NoDatabase({ path: resolve(target.filename) }).message))
 
 /**
  * The backup's file, made before anything is copied: exclusively, so an existing file is never

@@ -1,7 +1,7 @@
 import { BunContext } from "@effect/platform-bun"
 import { SqlClient } from "@effect/sql"
 import { PgClient, PgMigrator } from "@effect/sql-pg"
-import { Duration, Effect, Layer } from "effect"
+import { Duration, Effect, Layer, Redacted } from "effect"
 import { databaseName, type DatabaseTarget, StartupError } from "../Config.ts"
 import { migrations } from "./migrations/index.ts"
 import { DatabaseFile, DatabaseInUse, ReadSql } from "./Services.ts"
@@ -46,7 +46,9 @@ export const layer = (target: PostgresTarget) => {
     Layer.mapError((error) =>
       new StartupError({
         variable: "DATABASE_URL",
-        message: `DATABASE_URL=${target.display} cannot be reached (${reason(error.cause)}): start PostgreSQL or correct the URL.`
+        message: isMissingDatabase(error.cause)
+          ? `DATABASE_URL=${target.display} names a database that does not exist on that server: create it (${createdb(target)}) or correct the URL.`
+          : `DATABASE_URL=${target.display} cannot be reached (${reason(error.cause)}): start PostgreSQL or correct the URL.`
       })
     )
   )
@@ -56,6 +58,28 @@ export const layer = (target: PostgresTarget) => {
     Layer.succeed(DatabaseFile, DatabaseFile.none),
     Layer.succeed(DatabaseInUse, { name: databaseName(target), created: false, createdDirectory: undefined })
   ).pipe(Layer.provideMerge(client))
+}
+
+/** PostgreSQL's `invalid_catalog_name`: the server answers, the database is not there. */
+const isMissingDatabase = (cause: unknown) =>
+  typeof cause === "object" && cause !== null && (cause as { code?: unknown }).code === "3D000"
+
+/** A word as a POSIX shell reads it unchanged. */
+const shellWord = (word: string) => /^[\w.,:@%+=\/-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`
+
+/**
+ * The command that makes the database `target` names (PostgreSQL's own `createdb`), as the
+ * user it connects as, so that the database is that user's: never with a password.
+ */
+const createdb = (target: PostgresTarget) => {
+  const url = new URL(Redacted.value(target.url))
+  const user = decodeURIComponent(url.username)
+  return [
+    "createdb",
+    ...["-h", url.hostname.replace(/^\[(.*)\]$/, "$1"), "-p", url.port === "" ? "5432" : url.port],
+    ...(user === "" ? [] : ["-U", user]),
+    decodeURIComponent(url.pathname.slice(1))
+  ].map(shellWord).join(" ")
 }
 
 const reason = (cause: unknown): string => {

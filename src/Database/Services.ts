@@ -1,6 +1,6 @@
 import type { Statement } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Context, Duration, Effect } from "effect"
+import { Context, Data, Duration, Effect } from "effect"
 
 /** How long a write waits for another process's lock before SQLITE_BUSY (503). */
 export const busyTimeout = Duration.seconds(5)
@@ -20,6 +20,17 @@ export class DatabaseFile extends Context.Tag("Database/DatabaseFile")<DatabaseF
   readonly changed: () => boolean
 }>() {
   static readonly none = DatabaseFile.of({ ensurePresent: Effect.void, changed: () => false })
+}
+
+/**
+ * No SQLite database at the path DATABASE_URL names, and a command that must not make one (README,
+ * The key command line): most likely DATABASE_URL is mistyped or relative to another directory,
+ * and a new, empty database there would only hide it.
+ */
+export class NoDatabase extends Data.TaggedError("NoDatabase")<{ readonly path: string }> {
+  override get message() {
+    return `There is no database at ${this.path}: set DATABASE_URL to the server's database (only serve and keys create make a new one).`
+  }
 }
 
 /**

@@ -7,7 +7,7 @@ import { Effect, Layer } from "effect"
 import { chmodSync, closeSync, mkdirSync, openSync, readSync, statSync, watch } from "node:fs"
 import { basename, dirname, resolve } from "node:path"
 import { StartupError } from "../Config.ts"
-import { DatabaseFile, DatabaseInUse, ReadSql } from "./Services.ts"
+import { DatabaseFile, DatabaseInUse, NoDatabase, ReadSql } from "./Services.ts"
 import { migrations } from "./migrations/index.ts"
 import { databaseError } from "./SqlErrors.ts"
 import { tracing } from "../Spans.ts"
@@ -32,14 +32,15 @@ const unusable = (filename: string, why: string, fix: string) =>
 /**
  * The file holds key digests and brands' records: only its owner may read it. A path that cannot
  * be a database stops the start with one sentence, and a file that is something else is left as
- * it was (its mode included).
+ * it was (its mode included). Unless `create`, a file that is not there is not made, nor its directory.
  */
-const createPrivateFile = (filename: string) =>
+const createPrivateFile = (filename: string, create: boolean) =>
   Effect.try({
     try: (): typeof DatabaseInUse.Service => {
       const name = filename === ":memory:" ? filename : resolve(filename)
       if (filename === ":memory:") return { name, created: false, createdDirectory: undefined }
       const existing = statSync(filename, { throwIfNoEntry: false })
+      if (existing === undefined && !create) throw new NoDatabase({ path: name })
       if (existing?.isDirectory()) throw unusable(filename, "is a directory", "give the path of a database file in it")
       if (existing !== undefined && !looksLikeDatabase(filename)) {
         throw unusable(filename, "is not a SQLite database", "point it at this service's database or at a new path")
@@ -51,7 +52,7 @@ const createPrivateFile = (filename: string) =>
       return { name, created: existing === undefined, createdDirectory }
     },
     catch: (error) =>
-      error instanceof StartupError
+      error instanceof StartupError || error instanceof NoDatabase
         ? error
         : unusable(
           filename,
@@ -115,10 +116,10 @@ const databaseFile = (filename: string) =>
     }
   })
 
-const makeClient = (filename: string, busyTimeoutMs: number) =>
+const makeClient = (filename: string, busyTimeoutMs: number, create: boolean) =>
   Layer.unwrapEffect(
     Effect.gen(function*() {
-      const inUse = yield* createPrivateFile(filename)
+      const inUse = yield* createPrivateFile(filename, create)
       const tune = Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         yield* sql.unsafe(`PRAGMA busy_timeout = ${busyTimeoutMs}`)
@@ -198,11 +199,11 @@ const readSql = (filename: string) => Layer.scoped(
  * on its files (taken once it is migrated: by then its `-wal` and `-shm` files exist). The
  * server passes a busy timeout of 0: bun:sqlite waits for another process's lock synchronously,
  * which would block the event loop, so SQLITE_BUSY comes back at once and GroupCommit retries
- * asynchronously.
+ * asynchronously. Unless `create`, a database that is not there is refused (`NoDatabase`).
  */
-export const layer = (filename: string, busyTimeoutMs: number) =>
+export const layer = (filename: string, options: { readonly busyTimeoutMs: number; readonly create: boolean }) =>
   Layer.merge(
     Layer.scoped(DatabaseFile, databaseFile(filename)).pipe(Layer.provide(MigratorLive)),
     readSql(filename)
-  ).pipe(Layer.provideMerge(makeClient(filename, busyTimeoutMs)))
+  ).pipe(Layer.provideMerge(makeClient(filename, options.busyTimeoutMs, options.create)))
 

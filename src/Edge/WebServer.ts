@@ -10,14 +10,18 @@ import { errorReply, toWebResponse } from "./Render.ts"
 /** How long in-flight requests may take to finish after SIGTERM before their connections are closed. */
 const drainTimeout = Duration.seconds(10)
 
-/** Why the server could not listen, as one sentence naming the variable to change. */
+/**
+ * Why the server could not listen, as one sentence naming the variable to change. A port in use
+ * is said to be taken on this machine: the other process may hold it on another address than
+ * HOST (0.0.0.0 and 127.0.0.1 exclude each other), and which one is not known here.
+ */
 const cannotListen = (host: string, port: number, error: unknown) => {
   const code = (error as NodeJS.ErrnoException).code
   switch (code) {
     case "EADDRINUSE":
       return new StartupError({
         variable: "PORT",
-        message: `PORT=${port}: another process is listening on ${host}:${port}; stop it or choose another PORT.`
+        message: `PORT=${port}: another process on this machine is listening on port ${port}; stop it or choose another PORT.`
       })
     case "EACCES":
       return new StartupError({

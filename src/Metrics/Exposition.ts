@@ -133,8 +133,9 @@ const cannotListen = (host: string, port: number, error: unknown) => {
   const code = (error as NodeJS.ErrnoException).code
   return new StartupError({
     variable: code === "EADDRINUSE" || code === "EACCES" ? "METRICS_PORT" : "METRICS_HOST",
+    // Whichever address the other process holds the port on: see the API's own listener (WebServer.ts).
     message: code === "EADDRINUSE"
-      ? `METRICS_PORT=${port}: another process is listening on ${host}:${port}; stop it or choose another METRICS_PORT.`
+      ? `METRICS_PORT=${port}: another process on this machine is listening on port ${port}; stop it or choose another METRICS_PORT.`
       : code === "EACCES"
       ? `METRICS_PORT=${port}: this user may not listen on it; choose a METRICS_PORT above 1023.`
       : `METRICS_HOST=${host}: not an address of this machine to listen on (${code ?? String(error)}); use 127.0.0.1, 0.0.0.0 or one of its addresses.`

@@ -1,6 +1,7 @@
 import { RateLimiter } from "@effect/experimental"
 import { Context, Duration, Effect, Redacted, Runtime } from "effect"
 import { Redis } from "ioredis"
+import { StartupError, withoutPassword } from "../Config.ts"
 import { RateLimitStore } from "./Store.ts"
 
 const prefix = "campaign-api:ratelimit:"
@@ -66,12 +67,17 @@ const maxEmptied = 10_000
 
 const storeError = (message: string) => (cause: unknown) => new RateLimiter.RateLimitStoreError({ message, cause })
 
+/** How long a start waits for Redis to answer before it is refused. */
+const startTimeout = Duration.seconds(5)
+
 /**
  * The library's Redis store creates its ioredis client inside, where no `error` listener can be
  * attached: ioredis then prints a stack to stderr on every reconnect attempt while Redis is down.
  * This store owns its client, so an outage is one warning in the service's log and its end one
  * more, and a command fails at once while disconnected (no offline queue) rather than waiting:
- * the rate limit then fails open (see RateLimit).
+ * the rate limit then fails open (see RateLimit). At start, though, a Redis that does not answer
+ * refuses the start with one sentence, as an unreachable PostgreSQL does (README, Rate limiting):
+ * a mistyped REDIS_URL would otherwise be a server with no rate limit at all.
  */
 export const makeRedis = (url: Redacted.Redacted<string>) =>
   Effect.gen(function*() {
@@ -92,11 +98,13 @@ export const makeRedis = (url: Redacted.Redacted<string>) =>
     )
     redis.defineCommand("tokenBucket", { lua: tokenBucketScript, numberOfKeys: 2 })
     // An outage begins with an error (no connection could be made, or a command failed) or a lost
-    // connection, and ends when a command succeeds again; closing the client at shutdown is neither.
+    // connection, and ends when a command succeeds again; closing the client at shutdown is neither,
+    // and before Redis first answered there is no outage: the start is refused instead.
+    let started = false
     let down = false
     let closing = false
     const lost = (why: string) => {
-      if (down || closing) return
+      if (!started || down || closing) return
       down = true
       log(Effect.logWarning("the rate limiter's Redis does not answer: requests are served without limits until it does", {
         error: why
@@ -111,13 +119,26 @@ export const makeRedis = (url: Redacted.Redacted<string>) =>
     redis.on("close", () => lost("connection closed"))
     redis.on("ready", answered)
     yield* Effect.addFinalizer(() => Effect.sync(() => (closing = true)))
-    // The server listens once Redis answers (or after a second without: then it starts failing open).
-    yield* Effect.async<void>((resume) => {
+    const unreachable = (why: string) =>
+      new StartupError({
+        variable: "REDIS_URL",
+        message: `REDIS_URL=${withoutPassword(Redacted.value(url))} cannot be reached (${why}): start Redis or correct the URL.`
+      })
+    // The server listens once Redis answers; its first error, or no answer at all, refuses the start.
+    yield* Effect.async<void, StartupError>((resume) => {
       if (redis.status === "ready") return resume(Effect.void)
       const ready = () => resume(Effect.void)
+      const failed = (error: Error) => resume(Effect.fail(unreachable(error.message)))
       redis.once("ready", ready)
-      return Effect.sync(() => redis.off("ready", ready))
-    }).pipe(Effect.timeout(Duration.seconds(1)), Effect.ignore)
+      redis.once("error", failed)
+      return Effect.sync(() => {
+        redis.off("ready", ready)
+        redis.off("error", failed)
+      })
+    }).pipe(
+      Effect.timeoutFail({ duration: startTimeout, onTimeout: () => unreachable(`no answer within ${Duration.format(startTimeout)}`) })
+    )
+    started = true
     // The last refill of each bucket that a call just emptied (its answer carries it), so that the
     // wait until its next token (RateLimit asks for it only then) costs no second round trip.
     const emptiedAt = new Map<string, number>()
