@@ -1,5 +1,5 @@
-import { Context, DateTime, Effect, Layer } from "effect"
-import { ActivationsRepo } from "./Activations/ActivationsRepo.ts"
+import { Context, DateTime, Effect, Layer, type Option } from "effect"
+import { ActivationsRepo, type Page } from "./Activations/ActivationsRepo.ts"
 import type { Activation, ActivationRequest } from "./Domain/Activation.ts"
 import type { ApiKeyIdentity } from "./Domain/ApiKey.ts"
 import { Ids } from "./Ids.ts"
@@ -12,6 +12,10 @@ export class Activations extends Context.Tag("Activations")<Activations, {
     readonly request: ActivationRequest
     readonly by: ApiKeyIdentity
   }) => Effect.Effect<Activation>
+  /** The brand's activation with this id (in any letter case); none for another brand's. */
+  readonly find: (brandId: string, id: string) => Effect.Effect<Option.Option<Activation>>
+  /** A page of the brand's activations, newest first (README, Reads). */
+  readonly list: (brandId: string, page: Page) => Effect.Effect<ReadonlyArray<Activation>>
 }>() {
   static readonly Live = Layer.effect(
     Activations,
@@ -36,7 +40,9 @@ export class Activations extends Context.Tag("Activations")<Activations, {
               activatedAt: DateTime.formatIso(DateTime.unsafeMake(now))
             }
             return Effect.as(repo.insert(activation, { brandId: by.brandId, keyId: by.keyId }), activation)
-          }).pipe(span("Activations.activate"))
+          }).pipe(span("Activations.activate")),
+        find: (brandId, id) => span("Activations.find")(repo.findById(brandId, id)),
+        list: (brandId, page) => span("Activations.list")(repo.list(brandId, page))
       }
     })
   )

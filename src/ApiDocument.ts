@@ -1,6 +1,6 @@
 import type { HttpApi } from "@effect/platform"
 import { Context, Option } from "effect"
-import { RequiredScope } from "./ApiKeys/Api.ts"
+import { scopeOf } from "./ApiKeys/Api.ts"
 import { declaredEndpoints, middlewareOf, OptionalRequestHeaders, type SuccessHeader, SuccessHeaders } from "./Declaration.ts"
 import { grantedBy, type Scope } from "./Domain/ApiKey.ts"
 import { RequireIdempotencyKey } from "./Idempotency/Api.ts"
@@ -107,7 +107,7 @@ export const finishDocument = (api: HttpApi.HttpApi.Any) => {
     declaredEndpoints(api).map((declared) => [
       `${declared.group.identifier}.${declared.endpoint.name}`,
       {
-        scope: Context.getOption(declared.endpoint.annotations, RequiredScope),
+        scope: Option.fromNullable(scopeOf(middlewareOf(declared))),
         replays: middlewareOf(declared).some((tag) => tag.key === RequireIdempotencyKey.key),
         successHeaders: Option.getOrElse(Context.getOption(declared.endpoint.annotations, SuccessHeaders), () => ({})),
         optionalHeaders: Option.getOrElse(Context.getOption(declared.endpoint.annotations, OptionalRequestHeaders), () => ({}))

@@ -1,29 +1,31 @@
+import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer, Option } from "effect"
 import { Activations } from "./Activations.ts"
 import { ActivationsRepo } from "./Activations/ActivationsRepo.ts"
-import { ActivationsHandlers } from "./Activations/Http.ts"
-import { AnalyticsHandlers } from "./Analytics/Http.ts"
+import { ActivationsHandlers, ActivationsLive } from "./Activations/Http.ts"
+import { JsonBodyLive } from "./Activations/JsonBody.ts"
+import { Analytics } from "./Analytics.ts"
+import { AnalyticsHandlers, AnalyticsLive } from "./Analytics/Http.ts"
 import { CampaignApi } from "./Api.ts"
 import { ApiKeys } from "./ApiKeys.ts"
 import { ApiKeysRepo } from "./ApiKeys/ApiKeysRepo.ts"
-import { ApiKeysSteps } from "./ApiKeys/Http.ts"
+import { ApiKeysMiddlewareLive } from "./ApiKeys/Http.ts"
 import { KeyUsage } from "./ApiKeys/KeyUsage.ts"
 import { AppConfig, checkedFirst, DatabaseConfig, KeysConfig, RedisConfig, ServeConfig } from "./Config.ts"
 import { GroupCommit } from "./Database/GroupCommit.ts"
 import { DatabaseOutage } from "./Database/Outage.ts"
 import { DatabaseInUse, SqlExistingLive, SqlLive, SqlServerLive } from "./Database/Sql.ts"
 import { Draining } from "./Draining.ts"
-import { logAtStart } from "./Logging.ts"
 import type { EdgeOptions } from "./Edge/Edge.ts"
-import { JsonBodySteps } from "./Edge/JsonBody.ts"
 import { WebServerLive } from "./Edge/WebServer.ts"
-import { HealthHandlers } from "./Health/Http.ts"
+import { HealthHandlers, HealthLive } from "./Health/Http.ts"
 import { HealthRepo } from "./Health/HealthRepo.ts"
 import { Idempotency } from "./Idempotency.ts"
-import { IdempotencySteps } from "./Idempotency/Http.ts"
+import { RequireIdempotencyKeyLive } from "./Idempotency/Http.ts"
 import { IdempotencyRepo } from "./Idempotency/IdempotencyRepo.ts"
-import { IdentityHandlers } from "./Identity/Http.ts"
+import { IdentityHandlers, IdentityLive } from "./Identity/Http.ts"
 import { Ids } from "./Ids.ts"
+import { logAtStart } from "./Logging.ts"
 import { MetricsLive } from "./Metrics.ts"
 import { RateLimit } from "./RateLimit.ts"
 import { TracingLive } from "./Tracing.ts"
@@ -36,7 +38,7 @@ import { TracingLive } from "./Tracing.ts"
 const ReposLive = Layer.mergeAll(ApiKeysRepo.Live, ActivationsRepo.Live, IdempotencyRepo.Live, HealthRepo.Live)
 
 /** Every service the API calls, on the database DATABASE_URL names. */
-export const ServicesLive = Layer.mergeAll(Activations.Live, Idempotency.Live).pipe(
+export const ServicesLive = Layer.mergeAll(Activations.Live, Analytics.Live, Idempotency.Live).pipe(
   Layer.provideMerge(Layer.mergeAll(ApiKeys.Live, RateLimit.Live, KeyUsage.Live)),
   Layer.provideMerge(Layer.merge(ReposLive, GroupCommit.Live)),
   Layer.provideMerge(SqlServerLive),
@@ -54,9 +56,21 @@ const DatabaseAnnounced = Layer.effectDiscard(Effect.flatMap(DatabaseInUse, ({ c
     ...(createdDirectory === undefined ? {} : { createdDirectory })
   })))
 
+/** The implementation of every middleware the definition declares, on the services. */
+export const MiddlewareLive = Layer.mergeAll(ApiKeysMiddlewareLive, RequireIdempotencyKeyLive, JsonBodyLive)
+
 /**
- * What the edge serves: the definition, the handler of each endpoint and the step of each
- * middleware tag the definition declares (README, Layout: the request path).
+ * The API as HttpApiBuilder serves it, from the same handlers and middleware as the edge: what
+ * the differential test serves through the library's own web handler (README, Tests).
+ */
+export const ApiLive = HttpApiBuilder.api(CampaignApi).pipe(
+  Layer.provide([ActivationsLive, AnalyticsLive, IdentityLive, HealthLive]),
+  Layer.provide(MiddlewareLive)
+)
+
+/**
+ * What the edge serves: the definition and the handler of each endpoint, the same functions the
+ * groups of `ApiLive` are made of (README, Layout: the request path).
  */
 export const EdgeLive = Effect.gen(function*() {
   const options: EdgeOptions<typeof CampaignApi> = {
@@ -67,7 +81,6 @@ export const EdgeLive = Effect.gen(function*() {
       identity: yield* IdentityHandlers,
       health: yield* HealthHandlers
     },
-    steps: { ...(yield* ApiKeysSteps), ...IdempotencySteps, ...JsonBodySteps },
     // With the rate limits on Redis every request waits on it, and on PostgreSQL every read waits on
     // the pool: then none is answered synchronously. On SQLite with the limits in memory, no GET waits.
     synchronousGets: Option.isNone(yield* RedisConfig) && (yield* DatabaseConfig)._tag === "sqlite"
@@ -78,6 +91,7 @@ export const EdgeLive = Effect.gen(function*() {
 /** The HTTP server: the API on Bun, with the services it needs. */
 export const ServerLive = DatabaseAnnounced.pipe(
   Layer.provideMerge(WebServerLive(EdgeLive)),
+  Layer.provide(MiddlewareLive),
   Layer.provide(ServicesLive),
   // Built before the services and the server, which ask for it once each; its listener outlives
   // the server's drain.

@@ -6,27 +6,35 @@ import { Context } from "effect"
  * it, what the OpenAPI document says of it, and what the tests check, all read from here.
  */
 
-/** An endpoint of the definition, in the group that holds it. */
+/** An endpoint of the definition, in the group and the API that hold it. */
 export interface Declared {
+  readonly api: HttpApi.HttpApi.AnyWithProps
   readonly group: HttpApiGroup.HttpApiGroup.AnyWithProps
   readonly endpoint: HttpApiEndpoint.HttpApiEndpoint.AnyWithProps
 }
 
 /** Every endpoint of the definition, group by group, in the order the definition adds them. */
-export const declaredEndpoints = (api: HttpApi.HttpApi.Any): ReadonlyArray<Declared> =>
-  Object.values((api as unknown as HttpApi.HttpApi<string, HttpApiGroup.HttpApiGroup.AnyWithProps>).groups).flatMap(
-    (group) => Object.values(group.endpoints).map((endpoint: HttpApiEndpoint.HttpApiEndpoint.AnyWithProps) => ({ group, endpoint }))
+export const declaredEndpoints = (definition: HttpApi.HttpApi.Any): ReadonlyArray<Declared> => {
+  const api = definition as HttpApi.HttpApi.AnyWithProps
+  return Object.values(api.groups).flatMap((group) =>
+    Object.values(group.endpoints).map((endpoint: HttpApiEndpoint.HttpApiEndpoint.AnyWithProps) => ({ api, group, endpoint }))
   )
+}
 
 /**
- * The middleware an endpoint declares, in the order they run: the group's, then the endpoint's own,
- * each in the order the definition adds them. This is the order of checks.
+ * The middleware that run for an endpoint, in the order HttpApiBuilder runs them: it wraps the
+ * handler in each declared middleware in turn, so the last declared runs first; the API's wrap its
+ * router, outside the rest (at @effect/platform 0.94.5: the API's, then the endpoint's from the last
+ * declared to the first, then its group's). This is the order of checks (README, Errors).
  */
-export const middlewareOf = ({ endpoint, group }: Declared): ReadonlyArray<HttpApiMiddleware.TagClassAny> => [
-  ...group.middlewares,
-  ...endpoint.middlewares
-]
-
+export const middlewareOf = ({ api, endpoint, group }: Declared): ReadonlyArray<HttpApiMiddleware.TagClassAny> => {
+  // HttpApiBuilder's map of an endpoint's middleware: its group's first, each key once.
+  const own = new Map<string, HttpApiMiddleware.TagClassAny>()
+  for (const tag of [...group.middlewares, ...endpoint.middlewares]) {
+    if (!own.has(tag.key)) own.set(tag.key, tag)
+  }
+  return [...[...api.middlewares].reverse(), ...[...own.values()].reverse()]
+}
 
 /** A header of an endpoint's 200 (and 304): what it means, and whether every such answer has it. */
 export interface SuccessHeader {

@@ -1,4 +1,4 @@
-import { Cause, Config, Context, Effect, type Fiber, FiberId, FiberRef, HashMap, Inspectable, Layer, List, Logger, LogLevel, type LogSpan } from "effect"
+import { Cause, Config, Context, Effect, type Fiber, FiberId, FiberRef, HashMap, Inspectable, Layer, List, Logger, LogLevel, type LogSpan, Option } from "effect"
 import { writeSync } from "node:fs"
 import { LogLevelConfig } from "./Config.ts"
 import type { RefusalReason } from "./Domain/Errors.ts"
@@ -19,6 +19,32 @@ export type AccessLogFields = {
   readonly brandId: string | null
   readonly reason: RefusalReason | null
 }
+
+/**
+ * What a request's key was, as every later log line of the request says it (the access line
+ * included): its id and brand when known, and why it was refused (401s only; README, Operating
+ * it). Never the key.
+ */
+export interface KeyNote {
+  readonly keyId: string | null
+  readonly brandId: string | null
+  readonly reason: RefusalReason | null
+}
+
+/** Notes the request's key in the annotations of the fiber that serves it: the rest of the request is logged with them. */
+export const noteKey = ({ brandId, keyId, reason }: KeyNote): Effect.Effect<void> =>
+  FiberRef.update(FiberRef.currentLogAnnotations, (annotations) => {
+    let noted = keyId === null ? annotations : HashMap.set(annotations, "keyId", keyId)
+    if (brandId !== null) noted = HashMap.set(noted, "brandId", brandId)
+    return reason === null ? noted : HashMap.set(noted, "reason", reason)
+  })
+
+/** The key a request's fiber has noted (`noteKey`), every field null when none. */
+export const notedKey = (annotations: HashMap.HashMap<string, unknown>): KeyNote => ({
+  keyId: Option.getOrNull(HashMap.get(annotations, "keyId")) as string | null,
+  brandId: Option.getOrNull(HashMap.get(annotations, "brandId")) as string | null,
+  reason: Option.getOrNull(HashMap.get(annotations, "reason")) as RefusalReason | null
+})
 
 /**
  * An access-log line as the message of a log call: the terminal's pretty logger gets it so and

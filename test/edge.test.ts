@@ -1,28 +1,33 @@
 /**
  * The edge's `fetch` in process, with test doubles where a real store is not the point: each
- * endpoint runs the chain its definition declares, in the order of checks (README, Errors), and
- * only the edge turns what steps and handlers return into HTTP.
+ * endpoint runs the middleware its definition declares in the order HttpApiBuilder runs them,
+ * which is the order of checks (README, Errors); the same layers served by HttpApiBuilder's own web
+ * handler answer the same.
  */
+import { HttpApiBuilder, HttpServer } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Layer, Logger, LogLevel } from "effect"
 import { Activations } from "../src/Activations.ts"
-import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
-import { AnalyticsHandlers } from "../src/Analytics/Http.ts"
 import { ActivationsHandlers } from "../src/Activations/Http.ts"
+import { JsonBodyLive } from "../src/Activations/JsonBody.ts"
+import { Analytics } from "../src/Analytics.ts"
+import { AnalyticsHandlers } from "../src/Analytics/Http.ts"
 import { CampaignApi } from "../src/Api.ts"
 import { ApiKeys } from "../src/ApiKeys.ts"
-import { ApiKeysSteps } from "../src/ApiKeys/Http.ts"
+import { ApiKeysMiddlewareLive } from "../src/ApiKeys/Http.ts"
+import { KeyUsage } from "../src/ApiKeys/KeyUsage.ts"
+import { ApiLive, MiddlewareLive } from "../src/App.ts"
 import { DatabaseOutage } from "../src/Database/Outage.ts"
 import { declaredEndpoints, middlewareOf } from "../src/Declaration.ts"
 import type { ApiKeyIdentity, Authenticated, BrandId, KeyId } from "../src/Domain/ApiKey.ts"
 import { IdempotencyInProgress, KeyRefused } from "../src/Domain/Errors.ts"
+import { Draining } from "../src/Draining.ts"
 import { makeEdge } from "../src/Edge/Edge.ts"
-import type { Handlers, Steps } from "../src/Edge/Exchange.ts"
-import { JsonBodySteps } from "../src/Edge/JsonBody.ts"
+import { HealthHandlers } from "../src/Health/Http.ts"
+import { HealthRepo } from "../src/Health/HealthRepo.ts"
 import { Idempotency } from "../src/Idempotency.ts"
-import { IdempotencySteps } from "../src/Idempotency/Http.ts"
+import { RequireIdempotencyKeyLive } from "../src/Idempotency/Http.ts"
 import { IdentityHandlers } from "../src/Identity/Http.ts"
-import { KeyUsage } from "../src/ApiKeys/KeyUsage.ts"
 import { RateLimit, type RateLimitDecision } from "../src/RateLimit.ts"
 import { activatePath } from "./support/client.ts"
 import { makeTestLayer } from "./support/testLayer.ts"
@@ -55,9 +60,11 @@ interface Doubles {
 
 const makeDoubles = (doubles: Doubles) =>
   Layer.mergeAll(
-    // The reads are not what these tests are about: any call to the repository dies, loudly.
-    makeTestLayer(ActivationsRepo)({}),
+    // The reads and the analytics are not what these tests are about: any call dies, loudly.
+    makeTestLayer(Analytics)({}),
     makeTestLayer(DatabaseOutage)({}),
+    makeTestLayer(HealthRepo)({ database: "sqlite", ping: Effect.void }),
+    Draining.Live,
     makeTestLayer(ApiKeys)({
       authenticate: (token) =>
         tokens[token] === undefined
@@ -67,7 +74,8 @@ const makeDoubles = (doubles: Doubles) =>
     makeTestLayer(KeyUsage)({ record: (_, secretSha256) => void doubles.used.push(secretSha256) }),
     makeTestLayer(RateLimit)({
       policy: { max: 120, windowSeconds: 60 },
-      consume: () => Effect.sync(() => doubles.decision)
+      consume: () => Effect.sync(() => doubles.decision),
+      status: () => "memory"
     }),
     makeTestLayer(Activations)({
       activate: ({ campaignId, creatorId, request }) =>
@@ -94,31 +102,41 @@ const makeDoubles = (doubles: Doubles) =>
 
 const config = ConfigProvider.fromMap(new Map([["PORT", "0"], ["DOCS_ENABLED", "false"]]))
 
-/** The edge as the server builds it, on the doubles; `without` leaves out a middleware tag's step. */
-const edgeOn = (doubles: Doubles, without?: string) =>
-  Effect.gen(function*() {
-    const steps: Steps = { ...(yield* ApiKeysSteps), ...IdempotencySteps, ...JsonBodySteps }
-    const health: Handlers<typeof CampaignApi>["health"] = {
-      alive: () => Effect.succeed({ status: 200, body: "{}" }),
-      ready: () => Effect.succeed({ status: 200, body: "{}" })
-    }
-    return yield* makeEdge({
-      api: CampaignApi,
-      handlers: {
-        activations: yield* ActivationsHandlers,
-        analytics: yield* AnalyticsHandlers,
-        identity: yield* IdentityHandlers,
-        health
-      },
-      steps: without === undefined ? steps : Object.fromEntries(Object.entries(steps).filter(([key]) => key !== without)),
-      synchronousGets: true
-    })
-  }).pipe(
+/** The edge as the server builds it, on the doubles: the handlers, and the middleware from their layers. */
+const edgeProgram = Effect.gen(function*() {
+  return yield* makeEdge({
+    api: CampaignApi,
+    handlers: {
+      activations: yield* ActivationsHandlers,
+      analytics: yield* AnalyticsHandlers,
+      identity: yield* IdentityHandlers,
+      health: yield* HealthHandlers
+    },
+    synchronousGets: true
+  })
+})
+
+type Fetch = (request: Request) => Response | Promise<Response>
+
+const edgeOn = (doubles: Doubles): Promise<{ readonly fetch: Fetch }> =>
+  edgeProgram.pipe(
+    Effect.provide(MiddlewareLive),
     Effect.provide(makeDoubles(doubles)),
     Effect.withConfigProvider(config),
     Logger.withMinimumLogLevel(LogLevel.None),
     Effect.runPromise
   )
+
+/** The same layers served by HttpApiBuilder's own web handler. */
+const libraryOn = (doubles: Doubles): { readonly fetch: Fetch } => {
+  const { handler } = HttpApiBuilder.toWebHandler(
+    Layer.mergeAll(ApiLive, HttpServer.layerContext).pipe(
+      Layer.provide(makeDoubles(doubles)),
+      Layer.provide(Logger.minimumLogLevel(LogLevel.None))
+    )
+  )
+  return { fetch: (request) => handler(request) }
+}
 
 const fresh = (): Doubles => ({
   decision: { allowed: true, remaining: 119, retryAfterSeconds: 0 },
@@ -144,17 +162,21 @@ const answer = async (response: Response | Promise<Response>) => {
   return { status: resolved.status, headers: resolved.headers.toJSON() as Record<string, string>, json: await resolved.json() }
 }
 
-describe("the edge, in process on test doubles", () => {
+const servers = [
+  { name: "the edge", on: edgeOn },
+  { name: "HttpApiBuilder's web handler", on: (doubles: Doubles) => Promise.resolve(libraryOn(doubles)) }
+] as const
+
+describe.each(servers)("$name, in process on test doubles", ({ on }) => {
   it("runs each endpoint's declared middleware in the order of checks: the first that fails answers, and nothing after it runs", async () => {
     const doubles = fresh()
-    const { fetch } = await edgeOn(doubles)
+    const { fetch } = await on(doubles)
     const ladder = [
       [[], 401, "UNAUTHORIZED"],
       [["key"], 403, "FORBIDDEN"],
       [["key", "scope"], 400, "IDEMPOTENCY_KEY_REQUIRED"],
       [["key", "scope", "idempotencyKey"], 415, "UNSUPPORTED_MEDIA_TYPE"],
-      [["key", "scope", "idempotencyKey", "mediaType"], 400, "MALFORMED_JSON"],
-      [["key", "scope", "idempotencyKey", "mediaType", "json"], 400, "VALIDATION_ERROR"]
+      [["key", "scope", "idempotencyKey", "mediaType"], 400, "MALFORMED_JSON"]
     ] as const
     for (const [passing, status, code] of ladder) {
       const { json, status: got } = await answer(fetch(activation(passing)))
@@ -167,27 +189,9 @@ describe("the edge, in process on test doubles", () => {
     expect(doubles.activations).toBe(1)
   })
 
-  it("reads the order from the definition: activate declares key, scope, Idempotency-Key and JSON body; the reads key and scope; whoami the key alone", () => {
-    const declared = Object.fromEntries(
-      declaredEndpoints(CampaignApi).map((endpoint) => [
-        `${endpoint.group.identifier}.${endpoint.endpoint.name}`,
-        middlewareOf(endpoint).map((tag) => tag.key)
-      ])
-    )
-    expect(declared).toEqual({
-      "activations.activate": ["ApiKeys/ApiKeyAuth", "ApiKeys/RequireScope", "Idempotency/RequireIdempotencyKey", "JsonBody"],
-      "activations.get": ["ApiKeys/ApiKeyAuth", "ApiKeys/RequireScope"],
-      "activations.list": ["ApiKeys/ApiKeyAuth", "ApiKeys/RequireScope"],
-      "analytics.campaign": ["ApiKeys/ApiKeyAuth", "ApiKeys/RequireScope"],
-      "identity.whoami": ["ApiKeys/ApiKeyAuth"],
-      "health.alive": [],
-      "health.ready": []
-    })
-  })
-
   it("tells a secret's end in Api-Key-Expires and a key's own limit in its RateLimit headers, on a 200, a 403 and a 429, and notes each use of the secret", async () => {
     const doubles = fresh()
-    const { fetch } = await edgeOn(doubles)
+    const { fetch } = await on(doubles)
     const request = (path: string, init: RequestInit = {}) =>
       fetch(new Request(`http://localhost${path}`, { ...init, headers: { authorization: "Bearer cak_ending", ...init.headers } }))
     const expires = "Tue, 01 Dec 2026 09:30:00 GMT"
@@ -211,12 +215,8 @@ describe("the edge, in process on test doubles", () => {
     expect(doubles.used).toEqual(["ee".repeat(32), "ee".repeat(32), "ee".repeat(32), "00".repeat(32)])
   })
 
-  it("refuses to start when a declared middleware has no step, naming the endpoint and the tag", async () => {
-    await expect(edgeOn(fresh(), "JsonBody")).rejects.toThrow("activations.activate declares JsonBody, which has no step")
-  })
-
-  it("keeps the headers a passed step added on a later refusal: a 403 carries the RateLimit headers and the scope's challenge", async () => {
-    const { fetch } = await edgeOn(fresh())
+  it("keeps the headers a passed middleware added on a later refusal: a 403 carries the RateLimit headers and the scope's challenge", async () => {
+    const { fetch } = await on(fresh())
     const { headers, status } = await answer(fetch(activation(["key"])))
     expect(status).toBe(403)
     expect(headers).toMatchObject({
@@ -229,26 +229,72 @@ describe("the edge, in process on test doubles", () => {
   it("turns the rate limit's decision into a 429 with Retry-After, before the scope is looked at", async () => {
     const doubles = fresh()
     doubles.decision = { allowed: false, remaining: 0, retryAfterSeconds: 7 }
-    const { fetch } = await edgeOn(doubles)
+    const { fetch } = await on(doubles)
     const { headers, json, status } = await answer(fetch(activation(["key"])))
     expect({ status, code: json.code }).toEqual({ status: 429, code: "RATE_LIMITED" })
     expect(headers).toMatchObject({ "retry-after": "7", "ratelimit": `"default";r=0;t=7` })
     expect(headers["www-authenticate"]).toBeUndefined()
   })
 
-  it("answers whoami from the key its step gave the handler, synchronously", async () => {
-    const { fetch } = await edgeOn(fresh())
+  it("answers whoami from the key its middleware gave the handler", async () => {
+    const { fetch } = await on(fresh())
     const response = fetch(new Request("http://localhost/v1/whoami", { headers: { authorization: "Bearer cak_reader" } }))
-    expect(response).toBeInstanceOf(Response)
     expect((await answer(response)).json).toStrictEqual({ ok: true, keyId: reader.keyId, brandId: reader.brandId, scopes: ["campaigns:read"] })
   })
 
   it("turns the idempotency service's plain answer into HTTP: a duplicate still in progress is 409 with Retry-After: 1", async () => {
     const doubles = fresh()
     doubles.inProgress = true
-    const { fetch } = await edgeOn(doubles)
+    const { fetch } = await on(doubles)
     const { headers, json, status } = await answer(fetch(activation(["key", "scope", "idempotencyKey", "mediaType", "json", "valid"])))
     expect({ status, code: json.code }).toEqual({ status: 409, code: "IDEMPOTENCY_IN_PROGRESS" })
     expect(headers["retry-after"]).toBe("1")
+  })
+})
+
+describe("the edge's own", () => {
+  it("answers a valid body's failed validation as VALIDATION_ERROR naming the field (the library's own server says HttpApiDecodeError)", async () => {
+    const { fetch } = await edgeOn(fresh())
+    const { json, status } = await answer(fetch(activation(["key", "scope", "idempotencyKey", "mediaType", "json"])))
+    expect({ status, json }).toEqual({ status: 400, json: { ok: false, code: "VALIDATION_ERROR", message: `socialUsername must start with "@"` } })
+  })
+
+  it("answers whoami synchronously: nothing it runs waits", async () => {
+    const { fetch } = await edgeOn(fresh())
+    const response = fetch(new Request("http://localhost/v1/whoami", { headers: { authorization: "Bearer cak_reader" } }))
+    expect(response).toBeInstanceOf(Response)
+  })
+
+  it("reads the order from the definition as HttpApiBuilder runs it: the last declared first", () => {
+    const declared = Object.fromEntries(
+      declaredEndpoints(CampaignApi).map((endpoint) => [
+        `${endpoint.group.identifier}.${endpoint.endpoint.name}`,
+        middlewareOf(endpoint).map((tag) => tag.key)
+      ])
+    )
+    expect(declared).toEqual({
+      "activations.activate": ["ApiKeys/CampaignsWriteKey", "Idempotency/RequireIdempotencyKey", "JsonBody"],
+      "activations.get": ["ApiKeys/CampaignsReadKey"],
+      "activations.list": ["ApiKeys/CampaignsReadKey"],
+      "analytics.campaign": ["ApiKeys/AnalyticsReadKey"],
+      "identity.whoami": ["ApiKeys/ApiKeyAuth"],
+      "health.alive": [],
+      "health.ready": []
+    })
+  })
+
+  it("needs the implementation of every middleware the definition declares: one left out is a type error", () => {
+    const withoutJsonBody = edgeProgram.pipe(
+      Effect.provide(Layer.merge(ApiKeysMiddlewareLive, RequireIdempotencyKeyLive)),
+      Effect.provide(makeDoubles(fresh()))
+    )
+    // @ts-expect-error activate declares JsonBody, which nothing implements here
+    const complete: Effect.Effect<unknown, unknown, never> = withoutJsonBody
+    expect(Effect.isEffect(complete)).toBe(true)
+    const withAll: Effect.Effect<unknown, unknown, never> = edgeProgram.pipe(
+      Effect.provide(Layer.mergeAll(ApiKeysMiddlewareLive, RequireIdempotencyKeyLive, JsonBodyLive)),
+      Effect.provide(makeDoubles(fresh()))
+    )
+    expect(Effect.isEffect(withAll)).toBe(true)
   })
 })

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
-import { bodyTimeoutMs } from "../src/Edge/RequestBody.ts"
+import { bodyTimeoutMs } from "../src/Domain/JsonBody.ts"
 import {
   activate,
   activatePath,

@@ -2,10 +2,10 @@ import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { Validator } from "@seriousme/openapi-schema-validator"
 import Ajv2020 from "ajv/dist/2020"
 import addFormats from "ajv-formats"
-import { Context, Option } from "effect"
+import { Option } from "effect"
 import { CampaignApi } from "../src/Api.ts"
-import { RequiredScope } from "../src/ApiKeys/Api.ts"
-import { declaredEndpoints } from "../src/Declaration.ts"
+import { scopeOf } from "../src/ApiKeys/Api.ts"
+import { declaredEndpoints, middlewareOf } from "../src/Declaration.ts"
 import { grantedBy, type Scope } from "../src/Domain/ApiKey.ts"
 import { activate, activatePath, type Answer, call } from "./support/client.ts"
 import { type InProcessServer, serveInProcess } from "./support/inProcess.ts"
@@ -169,11 +169,11 @@ describe("GET /openapi.json", () => {
         description: expect.any(String)
       })
     })
-    // As the definition declares them: the scope an operation requires is annotated on it once.
+    // As the definition declares them: the scope an operation requires is the middleware that checks it.
     const scopes = Object.fromEntries(
-      declaredEndpoints(CampaignApi).map(({ endpoint, group }) => [
-        `${group.identifier}.${endpoint.name}`,
-        Option.toArray(Context.getOption(endpoint.annotations, RequiredScope))
+      declaredEndpoints(CampaignApi).map((declared) => [
+        `${declared.group.identifier}.${declared.endpoint.name}`,
+        Option.toArray(Option.fromNullable(scopeOf(middlewareOf(declared))))
       ])
     )
     // Each scope that grants the one required is an alternative: a writer may read (README, Reads).
@@ -183,7 +183,7 @@ describe("GET /openapi.json", () => {
       )
     }
     expect(operation("activations.list").security).toEqual([{ bearer: ["campaigns:read"] }, { bearer: ["campaigns:write"] }])
-    // And those annotations are the README's scopes (README, Reads and Analytics).
+    // And those are the README's scopes (README, Reads and Analytics).
     expect(scopes).toEqual({
       "activations.activate": ["campaigns:write"],
       "activations.get": ["campaigns:read"],

@@ -1,4 +1,5 @@
 import { RateLimiter } from "@effect/experimental"
+import { HttpServerRequest } from "@effect/platform"
 import { RateLimitStore } from "../src/RateLimit/Store.ts"
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Arbitrary, Cause, Context, DateTime, Duration, Effect, Either, Exit, FastCheck as fc, Fiber, FiberId, HashMap, Layer, List, LogLevel, Logger, LogSpan, Option, Schema, Scope as EffectScope, TestClock } from "effect"
@@ -15,13 +16,10 @@ import { IdempotencyKeyHeader, isMissingIdempotencyKey } from "../src/Domain/Ide
 import { canonicalJson, fingerprintOf, type IdempotentRequest } from "../src/Idempotency.ts"
 import { Ids } from "../src/Ids.ts"
 import { databaseError } from "../src/Database/SqlErrors.ts"
-import { pageJson, recordJson } from "../src/Activations/Reads.ts"
+import { pageJson, recordJson } from "../src/Activations/Http.ts"
 import { ActivateResponse, Activation, ActivationList } from "../src/Domain/Activation.ts"
-import type { Exchange } from "../src/Edge/Exchange.ts"
 import { makeCallers } from "../src/Edge/Caller.ts"
 import { makeRenderer } from "../src/Edge/Render.ts"
-import type { Handlers } from "../src/Edge/Exchange.ts"
-import { CampaignApi } from "../src/Api.ts"
 import { DatabaseOutage } from "../src/Database/Outage.ts"
 import { Draining } from "../src/Draining.ts"
 import { HealthHandlers } from "../src/Health/Http.ts"
@@ -632,10 +630,10 @@ describe("readiness", () => {
     Draining.Live,
     DatabaseOutage.Live
   )
-  const probe = (handlers: Handlers<typeof CampaignApi>["health"]) =>
-    Effect.map(Effect.either(handlers.ready({} as Exchange, Context.empty())), Either.match({
+  const probe = (handlers: Effect.Effect.Success<typeof HealthHandlers>) =>
+    Effect.map(Effect.either(handlers.ready({ request: HttpServerRequest.fromWeb(new Request("http://127.0.0.1/readyz")) })), Either.match({
       onLeft: (error) => 503 + (error._tag === "ServiceUnavailable" ? 0 : 1000),
-      onRight: (reply) => reply.status
+      onRight: () => 200
     }))
 
   it.scoped("asks the database at most once a second whatever the probe rate, and logs a failing probe as the outage's other failures", () =>
@@ -711,7 +709,7 @@ describe("the access line", () => {
 
   it("is the line users read: every key in place, quotes escaped, and every one of many annotations", () => {
     expect(accessLine(HashMap.make(["requestId", "req-1"]), fields, List.nil(), fiberId, now)).toBe(
-      String.raw`{"message":"request","logLevel":"INFO","timestamp":"2026-11-23T01:02:03.456Z","annotations":{"requestId":"req-1","method":"POST","route":"/v1/whoami","status":401,"durationMs":0.125,"keyId":"k\"ey\\1","brandId":null,"reason":"unknown key"},"spans":{},"fiberId":"#42"}`
+      String.raw`{"message":"request","logLevel":"INFO","timestamp":"2026-11-23T01:02:03.456Z","annotations":{"requestId":"req-1","clientAddress":"203.0.113.7","clientRequestId":"caller's \"own\" id","method":"POST","route":"/v1/whoami","status":401,"durationMs":0.125,"keyId":"k\"ey\\1","brandId":null,"reason":"unknown key"},"spans":{},"fiberId":"#42"}`
     )
     const many = HashMap.fromIterable(Array.from({ length: 40 }, (_, i) => [`annotation${i}`, i] as const))
     const line = accessLine(many, fields, List.nil(), fiberId, now)
@@ -745,18 +743,6 @@ describe("the renderer's validation message", () => {
     for (let i = 1; i < depth; i++) value = [value]
     return value
   }
-  const exchange: Exchange = {
-    request: new Request("http://127.0.0.1/v1/activations"),
-    path: "/v1/activations",
-    route: "/v1/activations",
-    params: {},
-    requestId: "deep",
-    clientAddress: "127.0.0.1",
-    clientRequestId: null,
-    headers: {},
-    key: undefined,
-    bodyRead: false
-  }
   const Payload = Schema.Struct({ socialUsername: Schema.String })
 
   it.effect("names the field of a value nested deeper than a stack can describe, as a 400, never a 500", () =>
@@ -768,7 +754,7 @@ describe("the renderer's validation message", () => {
         [{ socialUsername: nestedArray(500_000) }, "socialUsername"]
       ] as const) {
         const error = yield* Effect.flip(Schema.decodeUnknown(Payload)(value))
-        const reply = yield* renderFailure(Cause.fail(error), exchange)
+        const reply = yield* renderFailure(Cause.fail(error))
         expect(reply.status).toBe(400)
         const body = JSON.parse(String(reply.body))
         expect(body.code).toBe("VALIDATION_ERROR")

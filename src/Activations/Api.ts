@@ -1,6 +1,6 @@
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
-import { ApiKeyAuth, RequiredScope, RequireScope } from "../ApiKeys/Api.ts"
+import { CampaignsReadKey, CampaignsWriteKey } from "../ApiKeys/Api.ts"
 import { OptionalRequestHeaders, SuccessHeaders } from "../Declaration.ts"
 import {
   ActivatePath,
@@ -23,12 +23,12 @@ const activate = HttpApiEndpoint.post("activate", "/creators/:creatorId/campaign
   .addError(Envelope(ValidationError))
   .addError(Envelope(IdempotencyConflict))
   .addError(Envelope(IdempotencyInProgress))
-  // The order of checks (README, Errors), run by the edge in this order before the handler.
-  .middleware(ApiKeyAuth)
-  .middleware(RequireScope)
-  .middleware(RequireIdempotencyKey)
+  // The order of checks (README, Errors) as HttpApiBuilder runs an endpoint's middleware: the last
+  // declared first. So the key (401, 429, 403), then the Idempotency-Key (400), then the body (415,
+  // 413, 400), all before the path, query and payload are decoded (400).
   .middleware(JsonBody)
-  .annotate(RequiredScope, "campaigns:write")
+  .middleware(RequireIdempotencyKey)
+  .middleware(CampaignsWriteKey)
   .annotate(OpenApi.Summary, "Activate a campaign for a creator")
   .annotate(
     OpenApi.Description,
@@ -43,9 +43,7 @@ const get = HttpApiEndpoint.get("get", "/activations/:activationId")
     { status: 304 }
   )
   .addError(Envelope(ValidationError))
-  .middleware(ApiKeyAuth)
-  .middleware(RequireScope)
-  .annotate(RequiredScope, "campaigns:read")
+  .middleware(CampaignsReadKey)
   .annotate(SuccessHeaders, {
     ETag: { description: "A strong validator of the record: send it in `If-None-Match` for a `304`.", always: true }
   })
@@ -62,9 +60,7 @@ const list = HttpApiEndpoint.get("list", "/activations")
   .setUrlParams(ListActivationsQuery)
   .addSuccess(ActivationList)
   .addError(Envelope(ValidationError))
-  .middleware(ApiKeyAuth)
-  .middleware(RequireScope)
-  .annotate(RequiredScope, "campaigns:read")
+  .middleware(CampaignsReadKey)
   .annotate(SuccessHeaders, {
     Link: {
       description:

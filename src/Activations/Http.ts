@@ -1,73 +1,109 @@
-import { Context, Effect } from "effect"
+import { HttpApiBuilder, type HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { Effect, Option } from "effect"
 import { Activations } from "../Activations.ts"
-import type { CampaignApi } from "../Api.ts"
+import { CampaignApi } from "../Api.ts"
 import { CurrentKey } from "../ApiKeys/Api.ts"
-import { withDefaults } from "../Domain/Activation.ts"
-import type { IdempotencyInProgress } from "../Domain/Errors.ts"
-import { JsonPayload } from "../Domain/JsonBody.ts"
-import { compile } from "../Edge/Endpoint.ts"
-import { type Handlers, Refused, type Reply } from "../Edge/Exchange.ts"
+import { type Activation, withDefaults } from "../Domain/Activation.ts"
+import { type IdempotencyInProgress, NotFound } from "../Domain/Errors.ts"
 import { Idempotency, type IdempotentAnswer } from "../Idempotency.ts"
 import { recorder } from "../Metrics.ts"
-import { IdempotencyKey } from "../Idempotency/Api.ts"
-import { ActivationsApi } from "./Api.ts"
-import { ActivationReads } from "./Reads.ts"
-
-const endpoint = compile(ActivationsApi.activate)
-
-const replayedHeaders = { "idempotent-replayed": "true" }
-
-/** The stored bytes, marked when they answer a repeat. */
-const toReply = (answer: IdempotentAnswer): Reply =>
-  answer.replayed
-    ? { status: answer.status, body: answer.body, headers: replayedHeaders }
-    : { status: answer.status, body: answer.body }
-
-const retryShortly = { "retry-after": "1" }
-const stillInProgress = (error: IdempotencyInProgress) => Effect.fail(new Refused(error, retryShortly))
+import { addResponseHeaders, etagOf, jsonText, notModified } from "../Responses.ts"
 
 /**
- * The activations' endpoints: the reads (`Reads.ts`), and POST
- * /v1/creators/{creatorId}/campaigns/{campaignId}/activate, once the steps its definition
- * declares have passed (key, rate limit, scope, Idempotency-Key, JSON body: `Activations/Api.ts`):
- * the path and the payload validated, then the activation under its Idempotency-Key.
+ * The answers' JSON, written directly: every field of a stored record is a string (or null) that
+ * the schemas' encoders pass through as they are, so encoding twenty records through them cost a
+ * page more than its query (README, Performance). The keys are in the schemas' order (the
+ * repository builds records so), and a test holds these bytes to the encoders' own.
+ */
+export const recordJson = (activation: Activation): string => JSON.stringify({ ok: true, activation })
+export const pageJson = (activations: ReadonlyArray<Activation>, hasMore: boolean): string =>
+  JSON.stringify({ ok: true, activations, hasMore })
+
+const defaultLimit = 20
+
+/** The path as sent, without its query or a trailing slash: a trailing slash is the same route. */
+const pathOf = (request: HttpServerRequest.HttpServerRequest) => {
+  const query = request.url.indexOf("?")
+  return (query === -1 ? request.url : request.url.slice(0, query)).replace(/\/$/, "")
+}
+
+const replayedHeaders = { "idempotent-replayed": "true" }
+const stillInProgress = (error: IdempotencyInProgress) =>
+  Effect.zipRight(addResponseHeaders({ "retry-after": "1" }), Effect.fail(error))
+
+/**
+ * The activations' endpoints (README, API), once the middleware their definition declares have
+ * passed (`Activations/Api.ts`): activate, under its Idempotency-Key, and the reads of one
+ * brand's records, where another brand's record answers as one that does not exist.
  */
 export const ActivationsHandlers = Effect.gen(function*() {
   const activations = yield* Activations
   const idempotency = yield* Idempotency
-  const reads = yield* ActivationReads
   const metrics = yield* recorder
-  // Counted once committed and answered, never inside the transaction, which may run more than once.
-  const answered = (answer: IdempotentAnswer): Reply => {
+  // The stored bytes, marked when they answer a repeat; counted once committed and answered, never
+  // inside the transaction, which may run more than once.
+  const answered = (answer: IdempotentAnswer) => {
     if (!answer.replayed) metrics.activationCreated()
-    return toReply(answer)
+    return jsonText(answer.body, answer.replayed ? { status: answer.status, headers: replayedHeaders } : { status: answer.status })
   }
 
-  const handlers: Handlers<typeof CampaignApi>["activations"] = {
-    activate: (exchange, given) =>
-      Effect.flatMap(endpoint.decodePath(exchange.params), (path) =>
-        Effect.flatMap(endpoint.decodePayload(Context.get(given, JsonPayload)), (payload) => {
-          const by = Context.get(given, CurrentKey)
-          const request = withDefaults(payload)
-          const operation = Effect.map(activations.activate({ ...path, request, by }), (activation) => ({
-            status: 200,
-            body: endpoint.encodeSuccess({ ok: true, activation }),
-            resourceId: activation.id
-          }))
-          return idempotency.run({
-            brandId: by.brandId,
-            key: Context.get(given, IdempotencyKey),
-            method: exchange.request.method,
-            // A trailing slash is the same route: both spellings are one request.
-            path: exchange.path.replace(/\/$/, ""),
-            body: request
-          }, operation).pipe(
-            Effect.map(answered),
-            Effect.catchTag("IdempotencyInProgress", stillInProgress)
-          )
-        })),
-    get: reads.get,
-    list: reads.list
-  }
-  return handlers
+  const activate = HttpApiBuilder.handler(CampaignApi, "activations", "activate", ({ headers, path, payload, request }) =>
+    Effect.flatMap(CurrentKey, (by) => {
+      const body = withDefaults(payload)
+      const operation = Effect.map(activations.activate({ ...path, request: body, by }), (activation) => ({
+        status: 200,
+        body: recordJson(activation),
+        resourceId: activation.id
+      }))
+      return idempotency.run({
+        brandId: by.brandId,
+        key: headers["idempotency-key"],
+        method: request.method,
+        path: pathOf(request),
+        body
+      }, operation).pipe(
+        Effect.map(answered),
+        Effect.catchTag("IdempotencyInProgress", stillInProgress)
+      )
+    }))
+
+  const get = HttpApiBuilder.handler(CampaignApi, "activations", "get", ({ path: { activationId }, request }) =>
+    Effect.flatMap(CurrentKey, ({ brandId }) =>
+      Effect.flatMap(activations.find(brandId, activationId), (found) => {
+        if (Option.isNone(found)) return Effect.fail(new NotFound({ message: `No activation ${activationId}.` }))
+        const body = recordJson(found.value)
+        const etag = etagOf(body)
+        return Effect.succeed(
+          notModified(request.headers["if-none-match"], etag)
+            ? HttpServerResponse.empty({ status: 304, headers: { etag } })
+            : jsonText(body, { headers: { etag } })
+        )
+      })))
+
+  const list = HttpApiBuilder.handler(CampaignApi, "activations", "list", ({ request, urlParams: query }) =>
+    Effect.flatMap(CurrentKey, ({ brandId }) => {
+      const limit = query.limit === undefined ? defaultLimit : Number(query.limit)
+      // One more than the page: whether there is a next page, without counting.
+      const page = { creatorId: query.creatorId, campaignId: query.campaignId, below: query.startingAfter, limit: limit + 1 }
+      return Effect.map(activations.list(brandId, page), (rows) => {
+        const hasMore = rows.length > limit
+        const shown = hasMore ? rows.slice(0, limit) : rows
+        const body = pageJson(shown, hasMore)
+        if (!hasMore) return jsonText(body)
+        // The same filters and limit, from the last record shown: relative to this request (RFC 8288).
+        const next = new URLSearchParams()
+        if (query.creatorId !== undefined) next.set("creatorId", query.creatorId)
+        if (query.campaignId !== undefined) next.set("campaignId", query.campaignId)
+        if (query.limit !== undefined) next.set("limit", query.limit)
+        next.set("startingAfter", shown.at(-1)!.id)
+        return jsonText(body, { headers: { link: `<${pathOf(request)}?${next}>; rel="next"` } })
+      })
+    }))
+
+  return { activate, get, list }
 })
+
+/** The activations' group, as HttpApiBuilder serves it. */
+export const ActivationsLive = HttpApiBuilder.group(CampaignApi, "activations", (handlers) =>
+  Effect.map(ActivationsHandlers, ({ activate, get, list }) =>
+    handlers.handle("activate", activate).handle("get", get).handle("list", list)))

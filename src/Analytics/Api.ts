@@ -1,5 +1,5 @@
 import { HttpApiEndpoint, HttpApiGroup, OpenApi } from "@effect/platform"
-import { ApiKeyAuth, RequiredScope, RequireScope } from "../ApiKeys/Api.ts"
+import { AnalyticsReadKey } from "../ApiKeys/Api.ts"
 import { AnalyticsPath, AnalyticsQuery, AnalyticsResponse } from "../Domain/Activation.ts"
 import { Envelope, ValidationError } from "../Domain/Errors.ts"
 
@@ -8,9 +8,7 @@ const campaign = HttpApiEndpoint.get("campaign", "/campaigns/:campaignId/analyti
   .setUrlParams(AnalyticsQuery)
   .addSuccess(AnalyticsResponse)
   .addError(Envelope(ValidationError))
-  .middleware(ApiKeyAuth)
-  .middleware(RequireScope)
-  .annotate(RequiredScope, "analytics:read")
+  .middleware(AnalyticsReadKey)
   .annotate(OpenApi.Summary, "A campaign's numbers")
   .annotate(
     OpenApi.Description,

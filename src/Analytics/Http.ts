@@ -1,13 +1,9 @@
-import { Context, Effect } from "effect"
-import { ActivationsRepo } from "../Activations/ActivationsRepo.ts"
-import type { CampaignApi } from "../Api.ts"
+import { HttpApiBuilder } from "@effect/platform"
+import { Effect } from "effect"
+import { Analytics } from "../Analytics.ts"
+import { CampaignApi } from "../Api.ts"
 import { CurrentKey } from "../ApiKeys/Api.ts"
 import { ValidationError } from "../Domain/Errors.ts"
-import { compile } from "../Edge/Endpoint.ts"
-import type { Handlers } from "../Edge/Exchange.ts"
-import { AnalyticsApi } from "./Api.ts"
-
-const endpoint = compile(AnalyticsApi.campaign)
 
 // The one rule of the range that is not a rule of one query parameter, which is all the
 // definition's URL parameter schema can hold (its fields are the document's query parameters).
@@ -15,33 +11,16 @@ const backwards = Effect.fail(new ValidationError({ message: "from must not be a
 
 /** GET /v1/campaigns/{campaignId}/analytics (README, Analytics): the brand's activations of it, counted. */
 export const AnalyticsHandlers = Effect.gen(function*() {
-  const repo = yield* ActivationsRepo
-  const handlers: Handlers<typeof CampaignApi>["analytics"] = {
-    campaign: (exchange, given) =>
-      Effect.flatMap(endpoint.decodePath(exchange.params), ({ campaignId }) =>
-        Effect.flatMap(endpoint.decodeQuery(exchange.request), ({ from, to }) => {
-          if (from !== undefined && to !== undefined && from > to) return backwards
-          const brandId = Context.get(given, CurrentKey).brandId
-          return Effect.map(repo.counts(brandId, campaignId, from, to), (counts) => {
-            const activations = counts.byDay.reduce((sum, day) => sum + day.activations, 0)
-            return {
-              status: 200,
-              body: endpoint.encodeSuccess({
-                ok: true,
-                analytics: {
-                  campaignId,
-                  from: from ?? null,
-                  to: to ?? null,
-                  activations,
-                  creators: counts.creators,
-                  activationsByDay: counts.byDay,
-                  plannedPostsByDay: counts.byPlannedDay,
-                  unscheduled: counts.unscheduled
-                }
-              })
-            }
-          })
-        }))
-  }
-  return handlers
+  const analytics = yield* Analytics
+  const campaign = HttpApiBuilder.handler(CampaignApi, "analytics", "campaign", ({ path: { campaignId }, urlParams: { from, to } }) =>
+    from !== undefined && to !== undefined && from > to
+      ? backwards
+      : Effect.flatMap(CurrentKey, ({ brandId }) =>
+        Effect.map(analytics.campaign(brandId, campaignId, { from, to }), (counted) => ({ ok: true as const, analytics: counted }))
+      ))
+  return { campaign }
 })
+
+/** The analytics group, as HttpApiBuilder serves it. */
+export const AnalyticsLive = HttpApiBuilder.group(CampaignApi, "analytics", (handlers) =>
+  Effect.map(AnalyticsHandlers, ({ campaign }) => handlers.handle("campaign", campaign)))

@@ -3,31 +3,57 @@ import { Context, Schema } from "effect"
 import type { ApiKeyIdentity, Scope } from "../Domain/ApiKey.ts"
 import { Envelope, Forbidden, RateLimited, Unauthorized } from "../Domain/Errors.ts"
 
-/** The key a request authenticated with: what `ApiKeyAuth` gives the steps after it and the handler. */
+/** The key a request authenticated with: what the key's middleware gives the handler. */
 export class CurrentKey extends Context.Tag("ApiKeys/CurrentKey")<CurrentKey, ApiKeyIdentity>() {}
 
+const bearer = HttpApiSecurity.bearer.pipe(
+  HttpApiSecurity.annotate(OpenApi.Description, "An API key: `Authorization: Bearer cak_<keyId>_<secret>`.")
+)
+
 /**
- * The definition's word for "this endpoint needs an API key": its security scheme and its two
- * refusals (401, then 429) go into the OpenAPI document and the typed client, and the edge runs
- * its step (`ApiKeys/Http.ts`) where the endpoint declares it.
+ * "This endpoint needs an API key, any valid one": its bearer scheme and its two refusals (401,
+ * then 429 past the key's rate limit) go into the OpenAPI document and the typed client; every
+ * answer from then on carries the key's `RateLimit` headers (README, Rate limiting).
  */
 export class ApiKeyAuth extends HttpApiMiddleware.Tag<ApiKeyAuth>()("ApiKeys/ApiKeyAuth", {
   failure: Schema.Union(Envelope(Unauthorized), Envelope(RateLimited)),
   provides: CurrentKey,
-  security: {
-    bearer: HttpApiSecurity.bearer.pipe(
-      HttpApiSecurity.annotate(OpenApi.Description, "An API key: `Authorization: Bearer cak_<keyId>_<secret>`.")
-    )
-  }
+  security: { bearer }
 }) {}
 
-/** The scope an endpoint requires, an annotation on its definition: `.annotate(RequiredScope, "campaigns:write")`. */
-export class RequiredScope extends Context.Tag("ApiKeys/RequiredScope")<RequiredScope, Scope>() {}
+/** A key's checks with a scope: 401, then 429, then 403 when the key lacks the scope (README, Errors). */
+const withScope = {
+  failure: Schema.Union(Envelope(Unauthorized), Envelope(RateLimited), Envelope(Forbidden)),
+  provides: CurrentKey,
+  security: { bearer }
+} as const
 
 /**
- * "The key must carry the endpoint's `RequiredScope`": 403 with the scope named in
- * `WWW-Authenticate`. Declared after `ApiKeyAuth`, whose key it reads.
+ * "This endpoint needs a key with the scope `campaigns:read`" (which `campaigns:write` grants too):
+ * an endpoint's scope is which of these it declares, once.
  */
-export class RequireScope extends HttpApiMiddleware.Tag<RequireScope>()("ApiKeys/RequireScope", {
-  failure: Envelope(Forbidden)
-}) {}
+export class CampaignsReadKey extends HttpApiMiddleware.Tag<CampaignsReadKey>()("ApiKeys/CampaignsReadKey", withScope) {
+  static readonly scope: Scope = "campaigns:read"
+}
+
+/** "This endpoint needs a key with the scope `campaigns:write`". */
+export class CampaignsWriteKey extends HttpApiMiddleware.Tag<CampaignsWriteKey>()("ApiKeys/CampaignsWriteKey", withScope) {
+  static readonly scope: Scope = "campaigns:write"
+}
+
+/** "This endpoint needs a key with the scope `analytics:read`". */
+export class AnalyticsReadKey extends HttpApiMiddleware.Tag<AnalyticsReadKey>()("ApiKeys/AnalyticsReadKey", withScope) {
+  static readonly scope: Scope = "analytics:read"
+}
+
+/** The middleware that check a scope, each with the scope it checks. */
+export const scopedKeys = [CampaignsReadKey, CampaignsWriteKey, AnalyticsReadKey] as const
+
+/** The scope an endpoint's middleware require: that of the one which checks a scope, if any. */
+export const scopeOf = (middleware: Iterable<HttpApiMiddleware.TagClassAny>): Scope | undefined => {
+  for (const tag of middleware) {
+    const scoped = scopedKeys.find((key) => key.key === tag.key)
+    if (scoped !== undefined) return scoped.scope
+  }
+  return undefined
+}

@@ -1,16 +1,33 @@
 import { HttpApiMiddleware } from "@effect/platform"
-import { Context, Schema } from "effect"
+import { Schema } from "effect"
 import { Envelope, MalformedJson, PayloadTooLarge, UnsupportedMediaType } from "./Errors.ts"
 
-/** The request's body, parsed as JSON but not yet decoded: the endpoint's payload schema does that. */
-export class JsonPayload extends Context.Tag("JsonPayload")<JsonPayload, unknown>() {}
+/** Bodies above this are refused with 413 (README, Errors). */
+export const maxBodyBytes = 16 * 1024
+/** A body that has not fully arrived by then is given up on, so slow senders cannot hold the server. */
+export const bodyTimeoutMs = 10_000
+/**
+ * A chunked body in more pieces than this is refused: each piece costs a read of its own, and a
+ * body trickled a byte at a time cost 30 times the same body in one piece.
+ */
+export const maxBodyChunks = 256
+
+/** Each way a JSON body is refused (README, Errors), whoever finds it: the middleware or the server reading the body. */
+export const bodyRefusals = {
+  unsupported: new UnsupportedMediaType({ message: "Content-Type must be application/json." }),
+  tooLarge: new PayloadTooLarge({ message: `The request body must be at most ${maxBodyBytes} bytes.` }),
+  tooManyChunks: new PayloadTooLarge({
+    message: `The request body came in more than ${maxBodyChunks} chunks: send it with a Content-Length, or in fewer chunks.`
+  }),
+  incomplete: new MalformedJson({ message: "The request body did not arrive completely in time." }),
+  notJson: new MalformedJson({ message: "The request body is not valid JSON." })
+} as const
 
 /**
  * "This endpoint takes a JSON body": 415 for another media type, 413 past the size limit, 400
- * MALFORMED_JSON. The body is read by this step alone, after every check its headers allow
- * (the edge's `Edge/JsonBody.ts`, for any endpoint that declares it).
+ * MALFORMED_JSON, each before the payload is decoded (README, Errors). The body is read once,
+ * here: the endpoint's payload schema then decodes what it parsed to.
  */
 export class JsonBody extends HttpApiMiddleware.Tag<JsonBody>()("JsonBody", {
-  failure: Schema.Union(Envelope(UnsupportedMediaType), Envelope(PayloadTooLarge), Envelope(MalformedJson)),
-  provides: JsonPayload
+  failure: Schema.Union(Envelope(UnsupportedMediaType), Envelope(PayloadTooLarge), Envelope(MalformedJson))
 }) {}

@@ -1,10 +1,11 @@
-import { Effect, type Fiber, Option } from "effect"
-import { type AccessLogFields, AccessLogEntry, AccessLogOutput } from "../Logging.ts"
-import type { Exchange, Reply } from "./Exchange.ts"
+import { Effect, type Fiber, FiberRef, Option } from "effect"
+import { type AccessLogFields, AccessLogEntry, AccessLogOutput, notedKey } from "../Logging.ts"
+import type { Reply } from "./Endpoint.ts"
+import type { Exchange } from "./Exchange.ts"
 
-/** The fields of a finished request's line. */
-const fieldsOf = (exchange: Exchange, status: number, startedAt: number): AccessLogFields => {
-  const { key } = exchange
+/** The fields of a finished request's line: the key as its middleware noted it on the request's fiber. */
+const fieldsOf = (exchange: Exchange, fiber: Fiber.RuntimeFiber<unknown, unknown>, status: number, startedAt: number): AccessLogFields => {
+  const key = notedKey(fiber.getFiberRef(FiberRef.currentLogAnnotations))
   return {
     clientAddress: exchange.clientAddress,
     clientRequestId: exchange.clientRequestId,
@@ -12,9 +13,9 @@ const fieldsOf = (exchange: Exchange, status: number, startedAt: number): Access
     route: exchange.route,
     status,
     durationMs: Math.round((performance.now() - startedAt) * 1000) / 1000,
-    keyId: key?.keyId ?? null,
-    brandId: key?.brandId ?? null,
-    reason: key?.reason ?? null
+    keyId: key.keyId,
+    brandId: key.brandId,
+    reason: key.reason
   }
 }
 
@@ -30,25 +31,25 @@ export const makeAccessLog = (traced: boolean) =>
       const write = output.value
       return (answer, fiber, exchange, startedAt, wanted) =>
         Effect.map(answer, (reply) => {
-          if (wanted(reply.status)) write(fiber, fieldsOf(exchange, reply.status, startedAt))
+          if (wanted(reply.status)) write(fiber, fieldsOf(exchange, fiber, reply.status, startedAt))
           return reply
         })
     }
     const log = traced
       ? (fields: AccessLogFields) => Effect.logInfo("request").pipe(Effect.annotateLogs(fields))
       : (fields: AccessLogFields) => Effect.logInfo(new AccessLogEntry(fields))
-    return (answer, _fiber, exchange, startedAt, wanted) =>
-      Effect.tap(answer, (reply) => wanted(reply.status) ? log(fieldsOf(exchange, reply.status, startedAt)) : Effect.void)
+    return (answer, fiber, exchange, startedAt, wanted) =>
+      Effect.tap(answer, (reply) => wanted(reply.status) ? log(fieldsOf(exchange, fiber, reply.status, startedAt)) : Effect.void)
   })
 
 /** A request's answer with its access-log line, from the request's fiber (see `makeAccessLog`). */
-export type WithAccessLog = <E>(
-  answer: Effect.Effect<Reply, E>,
+export type WithAccessLog = <E, R>(
+  answer: Effect.Effect<Reply, E, R>,
   fiber: Fiber.RuntimeFiber<unknown, unknown>,
   exchange: Exchange,
   startedAt: number,
   wanted: (status: number) => boolean
-) => Effect.Effect<Reply, E>
+) => Effect.Effect<Reply, E, R>
 
 /** Addresses tracked per interval; past this, refusals are counted under one bucket. */
 const maxTrackedAddresses = 10_000

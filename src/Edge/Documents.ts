@@ -1,8 +1,6 @@
 import { HttpApi, HttpApiBuilder, HttpApiScalar, HttpApp, OpenApi } from "@effect/platform"
-import { Context, Effect, Layer } from "effect"
+import { Context, Effect, Layer, Option } from "effect"
 import { brotliCompress, constants as zlib, gzip as gzipAsync } from "node:zlib"
-import { NotFound } from "../Domain/Errors.ts"
-import type { Exchange } from "./Exchange.ts"
 
 /**
  * The OpenAPI document, its docs page and the page's script: where they are served. The script's
@@ -153,8 +151,8 @@ export const openApiDocument = (api: HttpApi.HttpApi.Any, publicUrl: string): Ef
 /** The docs page and its script, which it names by digest; the script is compressed when first asked for. */
 export interface DocsPage {
   readonly page: PreparedDocument
-  /** The script, if the request names it (its route's parameter), else 404. */
-  readonly script: (exchange: Exchange) => Effect.Effect<PreparedDocument, NotFound>
+  /** The script, if `name` (its route's parameter) is its name. */
+  readonly script: (name: string) => Option.Option<Effect.Effect<PreparedDocument>>
 }
 
 /**
@@ -176,9 +174,6 @@ export const docsPage = (api: HttpApi.HttpApi.Any, publicUrl: string): Effect.Ef
     return {
       // The one HTML page: no other site may frame it (README, For integrators).
       page: { ...page, headers: { "content-security-policy": "frame-ancestors 'none'" } },
-      script: (exchange) =>
-        exchange.params.script === scriptName
-          ? prepared
-          : Effect.fail(new NotFound({ message: `No route for ${exchange.request.method} ${exchange.path}.` }))
+      script: (name) => name === scriptName ? Option.some(prepared) : Option.none()
     }
   })

@@ -1,38 +1,38 @@
-import { type HttpApi, OpenApi } from "@effect/platform"
+import { type HttpApi, HttpApp, HttpServerRequest, HttpServerResponse, OpenApi } from "@effect/platform"
 import { Cause, Context, Duration, Effect, Exit, Fiber, FiberRef, HashMap, LogLevel, Option, Runtime } from "effect"
 import { EdgeConfig, ServerConfig, TrustedProxiesConfig } from "../Config.ts"
 import { DatabaseOutage } from "../Database/Outage.ts"
-import type { NotFound } from "../Domain/Errors.ts"
+import { declaredEndpoints } from "../Declaration.ts"
+import { NotFound } from "../Domain/Errors.ts"
 import { recorder } from "../Metrics.ts"
+import { isHeadersHandler, notModified } from "../Responses.ts"
 import { tracing } from "../Spans.ts"
 import { makeAccessLog, makeRefusalTally } from "./AccessLog.ts"
 import { type Caller, makeCallers } from "./Caller.ts"
 import { docsPage, documentRoutes, encodedFor, openApiDocument, type PreparedDocument } from "./Documents.ts"
-import { notModified } from "./Endpoint.ts"
-import type { Exchange, Handlers, Reply, Steps } from "./Exchange.ts"
-import { makeRenderer, toWebResponse } from "./Render.ts"
-import { makeFallback, type Route, routesOf } from "./Router.ts"
+import { compileEndpoint, type Handlers, type MiddlewareOf, type Reply, replyOf } from "./Endpoint.ts"
+import type { Exchange } from "./Exchange.ts"
+import { errorReply, makeRenderer, toWebResponse } from "./Render.ts"
+import { makeFallback, type Route } from "./Router.ts"
+import { EdgeRequest } from "./ServerRequest.ts"
 
 /** A document from bytes prepared once: compressed as the client takes it, 304 when it has them. */
-const serveDocument = (prepared: (exchange: Exchange) => Effect.Effect<PreparedDocument, NotFound>): Route["run"] => (exchange) =>
-  Effect.map(prepared(exchange), (document) => {
-    const headers = {
-      ...document.headers,
-      "content-type": document.contentType,
-      "cache-control": document.cacheControl,
-      "etag": document.etag,
-      "vary": "accept-encoding"
-    }
-    if (notModified(exchange.request.headers.get("if-none-match"), document.etag)) {
-      return { status: 304, body: new Uint8Array(0), headers }
-    }
-    const encoded = encodedFor(document, exchange.request.headers.get("accept-encoding"))
-    return {
-      status: 200,
-      body: encoded === undefined ? document.plain : encoded.bytes,
-      headers: encoded === undefined ? headers : { ...headers, "content-encoding": encoded.coding }
-    }
-  })
+const serveDocument = (request: EdgeRequest, document: PreparedDocument): Reply => {
+  const headers = {
+    ...document.headers,
+    "content-type": document.contentType,
+    "cache-control": document.cacheControl,
+    "etag": document.etag,
+    "vary": "accept-encoding"
+  }
+  if (notModified(request.source.headers.get("if-none-match"), document.etag)) return { status: 304, body: undefined, headers }
+  const encoded = encodedFor(document, request.source.headers.get("accept-encoding"))
+  return {
+    status: 200,
+    body: encoded === undefined ? document.plain : encoded.bytes,
+    headers: encoded === undefined ? headers : { ...headers, "content-encoding": encoded.coding }
+  }
+}
 
 /**
  * `GET /`: what this service is and where its documents are, from the definition's title and
@@ -69,27 +69,24 @@ export interface Summary {
   readonly write: (stopping: boolean) => Effect.Effect<void>
 }
 
-/** The path as sent, without the query string: Bun's `URL` would normalise it. */
+/** Where the path ends in a URL as Bun hands it: the path as sent, never normalised by a `URL`. */
+const pathStart = (url: string): number => url.indexOf("/", url.indexOf("//") + 2)
 const rawPath = (url: string): string => {
-  const start = url.indexOf("/", url.indexOf("//") + 2)
+  const start = pathStart(url)
   const query = url.indexOf("?", start)
   return query === -1 ? url.slice(start) : url.slice(start, query)
 }
 
 /** What `Bun.serve` is given: its router's table for the API and a `fetch` for everything else. */
 export interface Edge {
-  readonly routes: Record<
-    string,
-    Record<string, Handle>
-  >
+  readonly routes: Record<string, Record<string, Handle>>
   /** Answers any request, routing it itself: Bun's fallback, and the entry for tests and the bench. */
   readonly fetch: (request: Request, peer?: string) => Response | Promise<Response>
   /** Who sent a request that came from `peer` (the web server's own answers name it too). */
   readonly callerOf: (request: Request, peer: string) => Caller
   /**
-   * What is counted rather than logged line by line (401s per client address, the requests a
-   * database outage failed), each with how often the server writes its summary; `stopping`: the
-   * last one, whatever is counted.
+   * What is counted rather than logged line by line (401s per client address), with how often the
+   * server writes its summary; `stopping`: the last one, whatever is counted.
    */
   readonly summaries: ReadonlyArray<Summary>
   /**
@@ -102,23 +99,40 @@ export interface Edge {
 
 /**
  * What the composition root (`App.ts`) hands the edge: the definition, a handler for each of its
- * endpoints (one missing is a type error), the step of each middleware tag it declares, and
- * whether a GET may be answered synchronously (SQLite and no REDIS_URL: nothing it runs waits).
+ * endpoints (the same functions its HttpApiBuilder groups are made of; one missing is a type
+ * error), and whether a GET may be answered synchronously (SQLite and no REDIS_URL: nothing it
+ * runs waits). The implementations of the middleware come from the layers' context.
  */
 export interface EdgeOptions<Api extends HttpApi.HttpApi.Any> {
   readonly api: Api
   readonly handlers: Handlers<Api>
-  readonly steps: Steps
   readonly synchronousGets: boolean
 }
 
 /**
- * The edge, built once from layers: every endpoint of the HttpApi definition with its chain (the
- * steps it declares, then its handler), the documents, and one runtime to run each request's
- * Effect program. Per request: an exchange object, the chain, the renderer for any failure, one
- * access-log line, and the web response; with tracing on, a server span.
+ * The answer's headers from the library's pre-response handlers, as HttpApiBuilder's server adds
+ * them: those that only set headers (`Responses.ts`) straight into the reply, any other through a
+ * response of the library's.
  */
-export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, steps, synchronousGets }: EdgeOptions<Api>) =>
+const withPreResponse = (request: EdgeRequest, reply: Reply): Effect.Effect<Reply, unknown> =>
+  Effect.withFiberRuntime((fiber) => {
+    const handler = fiber.getFiberRef(HttpApp.currentPreResponseHandlers)
+    if (Option.isNone(handler)) return Effect.succeed(reply)
+    if (isHeadersHandler(handler.value)) return Effect.succeed({ ...reply, headers: { ...reply.headers, ...handler.value.headers } })
+    const response = reply.body === undefined
+      ? HttpServerResponse.empty({ status: reply.status, headers: reply.headers ?? {} })
+      : HttpServerResponse.raw(reply.body, { status: reply.status, headers: reply.headers ?? {} })
+    return Effect.map(handler.value(request, response), replyOf)
+  })
+
+/**
+ * The edge, built once from layers: every endpoint of the HttpApi definition compiled with its
+ * handler and the implementations of its middleware (`Endpoint.ts`), the documents, and one
+ * runtime to run each request's Effect program. Per request: the library's request object, the
+ * endpoint's program, the renderer for any failure, the pre-response handlers, one access-log line
+ * and the web response; with tracing on, a server span.
+ */
+export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, synchronousGets }: EdgeOptions<Api>) =>
   Effect.gen(function*() {
     const { docsEnabled, publicUrl } = yield* EdgeConfig
     const { port } = yield* ServerConfig
@@ -127,18 +141,36 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, steps
       Option.match(publicUrl, { onNone: () => `http://localhost:${listeningPort}`, onSome: (url) => url.href })
     const openApi = yield* Effect.cached(Effect.suspend(() => openApiDocument(api, serverUrl())))
     const docs = yield* Effect.cached(Effect.suspend(() => docsPage(api, serverUrl())))
-    const index = { status: 200, body: indexOf(api, docsEnabled, publicUrl) }
+    const index: Reply = { status: 200, body: indexOf(api, docsEnabled, publicUrl) }
+    const middleware = yield* Effect.context<MiddlewareOf<Api>>()
+    const endpoints: ReadonlyArray<Route> = declaredEndpoints(api).map((declared) => {
+      const handler = (handlers as Record<string, Record<string, (request: any) => Effect.Effect<unknown, unknown, unknown>>>)[
+        declared.group.identifier
+      ]![declared.endpoint.name]!
+      return {
+        method: declared.endpoint.method,
+        path: declared.endpoint.path,
+        run: compileEndpoint(declared, handler, middleware as Context.Context<never>)
+      }
+    })
+    const noSuchScript = (request: EdgeRequest) =>
+      Effect.fail(new NotFound({ message: `No route for ${request.method} ${rawPath(request.source.url)}.` }))
     const routes: ReadonlyArray<Route> = [
-      ...routesOf(api, handlers, steps),
+      ...endpoints,
       { method: "GET", path: documentRoutes.index, run: () => Effect.succeed(index) },
-      { method: "GET", path: documentRoutes.openApi, run: serveDocument(() => openApi) },
+      { method: "GET", path: documentRoutes.openApi, run: (request) => Effect.map(openApi, (document) => serveDocument(request, document)) },
       ...(docsEnabled
         ? [
-          { method: "GET", path: documentRoutes.docs, run: serveDocument(() => Effect.map(docs, ({ page }) => page)) },
+          { method: "GET", path: documentRoutes.docs, run: (request: EdgeRequest) => Effect.map(docs, ({ page }) => serveDocument(request, page)) },
           {
             method: "GET",
             path: documentRoutes.docsScript,
-            run: serveDocument((exchange) => Effect.flatMap(docs, ({ script }) => script(exchange)))
+            run: (request: EdgeRequest, params: Readonly<Record<string, string>>) =>
+              Effect.flatMap(docs, ({ script }) =>
+                Option.match(script(params.script ?? ""), {
+                  onNone: () => noSuchScript(request),
+                  onSome: Effect.map((document) => serveDocument(request, document))
+                }))
           }
         ]
         : [])
@@ -148,7 +180,11 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, steps
     // Decided once: below LOG_LEVEL=info no access-log line is built at all.
     const accessLogged = traced || LogLevel.lessThanEqual(yield* FiberRef.get(FiberRef.currentMinimumLogLevel), LogLevel.Info)
     const withAccessLog = yield* makeAccessLog(traced)
-    const runtime = yield* Effect.runtime<never>()
+    // The layers' fiber refs (logger, tracer, clock), and a context of nothing but the request: the
+    // handlers and the middleware took their services when they were built, and need nothing
+    // else of the context than what the middleware provide.
+    const built = yield* Effect.runtime<never>()
+    const runtime = Runtime.make({ context: Context.empty(), fiberRefs: built.fiberRefs, runtimeFlags: built.runtimeFlags })
     const runSyncExit = Runtime.runSyncExit(runtime)
     const runPromise = Runtime.runPromise(runtime)
 
@@ -169,7 +205,7 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, steps
         : Promise.reject(defect)
     }
 
-    const withServerSpan = (exchange: Exchange) => (self: Effect.Effect<Reply>) =>
+    const withServerSpan = (exchange: Exchange) => <R>(self: Effect.Effect<Reply, never, R>) =>
       self.pipe(
         Effect.tap((reply) =>
           Effect.annotateCurrentSpan({
@@ -189,9 +225,9 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, steps
     const respond: (exchange: Exchange, reply: Reply, startedAt: number) => Response = metrics.on
       ? (exchange, reply, startedAt) => {
         metrics.answered(exchange.request.method, exchange.route, reply.status, (performance.now() - startedAt) / 1000)
-        return toWebResponse(exchange, reply)
+        return toWebResponse(answering(exchange), reply)
       }
-      : toWebResponse
+      : (exchange, reply) => toWebResponse(answering(exchange), reply)
     // A program that failed past the renderer becomes the web server's 500 (WebServer.ts): counted
     // as that 500, since it is what an error-rate alert is for.
     const settle: (exchange: Exchange, reply: Promise<Reply>, startedAt: number) => Promise<Response> = metrics.on
@@ -203,39 +239,31 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, steps
       : (exchange, reply, startedAt) => reply.then((reply) => respond(exchange, reply, startedAt))
     const renderer = makeRenderer((yield* DatabaseOutage).failed)
     const refusals = makeRefusalTally()
-    const summaries: ReadonlyArray<Summary> = [
-      {
-        interval: refusalSummaryInterval,
-        write: () =>
-          Effect.suspend(() =>
-            Effect.forEach(refusals.drain(), ([clientAddress, count]) =>
-              Effect.logInfo("repeated unauthorized requests", { clientAddress, count, status: 401 }), { discard: true })
-          )
-      }
-    ]
+    const summaries: ReadonlyArray<Summary> = [{
+      interval: refusalSummaryInterval,
+      write: () =>
+        Effect.suspend(() =>
+          Effect.forEach(refusals.drain(), ([clientAddress, count]) =>
+            Effect.logInfo("repeated unauthorized requests", { clientAddress, count, status: 401 }), { discard: true })
+        )
+    }]
 
-    /** One request of `route`, with the parameters the router read from its path. */
     const callerOf = makeCallers(yield* TrustedProxiesConfig)
 
-    const run = (route: Pick<Route, "path" | "run">, request: Request, path: string, params: Record<string, string>, peer: string) => {
-      const { clientAddress, clientRequestId, requestId } = callerOf(request, peer)
+    /** One request of `route`, with the parameters the router read from its path. */
+    const run = (route: Pick<Route, "path" | "run">, source: Request, path: string, params: Readonly<Record<string, string>>, peer: string) => {
       const startedAt = performance.now()
-      const exchange: Exchange = {
-        request,
-        path,
-        route: route.path,
-        params,
-        requestId,
-        clientAddress,
-        clientRequestId,
-        headers: {},
-        key: undefined,
-        bodyRead: false
-      }
-      const rendered = Effect.catchAllCause(route.run(exchange), (cause) => renderer.renderFailure(cause, exchange))
-      // A 401 is logged only as the first from its address in an interval; the rest are counted.
+      const { clientAddress, clientRequestId, requestId } = callerOf(source, peer)
+      const request = new EdgeRequest(source, source.url.slice(pathStart(source.url)))
+      const exchange: Exchange = { request, path, route: route.path, requestId, clientAddress, clientRequestId }
+      const rendered = route.run(request, params).pipe(
+        Effect.catchAllCause(renderer.renderFailure),
+        Effect.flatMap((reply) => withPreResponse(request, reply)),
+        Effect.catchAllCause(renderer.renderFailure)
+      )
+      // A 401 is logged only as the first from its client's address in an interval; the rest are counted.
       const answered = accessLogged
-        ? Effect.withFiberRuntime<Reply>((fiber) =>
+        ? Effect.withFiberRuntime<Reply, never, HttpServerRequest.HttpServerRequest>((fiber) =>
           withAccessLog(rendered, fiber, exchange, startedAt, (status) => status !== 401 || refusals.first(clientAddress))
         )
         : rendered
@@ -243,10 +271,10 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, steps
       // with it, so the annotation is set on it, not scoped (`Effect.annotateLogs` costs a sixth
       // of a whoami, restoring a value nobody reads afterwards).
       const program = Effect.zipRight(
-        FiberRef.update(FiberRef.currentLogAnnotations, HashMap.set<string, unknown>("requestId", exchange.requestId)),
-        traced ? withServerSpan(exchange)(answered) : answered
+        FiberRef.update(FiberRef.currentLogAnnotations, HashMap.set<string, unknown>("requestId", requestId)),
+        Effect.provideService(traced ? withServerSpan(exchange)(answered) : answered, HttpServerRequest.HttpServerRequest, request)
       )
-      const reply = answer(request.method, program)
+      const reply = answer(source.method, program)
       return reply instanceof Promise ? settle(exchange, reply, startedAt) : respond(exchange, reply, startedAt)
     }
 
@@ -269,14 +297,21 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, steps
           : run(route, request, path, request.params, peer)
       }
     }
-    const listening = (port: number) => {
-      listeningPort = port
-    }
     return {
       routes: table,
       fetch,
       callerOf,
-      listening,
+      listening: (port: number) => {
+        listeningPort = port
+      },
       summaries
     } satisfies Edge
   })
+
+const answering = (exchange: Exchange) => ({
+  request: exchange.request.source,
+  requestId: exchange.requestId,
+  bodyRead: exchange.request.bodyRead
+})
+
+export { errorReply }

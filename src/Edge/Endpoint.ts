@@ -1,105 +1,243 @@
-import { UrlParams } from "@effect/platform"
-import { Either, Option, Schema, SchemaAST as AST } from "effect"
+import {
+  type HttpApi,
+  HttpApiBuilder,
+  type HttpApiEndpoint,
+  type HttpApiGroup,
+  HttpApiMiddleware,
+  HttpApiSchema,
+  type HttpApiSecurity,
+  HttpServerRequest,
+  HttpServerResponse,
+  UrlParams
+} from "@effect/platform"
+import { Context, Effect, Either, Option, Redacted, Schema, SchemaAST as AST } from "effect"
 import { ArrayFormatter, type ParseError } from "effect/ParseResult"
+import type * as Types from "effect/Types"
+import { type Declared, middlewareOf } from "../Declaration.ts"
 import { ValidationError } from "../Domain/Errors.ts"
+import type { EdgeRequest } from "./ServerRequest.ts"
+
+/** A response, before the edge adds its own headers: JSON text unless a header says otherwise. */
+export interface Reply {
+  readonly status: number
+  readonly body: string | Uint8Array<ArrayBuffer> | undefined
+  readonly headers?: Readonly<Record<string, string>>
+}
+
+/** What an endpoint's declared middleware provide its handler. */
+export type ProvidedTo<Endpoint> = HttpApiMiddleware.HttpApiMiddleware.ExtractProvides<
+  HttpApiEndpoint.HttpApiEndpoint.Context<Endpoint>
+>
 
 /**
- * An endpoint's schemas from the HttpApi definition, compiled once when the handler is built:
- * the path parameters', query parameters', headers' and payload's decoders, and the success body's encoder to
- * JSON text. The same schemas make the OpenAPI document and the typed client.
+ * An endpoint's handler as `HttpApiBuilder.handler` makes it: its decoded input in, its success
+ * value (or a response of its own) out, needing nothing but what the endpoint's middleware provide.
  */
-export const compile = <
-  Path,
-  UrlParams,
-  Headers,
-  Payload,
-  Success
->(endpoint: {
-  readonly pathSchema: Option.Option<Schema.Schema<Path, any, any>>
-  readonly urlParamsSchema: Option.Option<Schema.Schema<UrlParams, any, any>>
-  readonly headersSchema: Option.Option<Schema.Schema<Headers, any, any>>
-  readonly payloadSchema: Option.Option<Schema.Schema<Payload, any, any>>
-  readonly successSchema: Schema.Schema<Success, any, any>
-}) => {
-  // HttpApi lists an endpoint's middleware among its schemas' requirements; the schemas
-  // themselves need no service. Decoded synchronously, to an Either (an Effect a handler can
-  // flatMap): the Effect form builds more per field. So an endpoint's schemas must stay synchronous
-  // and free of services: one that is not would fail every request as a 400 VALIDATION_ERROR
-  // ("cannot be resolved synchronously").
-  const decoder = <A>(schema: Option.Option<Schema.Schema<A, any, any>>): (input: unknown) => Either.Either<A, ParseError> =>
-    Option.match(schema, {
-      onNone: () => () => {
-        throw new Error("the endpoint declares no such schema")
-      },
-      onSome: (schema) => Schema.decodeUnknownEither(schema as Schema.Schema<A, any>)
-    })
-  const encode = Schema.encodeSync(endpoint.successSchema as Schema.Schema<Success, any>)
-  const decodeUrlParams = decoder(endpoint.urlParamsSchema)
-  const taken = new Set(Option.match(endpoint.urlParamsSchema, {
-    onNone: () => [],
-    onSome: (schema) => AST.getPropertySignatures(schema.ast).map((property) => property.name)
-  }))
-  return {
-    decodePath: decoder(endpoint.pathSchema),
-    /**
-     * The request's query parameters: one the endpoint does not take, or one it takes given more
-     * than once, is named in one sentence (README, Errors).
-     */
-    decodeQuery: (request: Request): Either.Either<UrlParams, ParseError | ValidationError> => {
-      const query = queryOf(request)
-      for (const name in query) {
-        if (Array.isArray(query[name]) && taken.has(name)) {
-          return Either.left(new ValidationError({ message: `${name} is given more than once; give it once.` }))
-        }
-      }
-      return Either.mapLeft(decodeUrlParams(query), (error) => {
-        const unknown = ArrayFormatter.formatErrorSync(error).find((issue) => issue._tag === "Unexpected")
-        return unknown === undefined
-          ? error
-          : new ValidationError({ message: `${String(unknown.path[0])} is not a query parameter of this operation.` })
-      })
-    },
-    decodeHeaders: decoder(endpoint.headersSchema),
-    decodePayload: decoder(endpoint.payloadSchema),
-    encodeSuccess: (success: Success): string => JSON.stringify(encode(success))
+export type HandlerOf<Endpoint extends HttpApiEndpoint.HttpApiEndpoint.Any> = (
+  request: Types.Simplify<HttpApiEndpoint.HttpApiEndpoint.Request<Endpoint>>
+) => Effect.Effect<
+  HttpApiEndpoint.HttpApiEndpoint.Success<Endpoint> | HttpServerResponse.HttpServerResponse,
+  unknown,
+  ProvidedTo<Endpoint>
+>
+
+type GroupsOf<Api> = Api extends HttpApi.HttpApi<infer _Id, infer Groups, infer _E, infer _R> ? Groups : never
+
+/**
+ * A handler for every endpoint of an HttpApi definition, by group and endpoint name: an endpoint
+ * added to the definition without one here is a type error, as it is for `HttpApiBuilder.group`.
+ */
+export type Handlers<Api> = {
+  readonly [Group in GroupsOf<Api> as HttpApiGroup.HttpApiGroup.Name<Group>]: {
+    readonly [Endpoint in HttpApiGroup.HttpApiGroup.Endpoints<Group> as HttpApiEndpoint.HttpApiEndpoint.Name<Endpoint>]:
+      HandlerOf<Endpoint>
   }
 }
 
 /**
- * The refusal of a query sent to an endpoint that declares no query parameters, naming the first
- * (README, Errors); none when there is no query. The library's own server would ignore them: a
- * typo or a parameter meant for another operation is refused here as on the operations that take
- * some.
+ * The implementations every endpoint's middleware need, as HttpApiBuilder needs them: the edge
+ * takes them from its layers' context, so a missing one is a type error of the layer that builds it.
  */
-export const unexpectedQuery = (request: Request): ValidationError | undefined => {
-  const query = queryOf(request)
-  for (const name in query) return new ValidationError({ message: `${name} is not a query parameter of this operation.` })
-  return undefined
-}
+export type MiddlewareOf<Api> = HttpApiMiddleware.HttpApiMiddleware.Only<
+  | (Api extends HttpApi.HttpApi<infer _Id, infer _Groups, infer _E, infer R> ? R : never)
+  | {
+    [Group in GroupsOf<Api> as HttpApiGroup.HttpApiGroup.Name<Group>]:
+      | HttpApiGroup.HttpApiGroup.Middleware<Group>
+      | HttpApiEndpoint.HttpApiEndpoint.Context<HttpApiGroup.HttpApiGroup.Endpoints<Group>>
+  }[HttpApiGroup.HttpApiGroup.Name<GroupsOf<Api>>]
+>
 
 /**
- * A request's query parameters as the endpoint's URL parameter schema reads them: each name with
- * its value, a name sent twice with its values in a list (which a schema of single values refuses),
- * any name an own field (`__proto__` too, refused as unknown like any other).
+ * The query of a request as the library's schemas read it: each name with its value, a name sent
+ * twice with its values in a list, any name an own field (`__proto__` too).
  */
-const queryOf = (request: Request): Record<string, string | Array<string>> => {
-  const url = request.url
+export const queryOf = (url: string): Record<string, string | Array<string>> => {
   const at = url.indexOf("?")
   return at === -1 ? {} : UrlParams.toRecord(UrlParams.fromInput(new URLSearchParams(url.slice(at + 1))))
 }
 
-/** A strong validator of a response body (RFC 9110 §8.8.3): its SHA-256, quoted. */
-export const etagOf = (body: string): string => `"${Bun.SHA256.hash(body, "base64url").slice(0, 27)}"`
+const notAQueryParameter = (name: string) => new ValidationError({ message: `${name} is not a query parameter of this operation.` })
 
 /**
- * Whether `If-None-Match` names `etag` (weak comparison, as RFC 9110 §13.1.2 has it for this
- * header), or is `*`.
+ * The query's decoder: one sentence for a parameter the endpoint does not take, or one it takes
+ * given more than once (README, Errors). An endpoint that declares no query parameters refuses
+ * any; the library's own server would ignore them, and a typo or a parameter meant for another
+ * operation passes silently there.
  */
-export const notModified = (ifNoneMatch: string | null, etag: string): boolean => {
-  if (ifNoneMatch === null) return false
-  for (const tag of ifNoneMatch.split(",")) {
-    const candidate = tag.trim()
-    if (candidate === "*" || candidate === etag || candidate === `W/${etag}`) return true
+const queryDecoder = (schema: Option.Option<Schema.Schema<any, any, any>>) => {
+  if (Option.isNone(schema)) {
+    return (query: Record<string, unknown>): Either.Either<undefined, ValidationError> => {
+      for (const name in query) return Either.left(notAQueryParameter(name))
+      return Either.right(undefined)
+    }
   }
-  return false
+  const decode = Schema.decodeUnknownEither(schema.value as Schema.Schema<unknown, unknown>)
+  const taken = new Set(AST.getPropertySignatures(schema.value.ast).map((property) => property.name))
+  return (query: Record<string, string | Array<string>>): Either.Either<unknown, ParseError | ValidationError> => {
+    for (const name in query) {
+      if (Array.isArray(query[name]) && taken.has(name)) {
+        return Either.left(new ValidationError({ message: `${name} is given more than once; give it once.` }))
+      }
+    }
+    return Either.mapLeft(decode(query), (error) => {
+      const unknown = ArrayFormatter.formatErrorSync(error).find((issue) => issue._tag === "Unexpected")
+      return unknown === undefined ? error : notAQueryParameter(String(unknown.path[0]))
+    })
+  }
+}
+
+/** A schema's decoder, to an Either: synchronous, as every schema of the definition is. */
+const decoder = (schema: Option.Option<Schema.Schema<any, any, any>>) =>
+  Option.map(schema, (schema) => Schema.decodeUnknownEither(schema as Schema.Schema<unknown, unknown>))
+
+/** A response the handler made itself, as the edge answers it. */
+export const replyOf = (response: HttpServerResponse.HttpServerResponse): Reply => {
+  const { "content-length": _, ...headers } = response.headers
+  const body = response.body
+  switch (body._tag) {
+    case "Empty":
+      return { status: response.status, body: undefined, headers }
+    case "Uint8Array":
+      return { status: response.status, body: body.body as Uint8Array<ArrayBuffer>, headers }
+    case "Raw":
+      if (typeof body.body === "string" || body.body instanceof Uint8Array) {
+        return { status: response.status, body: body.body as string | Uint8Array<ArrayBuffer>, headers }
+      }
+  }
+  throw new Error(`The edge answers text and bytes, not a ${body._tag} body`)
+}
+
+/**
+ * The success value's reply, as HttpApiBuilder encodes it: by the one of the endpoint's success
+ * schemas that it is, with that schema's status, as JSON (or empty, for a void one).
+ */
+const successEncoder = (successSchema: Schema.Schema.Any): (value: unknown) => Reply => {
+  const members = new Set<Schema.Schema.Any>()
+  HttpApiSchema.deunionize(members, successSchema)
+  const encoders = [...members].map((schema) => {
+    const status = HttpApiSchema.getStatusSuccess(schema)
+    if (HttpApiSchema.isVoid(schema.ast)) return { is: Schema.is(Schema.Void), encode: (): Reply => ({ status, body: undefined }) }
+    const encode = Schema.encodeSync(schema as Schema.Schema<unknown, unknown>)
+    return {
+      is: Schema.is(Schema.typeSchema(schema as Schema.Schema<unknown, unknown>)),
+      encode: (value: unknown): Reply => ({ status, body: JSON.stringify(encode(value)) })
+    }
+  })
+  const only = encoders.length === 1 ? encoders[0]! : undefined
+  return (value) => {
+    if (HttpServerResponse.isServerResponse(value)) return replyOf(value)
+    if (only !== undefined) return only.encode(value)
+    const encoder = encoders.find(({ is }) => is(value))
+    if (encoder === undefined) throw new Error("the handler's answer is none of its endpoint's success schemas")
+    return encoder.encode(value)
+  }
+}
+
+/** A security scheme's credential, read from the request as HttpApiBuilder's `securityDecode` reads it. */
+const credentialOf = (security: HttpApiSecurity.HttpApiSecurity) =>
+  security._tag === "Bearer"
+    ? (request: EdgeRequest) => Effect.succeed(Redacted.make((request.source.headers.get("authorization") ?? "").slice(7)))
+    : (request: EdgeRequest) =>
+      Effect.provideService(HttpApiBuilder.securityDecode(security), HttpServerRequest.ParsedSearchParams, queryOf(request.url))
+
+type Program = Effect.Effect<Reply, unknown, HttpServerRequest.HttpServerRequest>
+
+/**
+ * One middleware around what it guards, as HttpApiBuilder's `applyMiddleware` puts it: a security
+ * middleware's schemes tried in turn, each with its credential; what it provides given to what it
+ * guards; an optional one's failure ignored.
+ */
+const middlewareAround = (tag: HttpApiMiddleware.TagClassAny, service: unknown) => {
+  const check: (request: EdgeRequest) => Effect.Effect<unknown, unknown, HttpServerRequest.HttpServerRequest> =
+    HttpApiMiddleware.isSecurity(tag)
+      ? Object.entries(tag.security).map(([scheme, security]) => {
+        const credential = credentialOf(security)
+        const run = (service as Record<string, (credential: unknown) => Effect.Effect<unknown, unknown>>)[scheme]!
+        return (request: EdgeRequest) => Effect.flatMap(credential(request), run)
+      }).reduce((first, next) => (request) => Effect.catchAll(first(request), () => next(request)))
+      : () => service as Effect.Effect<unknown, unknown, HttpServerRequest.HttpServerRequest>
+  const provides = tag.provides
+  if (tag.optional) {
+    return (request: EdgeRequest, guarded: Program): Program =>
+      Effect.matchEffect(check(request), {
+        onFailure: () => guarded,
+        onSuccess: (value) => provides === undefined ? guarded : Effect.provideService(guarded, provides, value)
+      })
+  }
+  return provides === undefined
+    ? (request: EdgeRequest, guarded: Program): Program => Effect.zipRight(check(request), guarded)
+    : (request: EdgeRequest, guarded: Program): Program =>
+      Effect.flatMap(check(request), (value) => Effect.provideService(guarded, provides, value))
+}
+
+/**
+ * An endpoint as the edge runs it, built once from its declaration, its handler and the
+ * implementations of its middleware in `context`: the middleware in the order HttpApiBuilder runs
+ * them (`middlewareOf`), then its input decoded with its schemas, compiled here (path, payload,
+ * headers, query, in HttpApiBuilder's order), then the handler, then its success encoded. A
+ * failure is left to the edge's one renderer.
+ */
+export const compileEndpoint = (
+  declared: Declared,
+  handler: (request: any) => Effect.Effect<unknown, unknown, unknown>,
+  context: Context.Context<never>
+): (request: EdgeRequest, params: Readonly<Record<string, string>>) => Program => {
+  const { endpoint } = declared
+  const decodePath = decoder(endpoint.pathSchema)
+  const decodePayload = decoder(endpoint.payloadSchema)
+  const decodeHeaders = decoder(endpoint.headersSchema)
+  const decodeQuery = queryDecoder(endpoint.urlParamsSchema)
+  const encode = successEncoder(endpoint.successSchema)
+  const around = middlewareOf(declared).map((tag) => middlewareAround(tag, Context.unsafeGet(context, tag as any)))
+
+  const decodeAfterPayload = (request: EdgeRequest, input: Record<string, unknown>): Program => {
+    if (Option.isSome(decodeHeaders)) {
+      const headers = decodeHeaders.value(request.headers)
+      if (Either.isLeft(headers)) return Effect.fail(headers.left)
+      input.headers = headers.right
+    }
+    const query = decodeQuery(queryOf(request.url))
+    if (Either.isLeft(query)) return Effect.fail(query.left)
+    if (query.right !== undefined) input.urlParams = query.right
+    return Effect.map(handler(input) as Effect.Effect<unknown, unknown>, encode)
+  }
+
+  const handle = (request: EdgeRequest, params: Readonly<Record<string, string>>): Program =>
+    Effect.suspend(() => {
+      const input: Record<string, unknown> = { request }
+      if (Option.isSome(decodePath)) {
+        const path = decodePath.value(params)
+        if (Either.isLeft(path)) return Effect.fail(path.left)
+        input.path = path.right
+      }
+      if (Option.isNone(decodePayload)) return decodeAfterPayload(request, input)
+      return Effect.flatMap(Effect.orDie(request.json), (json) => {
+        const payload = decodePayload.value(json)
+        if (Either.isLeft(payload)) return Effect.fail(payload.left)
+        input.payload = payload.right
+        return decodeAfterPayload(request, input)
+      })
+    })
+
+  return (request, params) => around.reduceRight<Program>((guarded, wrap) => wrap(request, guarded), handle(request, params))
 }

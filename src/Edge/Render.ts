@@ -11,7 +11,7 @@ import {
   statusOf,
   ValidationError
 } from "../Domain/Errors.ts"
-import { type Exchange, Refused, type Reply } from "./Exchange.ts"
+import type { Reply } from "./Endpoint.ts"
 import { hasBody } from "./RequestBody.ts"
 
 /** An error as the envelope `{ ok: false, code, message }` with its status. */
@@ -80,22 +80,18 @@ const unavailable = new ServiceUnavailable({ message: "The service is temporaril
 const internal = new InternalError({ message: "An unexpected error occurred." })
 
 /**
- * The one renderer: every way a request can end badly leaves as the envelope. A tagged failure
- * is its own envelope (a refusal's with its headers, and its note for the access line), a schema's
- * decode failure is VALIDATION_ERROR naming the field, the database being unusable is 503 (told to
- * `outage`, which counts and logs it), and anything else is a generic 500 with the cause in the log.
+ * The one renderer: every way a request can end badly leaves as the envelope. A tagged failure is
+ * its own envelope (its headers, `WWW-Authenticate` or `Retry-After`, are the pre-response
+ * handlers' it added), a schema's decode failure is VALIDATION_ERROR naming the field, the
+ * database being unusable is 503 (told to `outage`, which counts and logs it), and anything else
+ * is a generic 500 with the cause in the log.
  */
 export const makeRenderer = (outage: (cause: Cause.Cause<unknown>) => Effect.Effect<void>) => {
-  const renderFailure = (cause: Cause.Cause<unknown>, exchange: Exchange): Effect.Effect<Reply> => {
+  const renderFailure = (cause: Cause.Cause<unknown>): Effect.Effect<Reply> => {
     const failure = Cause.failureOption(cause)
     if (Option.isSome(failure)) {
       const error = failure.value
       if (isApiError(error)) return Effect.succeed(errorReply(error))
-      if (error instanceof Refused) {
-        if (error.key !== undefined) exchange.key = error.key
-        const reply = errorReply(error.error)
-        return Effect.succeed(error.headers === undefined ? reply : { ...reply, headers: error.headers })
-      }
       if (isParseError(error)) return Effect.succeed(errorReply(new ValidationError({ message: validationMessage(error) })))
     }
     if (isDatabaseUnavailable(Cause.squash(cause))) return Effect.as(outage(cause), errorReply(unavailable))
@@ -122,26 +118,30 @@ const httpDate = (() => {
   }
 })()
 
+/** What the web response says of the request it answers. */
+export interface Answering {
+  readonly request: Request
+  readonly requestId: string
+  /** Whether its body is off the connection (read whole, or none). */
+  readonly bodyRead: boolean
+}
+
 /**
- * The web response: the reply, the headers the steps noted, the request id, and what every answer
- * carries (README, For integrators: `X-Content-Type-Options: nosniff`, so that no browser reads a
- * JSON answer as anything else).
+ * The web response: the reply, the request id, and what every answer carries (README, For
+ * integrators: `X-Content-Type-Options: nosniff`, so that no browser reads a JSON answer as
+ * anything else).
  */
-export const toWebResponse = (
-  exchange: Pick<Exchange, "request" | "requestId" | "headers" | "bodyRead">,
-  reply: Reply
-): Response => {
+export const toWebResponse = ({ bodyRead, request, requestId }: Answering, reply: Reply): Response => {
   const headers: Record<string, string> = {
     "content-type": "application/json",
     "x-content-type-options": "nosniff",
-    "x-request-id": exchange.requestId,
-    ...exchange.headers,
+    "x-request-id": requestId,
     ...reply.headers
   }
   // HEAD answers as GET would, headers included (README, For integrators).
-  if (exchange.request.method === "HEAD") headers["date"] = httpDate()
+  if (request.method === "HEAD") headers["date"] = httpDate()
   // The rest of an unread body is still on the connection: it cannot carry another request.
-  if (!exchange.bodyRead && hasBody(exchange.request)) headers["connection"] = "close"
+  if (!bodyRead && hasBody(request)) headers["connection"] = "close"
   // The one answer without a body (README, For integrators): nothing to give a type to.
   if (reply.status === 304) delete headers["content-type"]
   return new Response(reply.body, { status: reply.status, headers })

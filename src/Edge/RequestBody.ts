@@ -1,12 +1,4 @@
-/** Bodies above this are refused with 413 (README, Errors). */
-export const maxBodyBytes = 16 * 1024
-/** A body that has not fully arrived by then is given up on, so slow senders cannot hold the server. */
-export const bodyTimeoutMs = 10_000
-/**
- * A chunked body in more pieces than this is refused: each piece costs a read of its own, and a
- * body trickled a byte at a time cost 30 times the same body in one piece.
- */
-export const maxBodyChunks = 256
+import { bodyTimeoutMs, maxBodyBytes, maxBodyChunks } from "../Domain/JsonBody.ts"
 
 /**
  * A request body as read: at most the size limit is ever held in memory, and a body that does

@@ -1,31 +1,20 @@
-import type { HttpApi } from "@effect/platform"
+import type { HttpServerRequest } from "@effect/platform"
 import type { Effect } from "effect"
 import { MethodNotAllowed, NotFound } from "../Domain/Errors.ts"
-import { declaredEndpoints } from "../Declaration.ts"
-import { chainOf } from "./Chain.ts"
-import type { Exchange, Failure, Handler, Handlers, Reply, Steps } from "./Exchange.ts"
+import type { Reply } from "./Endpoint.ts"
 import { errorReply } from "./Render.ts"
+import type { EdgeRequest } from "./ServerRequest.ts"
 
-/** A route: what a request for it runs, its endpoint's whole chain or one of the edge's own answers. */
+/** A route: what a request for it runs, an endpoint of the definition or one of the edge's own answers. */
 export interface Route {
   readonly method: string
   /** The pattern as the definition spells it, `:name` for a parameter (also Bun's route syntax). */
   readonly path: string
-  readonly run: (exchange: Exchange) => Effect.Effect<Reply, Failure>
+  readonly run: (
+    request: EdgeRequest,
+    params: Readonly<Record<string, string>>
+  ) => Effect.Effect<Reply, unknown, HttpServerRequest.HttpServerRequest>
 }
-
-/**
- * Every endpoint of the definition, each running its chain: the steps of the middleware it
- * declares, then the handler of the same group and name.
- */
-export const routesOf = <Api extends HttpApi.HttpApi.Any>(api: Api, handlers: Handlers<Api>, steps: Steps): ReadonlyArray<Route> =>
-  declaredEndpoints(api).map((declared) => {
-    const handler = (handlers as Record<string, Record<string, Handler<any>> | undefined>)[declared.group.identifier]
-      ?.[declared.endpoint.name]
-    // The type of `handlers` already demands every endpoint; this guards a cast somewhere upstream.
-    if (handler === undefined) throw new Error(`No handler for ${declared.group.identifier}.${declared.endpoint.name}`)
-    return { method: declared.endpoint.method, path: declared.endpoint.path, run: chainOf(declared, steps, handler) }
-  })
 
 interface Pattern {
   readonly route: Route

@@ -65,7 +65,7 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
 
     const lateArrival = (request: Request, peer: string) => {
       const { requestId } = edge.callerOf(request, peer)
-      const response = toWebResponse({ request, requestId, headers: {}, bodyRead: false }, shuttingDown)
+      const response = toWebResponse({ request, requestId, bodyRead: false }, shuttingDown)
       response.headers.set("connection", "close")
       return response
     }

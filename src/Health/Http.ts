@@ -1,18 +1,15 @@
+import { HttpApiBuilder } from "@effect/platform"
 import { Duration, Effect } from "effect"
-import type { CampaignApi } from "../Api.ts"
+import { CampaignApi } from "../Api.ts"
 import { DatabaseOutage } from "../Database/Outage.ts"
+import { ServiceUnavailable } from "../Domain/Errors.ts"
 import { Draining } from "../Draining.ts"
 import { RateLimit } from "../RateLimit.ts"
-import { ServiceUnavailable } from "../Domain/Errors.ts"
-import { compile } from "../Edge/Endpoint.ts"
-import type { Handlers } from "../Edge/Exchange.ts"
-import { HealthApi } from "./Api.ts"
 import { HealthRepo } from "./HealthRepo.ts"
 
 const notReady = new ServiceUnavailable({ message: "The database does not answer." })
 const stopping = Effect.fail(new ServiceUnavailable({ message: "The server is shutting down." }))
-const alive = { status: 200, body: compile(HealthApi.alive).encodeSuccess({ ok: true, status: "alive" }) }
-const encodeReady = compile(HealthApi.ready).encodeSuccess
+const alive = Effect.succeed({ ok: true as const, status: "alive" as const })
 
 /**
  * How long one answer of the database serves readiness: probes, which need no key, may come at any
@@ -36,14 +33,19 @@ export const HealthHandlers = Effect.gen(function*() {
     ),
     readinessCheckedEvery
   )
-  const handlers: Handlers<typeof CampaignApi>["health"] = {
-    alive: () => Effect.succeed(alive),
+  return {
+    alive: HttpApiBuilder.handler(CampaignApi, "health", "alive", () => alive),
     // Not ready from the moment the server is told to stop, while it still serves everything else.
-    ready: () =>
+    ready: HttpApiBuilder.handler(CampaignApi, "health", "ready", () =>
       draining.started() ? stopping : Effect.map(databaseAnswers, () => ({
-        status: 200,
-        body: encodeReady({ ok: true, status: "ready", database: repo.database, rateLimiter: rateLimit.status() })
-      }))
+        ok: true as const,
+        status: "ready" as const,
+        database: repo.database,
+        rateLimiter: rateLimit.status()
+      })))
   }
-  return handlers
 })
+
+/** The health group, as HttpApiBuilder serves it. */
+export const HealthLive = HttpApiBuilder.group(CampaignApi, "health", (handlers) =>
+  Effect.map(HealthHandlers, ({ alive, ready }) => handlers.handle("alive", alive).handle("ready", ready)))

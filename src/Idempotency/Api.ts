@@ -1,16 +1,13 @@
 import { HttpApiMiddleware } from "@effect/platform"
-import { Context, Schema } from "effect"
+import { Schema } from "effect"
 import { Envelope, IdempotencyKeyRequired, ValidationError } from "../Domain/Errors.ts"
-
-/** The request's `Idempotency-Key`, unquoted: what `RequireIdempotencyKey` gives the handler. */
-export class IdempotencyKey extends Context.Tag("Idempotency/IdempotencyKey")<IdempotencyKey, string>() {}
 
 /**
  * "This endpoint runs once per `Idempotency-Key`": 400 without one, 400 naming the rule for one
- * that breaks it. The header's schema is the endpoint's own (`setHeaders`), so the OpenAPI
- * document shows it; the step (`Idempotency/Http.ts`) decodes it with that schema.
+ * that breaks it, before the body is read (README, Errors). The header's schema is the endpoint's
+ * own (`setHeaders`), so the OpenAPI document shows it and the handler receives the key, unquoted.
  */
 export class RequireIdempotencyKey extends HttpApiMiddleware.Tag<RequireIdempotencyKey>()(
   "Idempotency/RequireIdempotencyKey",
-  { failure: Schema.Union(Envelope(IdempotencyKeyRequired), Envelope(ValidationError)), provides: IdempotencyKey }
+  { failure: Schema.Union(Envelope(IdempotencyKeyRequired), Envelope(ValidationError)) }
 ) {}

@@ -1,10 +1,8 @@
-import { Context, Effect, Either } from "effect"
-import { ArrayFormatter } from "effect/ParseResult"
+import { HttpServerRequest } from "@effect/platform"
+import { Effect, Layer, ParseResult, Schema } from "effect"
 import { IdempotencyKeyRequired, ValidationError } from "../Domain/Errors.ts"
-import { isMissingIdempotencyKey } from "../Domain/IdempotencyKey.ts"
-import { compile } from "../Edge/Endpoint.ts"
-import type { Steps } from "../Edge/Exchange.ts"
-import { IdempotencyKey, RequireIdempotencyKey } from "./Api.ts"
+import { IdempotencyKeyHeader, isMissingIdempotencyKey } from "../Domain/IdempotencyKey.ts"
+import { RequireIdempotencyKey } from "./Api.ts"
 
 const keyRequired = Effect.fail(
   new IdempotencyKeyRequired({
@@ -12,22 +10,21 @@ const keyRequired = Effect.fail(
   })
 )
 
+const decode = Schema.decodeUnknownEither(IdempotencyKeyHeader)
+
 /**
- * The step of `RequireIdempotencyKey` (README, Idempotency): 400 unless an `Idempotency-Key` is
- * there, and 400 naming the rule unless it keeps the endpoint's header schema; it gives the
- * handler the key, unquoted.
+ * `RequireIdempotencyKey` (README, Idempotency): 400 IDEMPOTENCY_KEY_REQUIRED unless an
+ * `Idempotency-Key` is there, and 400 VALIDATION_ERROR naming the rule unless it keeps the header's
+ * schema, which the endpoint's own decoding then reads the key with.
  */
-export const IdempotencySteps: Steps = {
-  [RequireIdempotencyKey.key]: (endpoint) => {
-    const { decodeHeaders } = compile(endpoint)
-    return (exchange) => {
-      const header = exchange.request.headers.get("idempotency-key")
-      if (isMissingIdempotencyKey(header)) return keyRequired
-      return Either.match(decodeHeaders({ "idempotency-key": header }), {
-        onLeft: (error) => Effect.fail(new ValidationError({ message: ArrayFormatter.formatErrorSync(error)[0]!.message })),
-        onRight: (headers) =>
-          Effect.succeed({ provides: Context.make(IdempotencyKey, (headers as { "idempotency-key": string })["idempotency-key"]) })
-      })
-    }
-  }
-}
+export const RequireIdempotencyKeyLive = Layer.succeed(
+  RequireIdempotencyKey,
+  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request): Effect.Effect<void, IdempotencyKeyRequired | ValidationError> => {
+    const header = request.headers["idempotency-key"]
+    if (isMissingIdempotencyKey(header ?? null)) return keyRequired
+    const decoded = decode(header)
+    return decoded._tag === "Right"
+      ? Effect.void
+      : Effect.fail(new ValidationError({ message: ParseResult.ArrayFormatter.formatErrorSync(decoded.left)[0]!.message }))
+  })
+)
