@@ -711,7 +711,7 @@ describe("the access line", () => {
 
   it("is the line users read: every key in place, quotes escaped, and every one of many annotations", () => {
     expect(accessLine(HashMap.make(["requestId", "req-1"]), fields, List.nil(), fiberId, now)).toBe(
-      String.raw`{"message":"request","logLevel":"INFO","timestamp":"2026-11-23T01:02:03.456Z","annotations":{"requestId":"req-1","method":"POST","route":"/v1/whoami","status":401,"durationMs":0.125,"keyId":"k\"ey\\1","brandId":null,"reason":"unknown key"},"spans":{},"fiberId":"#42"}`
+      String.raw`{"message":"request","logLevel":"INFO","timestamp":"2026-11-23T01:02:03.456Z","annotations":{"requestId":"req-1","clientAddress":"203.0.113.7","clientRequestId":"caller's \"own\" id","method":"POST","route":"/v1/whoami","status":401,"durationMs":0.125,"keyId":"k\"ey\\1","brandId":null,"reason":"unknown key"},"spans":{},"fiberId":"#42"}`
     )
     const many = HashMap.fromIterable(Array.from({ length: 40 }, (_, i) => [`annotation${i}`, i] as const))
     const line = accessLine(many, fields, List.nil(), fiberId, now)
