@@ -3,7 +3,7 @@
 --   wrk ... -s bench/scenario.lua <url> -- <scenario> <apiKey> <activatePath> <keyPrefix>
 -- scenario: whoami | fresh (activate, a new Idempotency-Key per request)
 --           | replay (activate, always the same key and body) | mix (9 whoami, then 1 fresh activate)
---           | get, list (a GET of the path passed as <keyPrefix>: a record by id, a page of activations)
+--           | get, list, page-… (a GET of the path passed as <keyPrefix>: a record by id, a page of activations)
 -- response() counts responses by status (wrk's own "status" error counts only >= 400);
 -- done() prints one line "BENCH_RESULT {json}" that bench/common.ts reads.
 
@@ -45,7 +45,7 @@ function request()
     return whoami_request
   elseif scenario == "replay" then
     return replay_request
-  elseif scenario == "get" or scenario == "list" then
+  elseif scenario == "get" or scenario == "list" or scenario:find("^page%-") then
     return read_request
   elseif scenario == "fresh" then
     return fresh_request()

@@ -2,7 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { describe, expect, it, layer } from "@effect/vitest"
 import { Cause, ConfigProvider, Data, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Ref, TestClock } from "effect"
 import { chmodSync, statSync, writeFileSync } from "node:fs"
-import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
+import { ActivationsRepo, type Page, pageStatement } from "../src/Activations/ActivationsRepo.ts"
 import { ApiKeysRepo, type ApiKeyRow } from "../src/ApiKeys/ApiKeysRepo.ts"
 import { AppConfig } from "../src/Config.ts"
 import { GroupCommit } from "../src/Database/GroupCommit.ts"
@@ -11,7 +11,7 @@ import type { Activation } from "../src/Domain/Activation.ts"
 import { IdempotencyConflict, IdempotencyInProgress } from "../src/Domain/Errors.ts"
 import { fingerprintOf, Idempotency, type IdempotentAnswer, type IdempotentRequest, type StoredResponse } from "../src/Idempotency.ts"
 import { IdempotencyRepo, type IdempotencyRow } from "../src/Idempotency/IdempotencyRepo.ts"
-import { postgres, sharedSkipped, withPostgres } from "./support/backends.ts"
+import { backends, postgres, sharedSkipped, withPostgres } from "./support/backends.ts"
 import { inspect } from "./support/database.ts"
 import { eventually } from "./support/load.ts"
 import { tempDatabase } from "./support/server.ts"
@@ -292,6 +292,110 @@ layer(ActivationsRepo.Live.pipe(Layer.provideMerge(SqlLiveAt(tempDatabase()))))(
       const repo = yield* ActivationsRepo
       expect(yield* repo.findById(brandId, uuidOf(++sequence))).toEqual(Option.none())
     }))
+})
+
+/** What a page's plan does, in the terms of either database's EXPLAIN. */
+interface PagePlan {
+  /** The columns of the index whose range the plan searches, in the index's order. */
+  readonly index: ReadonlyArray<string>
+  /** How many of the statement's conditions that search keys on. */
+  readonly keyedOn: number
+  /** Every other step: a scan, a sort, a condition checked row by row. */
+  readonly otherSteps: ReadonlyArray<string>
+}
+
+/** An index's columns from its definition, with PostgreSQL's casts of a column to text taken out. */
+const indexColumns = (definition: string) =>
+  definition.slice(definition.indexOf("(") + 1, definition.lastIndexOf(")")).replace(/\((\w+)\)::text/g, "$1").split(/,\s*/)
+
+/** SQLite's EXPLAIN QUERY PLAN: a search lists the conditions its index keys on, and nothing else of them. */
+const sqlitePlan = (sql: SqlClient.SqlClient, [text, params]: readonly [string, ReadonlyArray<unknown>]) =>
+  Effect.gen(function*() {
+    const steps = yield* sql.unsafe<{ detail: string }>(`EXPLAIN QUERY PLAN ${text}`, params)
+    const searches = steps.flatMap(({ detail }) => {
+      const search = /^SEARCH activations USING (?:COVERING )?INDEX (\S+) \((.+)\)$/.exec(detail)
+      return search === null ? [] : [{ name: search[1]!, keys: search[2]!.split(" AND ") }]
+    })
+    const [search] = searches
+    const definition = search === undefined
+      ? []
+      : yield* sql<{ sql: string }>`SELECT sql FROM sqlite_schema WHERE type = 'index' AND name = ${search.name}`
+    return {
+      index: definition.length === 0 ? [] : indexColumns(definition[0]!.sql),
+      keyedOn: search?.keys.length ?? 0,
+      otherSteps: steps.map(({ detail }) => detail).filter((detail) => !detail.startsWith("SEARCH activations USING"))
+    }
+  })
+
+interface PgPlanNode {
+  readonly "Node Type": string
+  readonly "Index Name"?: string
+  readonly "Index Cond"?: string
+  readonly Filter?: string
+  readonly Plans?: ReadonlyArray<PgPlanNode>
+}
+
+/**
+ * PostgreSQL's EXPLAIN, as the pool runs the statement (an unnamed statement: planned with its
+ * values). An empty table is cheapest read whole, so sequential scans are off: the planner chooses
+ * among the indexes as it does once the table is large.
+ */
+const pgPlan = (sql: SqlClient.SqlClient, [text, params]: readonly [string, ReadonlyArray<unknown>]) =>
+  Effect.gen(function*() {
+    const [explained] = yield* sql.withTransaction(
+      Effect.zipRight(
+        sql`SET LOCAL enable_seqscan = off`,
+        sql.unsafe<{ "QUERY PLAN": ReadonlyArray<{ Plan: PgPlanNode }> }>(`EXPLAIN (FORMAT JSON) ${text}`, params)
+      )
+    )
+    const nodes: Array<PgPlanNode> = []
+    const walk = (node: PgPlanNode): void => {
+      nodes.push(node)
+      node.Plans?.forEach(walk)
+    }
+    walk(explained!["QUERY PLAN"][0]!.Plan)
+    const search = nodes.find((node) => node["Node Type"] === "Index Scan" || node["Node Type"] === "Index Only Scan")
+    const definition = search === undefined
+      ? []
+      : yield* sql<{ indexdef: string }>`SELECT indexdef FROM pg_indexes WHERE indexname = ${search["Index Name"]!}`
+    return {
+      index: definition.length === 0 ? [] : indexColumns(definition[0]!.indexdef),
+      keyedOn: search?.["Index Cond"]?.split(" AND ").length ?? 0,
+      otherSteps: nodes.flatMap((node) => [
+        ...(node === search || node["Node Type"] === "Limit" ? [] : [node["Node Type"]]),
+        ...(node.Filter === undefined ? [] : [`Filter: ${node.Filter}`])
+      ])
+    }
+  })
+
+describe.each(backends)("ActivationsRepo's pages on $name", (backend) => {
+  it("reads each combination of filters, with and without a cursor, from the range of an index that begins with the brand and every filter, in id order: no scan, no row checked after it, no sort", async () => {
+    const database = await backend.database()
+    const filtered = { creatorId: "lower(creator_id)", campaignId: "lower(campaign_id)" }
+    const plans = await Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const statementOf = pageStatement(sql)
+      const planOf = sql.onDialectOrElse({ pg: () => pgPlan, orElse: () => sqlitePlan })
+      const plans: Array<{ readonly page: Page; readonly plan: PagePlan }> = []
+      for (const creatorId of [undefined, uuidOf(++sequence)]) {
+        for (const campaignId of [undefined, crypto.randomUUID().toUpperCase()]) {
+          for (const below of [undefined, uuidOf(++sequence)]) {
+            const page = { creatorId, campaignId, below, limit: 21 }
+            plans.push({ page, plan: yield* planOf(sql, statementOf(brandId, page).compile()) })
+          }
+        }
+      }
+      return plans
+    }).pipe(Effect.provide(SqlLiveAt(database)), Effect.runPromise)
+    expect(plans).toHaveLength(8)
+    for (const { page, plan } of plans) {
+      const filters = (["creatorId", "campaignId"] as const).filter((name) => page[name] !== undefined).map((name) => filtered[name])
+      const leading = plan.index.slice(0, filters.length + 2)
+      // The brand, then the filters in whichever order the index has them, then the id it pages by.
+      expect({ page, brand: leading[0], filters: leading.slice(1, -1).sort(), then: leading.at(-1), keyedOn: plan.keyedOn, otherSteps: plan.otherSteps })
+        .toEqual({ page, brand: "brand_id", filters: filters.sort(), then: "id", keyedOn: filters.length + 2, otherSteps: [] })
+    }
+  })
 })
 
 layer(SqlLiveAt(tempDatabase()))("ReadSql on SQLite", (it) => {
