@@ -12,10 +12,7 @@ const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 const sha256 = (text: string): Uint8Array => Bun.SHA256.hash(text) as Uint8Array
 
-/**
- * Compared against when the key id is unknown, so the comparison costs the same either way. (On
- * PostgreSQL an unknown id also costs a read of the counter: key ids are public, secrets are not.)
- */
+/** Compared against when the key id is unknown, so the comparison costs the same either way. */
 const decoyDigest = sha256("decoy")
 
 /** A token that is not a key at all: the log learns nothing of it, not even a key id. */
@@ -129,37 +126,22 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
       }
       // Every key by id, loaded again whenever the generation moves: a request reads one number,
       // not the key's row. A key created, changed or revoked by any process counts from the next
-      // request on SQLite, within one poll on PostgreSQL (README, Running several instances). The
-      // counter only grows: keys loaded at a newer generation than a request reads (after a fresh
-      // read, below) serve it as well.
+      // request on SQLite, within one poll on PostgreSQL (README, Running several instances). A key
+      // id absent at that generation is refused without asking the database: whether it exists
+      // must not show in the time of the answer, and made-up ids must cost the database nothing.
       let cache: { readonly generation: number; readonly keys: ReadonlyMap<string, Cached> } | undefined
-      const cachedAt = (generation: number) =>
-        cache !== undefined && cache.generation >= generation ? cache.keys : undefined
-      const keysAt = (generation: number) => {
-        const cached = cachedAt(generation)
-        return cached !== undefined
-          ? Effect.succeed(cached)
-          : Effect.map(repo.list, (rows) => {
-            const keys = new Map(rows.map((row) => [row.keyId, toCached(row)]))
-            cache = { generation, keys }
-            return keys
-          })
-      }
-      // A key id the cache does not know may have been created a moment ago by another process:
-      // where the generation is polled (PostgreSQL), it is read afresh before the key is refused.
-      const { freshGeneration } = repo
-      const lookup = (keyId: string) =>
-        Effect.flatMap(repo.generation, (generation) => {
-          // The usual case, a known key and keys unchanged, without an effect of its own.
-          const stored = cachedAt(generation)?.get(keyId)
-          if (stored !== undefined) return Effect.succeed(stored)
-          return Effect.flatMap(keysAt(generation), (keys) => {
-            const stored = keys.get(keyId)
-            return stored !== undefined || freshGeneration === undefined
-              ? Effect.succeed(stored)
-              : Effect.map(Effect.flatMap(freshGeneration, keysAt), (fresh) => fresh.get(keyId))
-          })
+      const load = (generation: number) =>
+        Effect.map(repo.list, (rows) => {
+          const keys = new Map(rows.map((row) => [row.keyId, toCached(row)]))
+          cache = { generation, keys }
+          return keys
         })
+      const lookup = (keyId: string) =>
+        Effect.flatMap(repo.generation, (generation) =>
+          // The usual case, keys unchanged, without an effect of its own.
+          cache !== undefined && cache.generation >= generation
+            ? Effect.succeed(cache.keys.get(keyId))
+            : Effect.map(load(generation), (keys) => keys.get(keyId)))
 
       // The clock of the layer (a test's TestClock, in tests): read with no effect of its own.
       const clock = yield* Effect.clock
