@@ -1,4 +1,4 @@
-import { Clock, Context, DateTime, Duration, Effect, Layer, Option } from "effect"
+import { Clock, Context, DateTime, Deferred, Duration, Effect, FiberId, Layer, Option } from "effect"
 import { timingSafeEqual } from "node:crypto"
 import { ApiKeysRepo, type ApiKeyRow, type KeyChangesRequested, type SecretUse } from "./ApiKeys/ApiKeysRepo.ts"
 import { ApiKeyInfo, type Authenticated, type BrandId, type KeyId, type RateLimitPolicy, type Scope } from "./Domain/ApiKey.ts"
@@ -130,11 +130,25 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
       // id absent at that generation is refused without asking the database: whether it exists
       // must not show in the time of the answer, and made-up ids must cost the database nothing.
       let cache: { readonly generation: number; readonly keys: ReadonlyMap<string, Cached> } | undefined
+      // One load at a time for a generation, whatever the number of requests that find the keys
+      // changed at once (a flood of made-up ids, say). It runs on its own, so a request that gives
+      // up waiting for it (its client gone) never interrupts it for the others.
+      let loading: { readonly generation: number; readonly keys: Deferred.Deferred<ReadonlyMap<string, Cached>> } | undefined
       const load = (generation: number) =>
-        Effect.map(repo.list, (rows) => {
-          const keys = new Map(rows.map((row) => [row.keyId, toCached(row)]))
-          cache = { generation, keys }
-          return keys
+        Effect.suspend(() => {
+          if (loading !== undefined && loading.generation >= generation) return Deferred.await(loading.keys)
+          const started = { generation, keys: Deferred.unsafeMake<ReadonlyMap<string, Cached>>(FiberId.none) }
+          loading = started
+          const loaded = Effect.map(repo.list, (rows) => {
+            const keys = new Map(rows.map((row) => [row.keyId, toCached(row)]))
+            if (cache === undefined || cache.generation < generation) cache = { generation, keys }
+            return keys
+          })
+          const done = Effect.flatMap(Effect.exit(loaded), (exit) => {
+            if (loading === started) loading = undefined
+            return Deferred.done(started.keys, exit)
+          })
+          return Effect.zipRight(Effect.forkDaemon(done), Deferred.await(started.keys))
         })
       const lookup = (keyId: string) =>
         Effect.flatMap(repo.generation, (generation) =>

@@ -1,7 +1,7 @@
 import { RateLimiter } from "@effect/experimental"
 import { RateLimitStore } from "../src/RateLimit/Store.ts"
 import { describe, expect, it, layer } from "@effect/vitest"
-import { Arbitrary, Cause, Context, DateTime, Duration, Effect, Either, Exit, FastCheck as fc, Fiber, FiberId, HashMap, Layer, List, LogLevel, Logger, LogSpan, Option, Schema, Scope as EffectScope, TestClock } from "effect"
+import { Arbitrary, Cause, Context, DateTime, Deferred, Duration, Effect, Either, Exit, FastCheck as fc, Fiber, FiberId, HashMap, Layer, List, LogLevel, Logger, LogSpan, Option, Schema, Scope as EffectScope, TestClock } from "effect"
 import { createHash } from "node:crypto"
 import { Activations } from "../src/Activations.ts"
 import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
@@ -375,6 +375,30 @@ describe("ApiKeys with a polled generation", () => {
       expect((yield* keys.authenticate(apiKey)).identity.keyId).toBe(info.keyId)
       expect(loads).toBe(2)
     }).pipe(Effect.provide(layer)))
+
+  it.effect("requests that find the keys changed at the same moment share one load of them", () => {
+    let asked = 0
+    let loads = 0
+    const loaded = Deferred.unsafeMake<void>(FiberId.none)
+    const SlowRepo = makeTestLayer(ApiKeysRepo)({
+      generation: Effect.sync(() => {
+        asked++
+        return 1
+      }),
+      list: Effect.zipRight(Effect.sync(() => loads++), Effect.as(Deferred.await(loaded), []))
+    })
+    return Effect.gen(function*() {
+      const keys = yield* ApiKeys
+      const refusals = yield* Effect.fork(
+        Effect.forEach(Array.from({ length: 50 }, (_, n) => madeUp(n)), (token) => Effect.flip(keys.authenticate(token)), { concurrency: "unbounded" })
+      )
+      // Every one of them is waiting for the keys before they come.
+      while (asked < 50) yield* Effect.yieldNow()
+      yield* Deferred.succeed(loaded, undefined)
+      expect(new Set((yield* Fiber.join(refusals)).map((refusal) => refusal.reason))).toEqual(new Set(["unknown key"]))
+      expect(loads).toBe(1)
+    }).pipe(Effect.provide(ApiKeys.Live.pipe(Layer.provide(SlowRepo), Layer.provide(makeIdsDeterministic()))))
+  })
 })
 
 const AppConfigTest = makeTestLayer(AppConfig)({ rateLimit: { max: 3, window: Duration.seconds(60) } })
