@@ -1,6 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { Database } from "bun:sqlite"
-import { Duration, Effect, type Scope } from "effect"
+import { Duration, Effect, Schedule, type Scope } from "effect"
 import { openSync, readSync, realpathSync } from "node:fs"
 import { DatabaseConfig } from "../Config.ts"
 import { DatabaseFile } from "../Database/Sql.ts"
@@ -149,8 +149,8 @@ const sharedGeneration = Effect.gen(function*() {
     reading = latest
   }).pipe(
     Effect.ignore,
-    Effect.delay(generationPollInterval),
-    Effect.forever,
+    // `schedule` waits before each run: the reading above is as new as a first poll would be.
+    Effect.schedule(Schedule.spaced(generationPollInterval)),
     Effect.forkScoped
   )
   // SQLSTATE 08000, connection_exception: what the other requests get while the database is away.
