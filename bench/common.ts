@@ -132,3 +132,46 @@ export const seedReads = (file: string) => {
     db.close()
   }
 }
+
+/**
+ * What the page scenarios read: `pagedActivations` activations of one campaign of the bench's
+ * brand (`seedPages`), 3,000 creators of 100 each and the creator they ask for, whose 20 are the
+ * campaign's oldest, so that a plan that walked the campaign to find that creator's would walk all
+ * of it. A page of 20 for each combination of the list's filters, from the top and from the
+ * middle of the campaign (`startingAfter`): README, Reliability (indexes and counts).
+ */
+export const pagedActivations = 300_000
+const pagedCampaign = "0c1a2b3c-4d5e-4f60-8a7b-300000000000"
+const askedCreator = "7f4c9e5a-3d6b-4a8c-9e1f-000000000020"
+const pagedId = (n: number) => `01b00000-0000-7000-8000-${String(n).padStart(12, "0")}`
+const pageQueries = {
+  all: "",
+  creator: `&creatorId=${askedCreator}`,
+  campaign: `&campaignId=${pagedCampaign}`,
+  both: `&campaignId=${pagedCampaign}&creatorId=${askedCreator}`
+} as const
+const pageFrom = { "": "", "-after": `&startingAfter=${pagedId(pagedActivations / 2)}` } as const
+export type PageScenario = `page-${keyof typeof pageQueries}${keyof typeof pageFrom}`
+export const pagePaths = Object.fromEntries(
+  Object.entries(pageQueries).flatMap(([filters, query]) =>
+    Object.entries(pageFrom).map(([from, cursor]) => [`page-${filters}${from}`, `/v1/activations?limit=20${query}${cursor}`])
+  )
+) as Record<PageScenario, string>
+
+/** Writes the paged campaign's records into the SQLite database `file`, migrated already, in one transaction. */
+export const seedPages = (file: string) => {
+  const db = new Database(file)
+  try {
+    const insert = db.query(
+      "INSERT INTO activations (id, brand_id, key_id, creator_id, campaign_id, status, social_username, planned_post_at, activated_at) VALUES (?, ?, ?, ?, ?, 'ACTIVE', '@paged', NULL, ?)"
+    )
+    db.transaction(() => {
+      for (let n = 0; n < pagedActivations; n++) {
+        const creator = n < 20 ? askedCreator : `6e3b8d4f-2c5a-4f7b-9d0e-${String(n % 3000).padStart(12, "0")}`
+        insert.run(pagedId(n), brandId, "seeded0000000000", creator, pagedCampaign, new Date(Date.UTC(2026, 0, 1) + n * 1000).toISOString())
+      }
+    })()
+  } finally {
+    db.close()
+  }
+}

@@ -6,21 +6,33 @@
  *   bun bench/hostile.ts                     # all attacks against `bun src/main.ts serve`
  *   HOSTILE_ATTACKS=pipeline,timing bun bench/hostile.ts
  *   HOSTILE_SERVER="dist/campaign-api serve" bun bench/hostile.ts   # the binary instead
+ *   HOSTILE_BACKEND=postgres bun bench/hostile.ts   # on PostgreSQL + Redis, as bench/shared.ts runs it
+ *                                                   # POSTGRES_URL=postgres://postgres@127.0.0.1:5432 REDIS_URL=redis://127.0.0.1:6379
  */
+import { SQL } from "bun"
 import { Database } from "bun:sqlite"
 import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs"
 import { connect, type Socket } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { activatePath, freePort } from "./common.ts"
+import { activatePath, freePort, wrkArgs, wrkResultOf } from "./common.ts"
 
 const root = new URL("..", import.meta.url).pathname
 const work = mkdtempSync(join(tmpdir(), "campaign-api-hostile-"))
-const database = join(work, "db.sqlite")
+const onPostgres = process.env["HOSTILE_BACKEND"] === "postgres"
+if (!["postgres", "sqlite", undefined].includes(process.env["HOSTILE_BACKEND"])) {
+  throw new Error(`HOSTILE_BACKEND takes sqlite (the default) or postgres, not ${process.env["HOSTILE_BACKEND"]}`)
+}
+const postgresServer = process.env["POSTGRES_URL"] ?? "postgres://postgres@127.0.0.1:5432"
+const redisUrl = process.env["REDIS_URL"] ?? "redis://127.0.0.1:6379"
+const postgresDatabase = `hostile_${Date.now().toString(36)}`
+const database = onPostgres ? `${postgresServer}/${postgresDatabase}` : join(work, "db.sqlite")
 const logFile = join(work, "server.log")
 const serverCommand = (process.env["HOSTILE_SERVER"] ?? `${process.execPath} src/main.ts serve`).split(" ")
 const wanted = (process.env["HOSTILE_ATTACKS"] ?? "").split(",").map((a) => a.trim()).filter((a) => a !== "")
 const budgetMs = 10 * 60_000
+/** The README's bound for a key created with the command line to reach a server on PostgreSQL (Running several instances). */
+const keyPropagationMs = 1_000
 
 const children: Array<ReturnType<typeof Bun.spawn>> = []
 const cleanUp = () => {
@@ -59,7 +71,16 @@ const startServer = async (env: Record<string, string> = {}): Promise<Server> =>
   const port = freePort()
   const child = Bun.spawn(["taskset", "-c", "1", ...serverCommand], {
     cwd: root,
-    env: { ...process.env, DATABASE_URL: database, HOST: "127.0.0.1", PORT: String(port), LOG_LEVEL: "info", SHUTDOWN_DELAY_SECONDS: "0", ...env },
+    env: {
+      ...process.env,
+      DATABASE_URL: database,
+      ...(onPostgres ? { REDIS_URL: redisUrl } : {}),
+      HOST: "127.0.0.1",
+      PORT: String(port),
+      LOG_LEVEL: "info",
+      SHUTDOWN_DELAY_SECONDS: "0",
+      ...env
+    },
     stdout: "ignore",
     stderr: Bun.file(logFile)
   })
@@ -138,6 +159,26 @@ const mannWhitneyZ = (a: ReadonlyArray<number>, b: ReadonlyArray<number>) => {
   const sd = Math.sqrt((a.length * b.length * (a.length + b.length + 1)) / 12)
   return (u - mean) / sd
 }
+
+/**
+ * Transactions PostgreSQL has counted in the service's database (`pg_stat_database`; each of the
+ * service's statements outside a transaction is one), read from another database so the reading
+ * does not count itself.
+ */
+const transactionsSoFar = async () => {
+  const sql = new SQL(`${postgresServer}/postgres`, { max: 1 })
+  try {
+    const rows = await sql`SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = ${postgresDatabase}`
+    return Number(rows[0].n)
+  } finally {
+    await sql.close()
+  }
+}
+/**
+ * How long PostgreSQL (15) may keep a backend's counts before they show: at most a second while it
+ * is busy, up to ten once it goes idle.
+ */
+const statisticsLagMs = 11_000
 
 type Attack = (server: Server, key: { apiKey: string; keyId: string }) => Promise<string>
 
@@ -227,6 +268,42 @@ const attacks: Record<string, Attack> = {
       `${((statSync(logFile).size - logBefore) / sent).toFixed(1)} log bytes per 401`
   },
 
+  /**
+   * 5, as a flood: wrk sends made-up key ids (a new one per request) as fast as the server answers,
+   * for 5 s. On PostgreSQL, the transactions the database counted over the flood (and the lag of
+   * its statistics after it) against as long a quiet window just before (the generation's poll):
+   * the difference is what the made-up ids cost the database.
+   */
+  "unknown-flood": async (server) => {
+    const floodSeconds = 5
+    const windowMs = floodSeconds * 1_000 + statisticsLagMs
+    let quiet: number | undefined
+    if (onPostgres) {
+      await Bun.sleep(statisticsLagMs)
+      const quietFrom = await transactionsSoFar()
+      await Bun.sleep(windowMs)
+      quiet = (await transactionsSoFar()) - quietFrom
+    }
+    const floodFrom = onPostgres ? await transactionsSoFar() : 0
+    const cpuBefore = cpuSeconds(server.pid)
+    const wrk = Bun.spawnSync(["taskset", "-c", "0", ...wrkArgs(server.url, "unknown", "-", "-", 50, floodSeconds)])
+    const result = wrkResultOf(wrk.stdout.toString())
+    if (result === undefined) throw new Error(`wrk printed no result: ${wrk.stderr}`)
+    const seconds = result.durationMicros / 1e6
+    const cpu = ((cpuSeconds(server.pid) - cpuBefore) / seconds) * 100
+    const statuses = Object.entries(result.statuses).map(([status, n]) => `${n} × ${status}`).join(", ")
+    let database = ""
+    if (quiet !== undefined) {
+      await Bun.sleep(statisticsLagMs)
+      const flood = (await transactionsSoFar()) - floodFrom
+      database = `; PostgreSQL transactions in the service's database over ${windowMs / 1000} s: ${flood} with the flood, ` +
+        `${quiet} in as long a quiet window before it, ${flood - quiet} added`
+    }
+    return `made-up key ids at ${(result.requests / seconds).toFixed(0)} req/s for ${seconds.toFixed(1)} s (${statuses}), ` +
+      `p50 ${(result.latencyMicros.p50 / 1000).toFixed(2)} ms, p99 ${(result.latencyMicros.p99 / 1000).toFixed(2)} ms; ` +
+      `server CPU ${cpu.toFixed(0)} % of a core${database}`
+  },
+
   /** 7: a known key id with a wrong secret against an unknown key id, interleaved. */
   timing: async (server, key) => {
     const known = `cak_${key.keyId}_${"0".repeat(64)}`
@@ -257,6 +334,7 @@ const attacks: Record<string, Attack> = {
       "keys", "create", "--brand", crypto.randomUUID(), "--scopes", "campaigns:read", "--rate-limit", "1000000/60", "--expires-in", "1", "--json"
     ])) as { apiKey: string; keyId: string }
     const rolled = JSON.parse(cli(["keys", "roll", created.keyId, "--grace", "1h", "--json"])) as { apiKey: string }
+    if (onPostgres) await Bun.sleep(keyPropagationMs)
     const secrets = { current: rolled.apiKey, previous: created.apiKey }
     const samples: Record<"current" | "previous", Array<number>> = { current: [], previous: [] }
     await (await fetch(`${server.url}/healthz`)).arrayBuffer() // warm the client
@@ -381,13 +459,24 @@ const attacks: Record<string, Attack> = {
 }
 
 const fileTricks = ["wal-deleted", "shm-revoke"]
+/** What works on a SQLite file only: the file tricks, and the purge's records written straight into the file. */
+const sqliteOnly = [...fileTricks, "purge"]
 
 const main = async () => {
-  const names = wanted.length === 0 ? Object.keys(attacks) : wanted
+  const names = wanted.length === 0 ? Object.keys(attacks).filter((name) => !onPostgres || !sqliteOnly.includes(name)) : wanted
   // Attacks that break the database file run after every other one.
   names.sort((a, b) => Number(fileTricks.includes(a)) - Number(fileTricks.includes(b)))
   for (const name of names) if (!(name in attacks)) throw new Error(`unknown attack ${name}: ${Object.keys(attacks).join(", ")}`)
-  console.log(`hostile: ${serverCommand.join(" ")} on CPU 1, loopback only; work directory ${work}`)
+  if (onPostgres) {
+    const refused = names.filter((name) => sqliteOnly.includes(name))
+    if (refused.length > 0) throw new Error(`${refused.join(", ")} attack a SQLite file: not run on PostgreSQL`)
+    const admin = new SQL(`${postgresServer}/postgres`, { max: 1 })
+    await admin.unsafe(`CREATE DATABASE ${postgresDatabase}`)
+    await admin.close()
+  }
+  console.log(
+    `hostile: ${serverCommand.join(" ")} on CPU 1, loopback only, on ${onPostgres ? `PostgreSQL (${postgresServer}/${postgresDatabase}) + Redis (${redisUrl})` : "SQLite"}; work directory ${work}`
+  )
   // The key exists before the server starts, so a server of its own (the purge) knows it too.
   cli(["keys", "list"])
   let key = createKey()
@@ -411,4 +500,10 @@ await main().catch((error: unknown) => {
   console.error(`hostile failed: ${error instanceof Error ? error.message : String(error)}`)
   process.exitCode = 1
 })
+if (onPostgres) {
+  for (const child of children) child.kill("SIGKILL")
+  const admin = new SQL(`${postgresServer}/postgres`, { max: 1 })
+  await admin.unsafe(`DROP DATABASE IF EXISTS ${postgresDatabase} WITH (FORCE)`)
+  await admin.close()
+}
 process.exit()

@@ -3,6 +3,8 @@
  *
  *   bun bench/run.ts                      # BENCH_DURATION=10 (seconds per measured run), BENCH_WARMUP=15,
  *                                         # BENCH_STARTUP_ONLY=1 (start-up against a bare Bun.serve only),
+ *                                         # BENCH_SCENARIOS=pages (a page of each combination of filters
+ *                                         # among 300,000 activations of one campaign, the service alone),
  *                                         # BENCH_LOG_RUNS=4, BENCH_LOG_SECONDS=5 (the access log's runs)
  *                                         # BENCH_METRICS_ONLY=1 (only metrics on against off, side by side;
  *                                         # BENCH_METRICS_AGAINST=<binary>: that binary against this one, metrics off)
@@ -25,8 +27,12 @@ import {
   apiKeyOf,
   freePort,
   keysCreateArgs,
+  pagedActivations,
+  pagePaths,
+  type PageScenario,
   readPaths,
   seededActivations,
+  seedPages,
   seedReads,
   storeReplayed,
   whoamiOk,
@@ -74,7 +80,15 @@ const otherCpuWarningPercent = 10
 /** Effect's names for log levels: README's `warning` is refused by Config.logLevel (only `warn` parses). */
 const serviceLogLevel = "warn"
 
-type ScenarioName = "whoami" | "fresh" | "replay" | "mix" | "get" | "list"
+type ScenarioName = "whoami" | "fresh" | "replay" | "mix" | "get" | "list" | PageScenario
+
+const isPage = (scenario: ScenarioName): scenario is PageScenario => scenario in pagePaths
+
+/** The page scenarios: run only when named (`pages` names them all), on the service alone. */
+const pageScenarios = (Object.keys(pagePaths) as Array<PageScenario>).map((name) => ({
+  name,
+  title: `(g) a page of 20 among ${pagedActivations.toLocaleString("en-US")} activations of one campaign: GET ${pagePaths[name]}`
+}))
 
 const allScenarios: ReadonlyArray<{ readonly name: ScenarioName; readonly title: string }> = [
   { name: "whoami", title: "(a) whoami: GET /v1/whoami" },
@@ -87,22 +101,31 @@ const allScenarios: ReadonlyArray<{ readonly name: ScenarioName; readonly title:
 
 /** What a wrk run of `scenario` passes as its key prefix: the path itself for a read. */
 const keyPrefixOf = (scenario: ScenarioName, prefix: string) =>
-  scenario === "get" || scenario === "list" ? readPaths[scenario] : prefix
+  scenario === "get" || scenario === "list" ? readPaths[scenario] : isPage(scenario) ? pagePaths[scenario] : prefix
 
-/** The read scenarios' records, written into a server's database before it starts. */
 /** BENCH_STARTUP_ONLY=1 measures the binary's start-up against the bare server's, and stops there. */
 const startupOnly = process.env["BENCH_STARTUP_ONLY"] === "1"
 
-/** BENCH_SCENARIOS=whoami,fresh runs only those (all four by default). */
+/** BENCH_SCENARIOS=whoami,fresh runs only those (all but the pages by default; `pages` is every page scenario). */
 const scenarios = (() => {
   const wanted = (process.env["BENCH_SCENARIOS"] ?? "").split(",").map((name) => name.trim()).filter((name) => name !== "")
+    .flatMap((name) => (name === "pages" ? pageScenarios.map((page) => page.name) : [name]))
+  const known = [...allScenarios, ...pageScenarios]
   for (const name of wanted) {
-    if (!allScenarios.some((scenario) => scenario.name === name)) {
-      fail(`BENCH_SCENARIOS: unknown scenario "${name}" (${allScenarios.map((s) => s.name).join(", ")})`)
+    if (!known.some((scenario) => scenario.name === name)) {
+      fail(`BENCH_SCENARIOS: unknown scenario "${name}" (${known.map((s) => s.name).join(", ")}, pages)`)
     }
   }
-  return wanted.length === 0 ? allScenarios : allScenarios.filter((scenario) => wanted.includes(scenario.name))
+  return wanted.length === 0 ? allScenarios : known.filter((scenario) => wanted.includes(scenario.name))
 })()
+
+const runsPages = scenarios.some((scenario) => isPage(scenario.name))
+
+/** The records every server's database holds before it starts: the reads', and the pages' when a page scenario runs. */
+const seed = (databaseFile: string) => {
+  seedReads(databaseFile)
+  if (runsPages) seedPages(databaseFile)
+}
 
 /**
  * The access log's cost (LOG_LEVEL=info over warn) is measured apart, in short runs of the two
@@ -525,8 +548,9 @@ const measureMetrics = async (binary: string, dir: string) => {
   const cli = [binary]
   const startOne = async (name: ServerName, command: ReadonlyArray<string>, env: Record<string, string>) => {
     const databaseFile = join(dir, `${name}.sqlite`)
-    const apiKey = await createKey(cli, databaseFile)
-    seedReads(databaseFile)
+    // Made by the binary that serves it: another build's database has that build's migrations.
+    const apiKey = await createKey(command, databaseFile)
+    seed(databaseFile)
     return startServer(name, [...command, "serve"], { RATE_LIMIT_MAX: "1000000000", LOG_LEVEL: serviceLogLevel, ...env }, databaseFile, apiKey)
   }
   const metricsPort = freePort()
@@ -737,8 +761,9 @@ const main = async () => {
     const serviceKey = await createKey(serviceCli, serviceDb)
     const serviceInfoKey = await createKey(serviceCli, serviceInfoDb)
     const baselineKey = await createKey(serviceCli, baselineDb)
-    for (const database of [serviceDb, serviceInfoDb, baselineDb]) seedReads(database)
-    console.log(`seeded ${seededActivations} activations of the bench's brand into each database for the reads`)
+    for (const database of [serviceDb, serviceInfoDb, baselineDb]) seed(database)
+    console.log(`seeded ${seededActivations} activations of the bench's brand into each database for the reads` +
+      (runsPages ? `, and ${pagedActivations} of one campaign for the pages` : ""))
     servers.push(await startServer("service", [...serviceCli, "serve"], {
       RATE_LIMIT_MAX: "1000000000",
       LOG_LEVEL: serviceLogLevel
@@ -761,8 +786,22 @@ const main = async () => {
       readonly accessLog: AccessLogCost
       readonly problems: ReadonlyArray<string>
     }> = []
+    /** The page scenarios, on the service alone: each combination's latency at one campaign's size, not a ratio. */
+    const pages: Array<{ readonly scenario: PageScenario; readonly path: string; readonly service: Measurement; readonly problems: ReadonlyArray<string> }> = []
     const runId = Date.now().toString(36)
     for (const scenario of scenarios) {
+      if (isPage(scenario.name)) {
+        console.log(`\nrunning ${scenario.title} on the service ...`)
+        const service = await measure(servers[0]!, scenario.name, `${runId}-${scenario.name}-service`)
+        const problems = problemsOf(scenario.name, service)
+        pages.push({ scenario: scenario.name, path: pagePaths[scenario.name], service, problems })
+        console.log(scenarioTable([service]))
+        for (const problem of problems) console.log(`!!! ERRORS: ${problem}; these figures are not valid`)
+        if (service.otherCpuPercent > otherCpuWarningPercent) {
+          console.log(`!   other processes used ${number(service.otherCpuPercent)}% of a core during the run: its figures are noisy`)
+        }
+        continue
+      }
       console.log(`\nrunning ${scenario.title} ...`)
       const service = await measure(servers[0]!, scenario.name, `${runId}-${scenario.name}-service`)
       const serviceInfo = await measure(servers[1]!, scenario.name, `${runId}-${scenario.name}-service-info`)
@@ -794,6 +833,24 @@ const main = async () => {
           console.log(`!   other processes used ${number(m.otherCpuPercent)}% of a core during the ${m.server} run: its figures are noisy`)
         }
       }
+    }
+
+    if (pages.length > 0) {
+      console.log(`\npages of 20 among ${number(pagedActivations)} activations of one campaign, the service at LOG_LEVEL=${serviceLogLevel}, ` +
+        `${connections} connections, ${durationSeconds} s each`)
+      console.log(table([
+        ["scenario", "req/s", "p50 ms", "p99 ms", "max ms", "non-2xx", "other CPU"],
+        ...pages.map(({ scenario, service: m }) => [
+          scenario,
+          number(m.requestsPerSecond),
+          number(m.latencyMs.p50, 2),
+          number(m.latencyMs.p99, 2),
+          number(m.latencyMs.max, 2),
+          number(m.non2xx),
+          `${number(m.otherCpuPercent)}%`
+        ])
+      ]))
+      for (const { path, scenario } of pages) console.log(`  ${scenario}: GET ${path}`)
     }
 
     // The reads against whoami in the same run: one indexed lookup more, or a page of 20 (bench/README.md).
@@ -830,11 +887,12 @@ const main = async () => {
       startupMs: Object.fromEntries(servers.map((s) => [s.name, s.startupMs])),
       lifetimePeakRssMb,
       scenarios: results,
+      pages,
       serverLogs
     }, null, 2) + "\n")
     console.log(`\nresults written to ${file}`)
 
-    const problems = results.flatMap((r) => r.problems.map((p) => `${r.scenario}: ${p}`))
+    const problems = [...results, ...pages].flatMap((r) => r.problems.map((p) => `${r.scenario}: ${p}`))
     if (problems.length > 0) {
       console.log(`\n!!! ${problems.length} PROBLEM(S): some figures above are not valid:\n${problems.map((p) => `  - ${p}`).join("\n")}`)
       process.exitCode = 1

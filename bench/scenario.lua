@@ -3,7 +3,9 @@
 --   wrk ... -s bench/scenario.lua <url> -- <scenario> <apiKey> <activatePath> <keyPrefix>
 -- scenario: whoami | fresh (activate, a new Idempotency-Key per request)
 --           | replay (activate, always the same key and body) | mix (9 whoami, then 1 fresh activate)
---           | get, list (a GET of the path passed as <keyPrefix>: a record by id, a page of activations)
+--           | get, list, page-… (a GET of the path passed as <keyPrefix>: a record by id, a page of activations)
+--           | unknown (whoami with a well-formed key whose key id is made up, a new one per request:
+--             bench/hostile.ts's flood)
 -- response() counts responses by status (wrk's own "status" error counts only >= 400);
 -- done() prints one line "BENCH_RESULT {json}" that bench/common.ts reads.
 
@@ -24,6 +26,13 @@ function init(args)
   whoami_request = wrk.format("GET", "/v1/whoami", { ["Authorization"] = auth })
   read_request = wrk.format("GET", key_prefix, { ["Authorization"] = auth })
   replay_request = activate_request(key_prefix)
+  made_up_secret = string.rep("0", 64)
+end
+
+-- cak_<16 hex digits: this thread's number, then the request's>_<secret>: no two alike.
+function unknown_request()
+  local key = string.format("cak_%08x%08x_%s", thread_id, counter, made_up_secret)
+  return wrk.format("GET", "/v1/whoami", { ["Authorization"] = "Bearer " .. key })
 end
 
 function activate_request(idempotency_key)
@@ -45,10 +54,12 @@ function request()
     return whoami_request
   elseif scenario == "replay" then
     return replay_request
-  elseif scenario == "get" or scenario == "list" then
+  elseif scenario == "get" or scenario == "list" or scenario:find("^page%-") then
     return read_request
   elseif scenario == "fresh" then
     return fresh_request()
+  elseif scenario == "unknown" then
+    return unknown_request()
   elseif scenario == "mix" then
     if counter % 10 == 0 then return fresh_request() end
     return whoami_request

@@ -1,4 +1,4 @@
-import { Clock, Context, DateTime, Duration, Effect, Layer, Option } from "effect"
+import { Clock, Context, DateTime, Deferred, Duration, Effect, FiberId, Layer, Option } from "effect"
 import { timingSafeEqual } from "node:crypto"
 import { ApiKeysRepo, type ApiKeyRow, type KeyChangesRequested, type SecretUse } from "./ApiKeys/ApiKeysRepo.ts"
 import { ApiKeyInfo, type Authenticated, type BrandId, type KeyId, type RateLimitPolicy, type Scope } from "./Domain/ApiKey.ts"
@@ -12,10 +12,7 @@ const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 const sha256 = (text: string): Uint8Array => Bun.SHA256.hash(text) as Uint8Array
 
-/**
- * Compared against when the key id is unknown, so the comparison costs the same either way. (On
- * PostgreSQL an unknown id also costs a read of the counter: key ids are public, secrets are not.)
- */
+/** Compared against when the key id is unknown, so the comparison costs the same either way. */
 const decoyDigest = sha256("decoy")
 
 /** A token that is not a key at all: the log learns nothing of it, not even a key id. */
@@ -129,37 +126,36 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
       }
       // Every key by id, loaded again whenever the generation moves: a request reads one number,
       // not the key's row. A key created, changed or revoked by any process counts from the next
-      // request on SQLite, within one poll on PostgreSQL (README, Running several instances). The
-      // counter only grows: keys loaded at a newer generation than a request reads (after a fresh
-      // read, below) serve it as well.
+      // request on SQLite, within one poll on PostgreSQL (README, Running several instances). A key
+      // id absent at that generation is refused without asking the database: whether it exists
+      // must not show in the time of the answer, and made-up ids must cost the database nothing.
       let cache: { readonly generation: number; readonly keys: ReadonlyMap<string, Cached> } | undefined
-      const cachedAt = (generation: number) =>
-        cache !== undefined && cache.generation >= generation ? cache.keys : undefined
-      const keysAt = (generation: number) => {
-        const cached = cachedAt(generation)
-        return cached !== undefined
-          ? Effect.succeed(cached)
-          : Effect.map(repo.list, (rows) => {
+      // One load at a time for a generation, whatever the number of requests that find the keys
+      // changed at once (a flood of made-up ids, say). It runs on its own, so a request that gives
+      // up waiting for it (its client gone) never interrupts it for the others.
+      let loading: { readonly generation: number; readonly keys: Deferred.Deferred<ReadonlyMap<string, Cached>> } | undefined
+      const load = (generation: number) =>
+        Effect.suspend(() => {
+          if (loading !== undefined && loading.generation >= generation) return Deferred.await(loading.keys)
+          const started = { generation, keys: Deferred.unsafeMake<ReadonlyMap<string, Cached>>(FiberId.none) }
+          loading = started
+          const loaded = Effect.map(repo.list, (rows) => {
             const keys = new Map(rows.map((row) => [row.keyId, toCached(row)]))
-            cache = { generation, keys }
+            if (cache === undefined || cache.generation < generation) cache = { generation, keys }
             return keys
           })
-      }
-      // A key id the cache does not know may have been created a moment ago by another process:
-      // where the generation is polled (PostgreSQL), it is read afresh before the key is refused.
-      const { freshGeneration } = repo
-      const lookup = (keyId: string) =>
-        Effect.flatMap(repo.generation, (generation) => {
-          // The usual case, a known key and keys unchanged, without an effect of its own.
-          const stored = cachedAt(generation)?.get(keyId)
-          if (stored !== undefined) return Effect.succeed(stored)
-          return Effect.flatMap(keysAt(generation), (keys) => {
-            const stored = keys.get(keyId)
-            return stored !== undefined || freshGeneration === undefined
-              ? Effect.succeed(stored)
-              : Effect.map(Effect.flatMap(freshGeneration, keysAt), (fresh) => fresh.get(keyId))
+          const done = Effect.flatMap(Effect.exit(loaded), (exit) => {
+            if (loading === started) loading = undefined
+            return Deferred.done(started.keys, exit)
           })
+          return Effect.zipRight(Effect.forkDaemon(done), Deferred.await(started.keys))
         })
+      const lookup = (keyId: string) =>
+        Effect.flatMap(repo.generation, (generation) =>
+          // The usual case, keys unchanged, without an effect of its own.
+          cache !== undefined && cache.generation >= generation
+            ? Effect.succeed(cache.keys.get(keyId))
+            : Effect.map(load(generation), (keys) => keys.get(keyId)))
 
       // The clock of the layer (a test's TestClock, in tests): read with no effect of its own.
       const clock = yield* Effect.clock

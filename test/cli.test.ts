@@ -454,6 +454,7 @@ describe.each(backends)("a key's life through the command line, against a runnin
         env
       )
       const { expiresAt } = await cliJson(["keys", "show", created.keyId], env)
+      await backend.afterKeyChange()
       const answers = [await whoami(server.url, created.apiKey), await whoami(server.url, created.apiKey)]
       expect(answers.map((answer) => answer.status)).toEqual([200, 200])
       expect(answers[0]!.headers.get("ratelimit-policy")).toBe(`"default";q=3;w=60`)

@@ -77,7 +77,7 @@ const isValidBody = (value: unknown): boolean => {
     [...socialUsername].length <= 100 && isWellFormed(socialUsername) &&
     !/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/.test(socialUsername) &&
     (plannedPostAt === undefined || plannedPostAt === null ||
-      (typeof plannedPostAt === "string" && isCalendarDate(plannedPostAt)))
+      (typeof plannedPostAt === "string" && isCalendarDate(plannedPostAt) && plannedPostAt >= "2000-01-01" && plannedPostAt <= "2099-12-31"))
 }
 
 const handle = fc.oneof(
@@ -92,6 +92,7 @@ const date = fc.oneof(
   fc.tuple(fc.integer({ min: 0, max: 9999 }), fc.integer({ min: 0, max: 13 }), fc.integer({ min: 0, max: 32 }))
     .map(([y, m, d]) => `${pad(y, 4)}-${pad(m, 2)}-${pad(d, 2)}`),
   fc.constantFrom("2024-02-29", "2023-02-29", "1900-02-29", "2000-02-29", "0000-02-29", "9999-12-31", "2026-1-01"),
+  fc.constantFrom("1999-12-31", "2000-01-01", "2099-12-31", "2100-01-01"),
   fc.constantFrom("2026-01-01T00:00:00Z", " 2026-01-01", "2026-01-01\n", "２０２６-01-01"),
   fc.string({ unit: "binary" })
 )

@@ -288,6 +288,14 @@ describe.each(backends)("on $name", (backend) => {
       expect(explicitNull.json.activation.plannedPostAt).toBeNull()
     })
 
+    it("accepts plannedPostAt on the first and the last day of its window", async () => {
+      for (const plannedPostAt of ["2000-01-01", "2099-12-31"]) {
+        const result = await activateAsWriter({ key: uniqueKey(), body: { socialUsername: "@a", plannedPostAt } })
+        expect(result.status).toBe(200)
+        expect(result.json.activation.plannedPostAt).toBe(plannedPostAt)
+      }
+    })
+
     it("returns socialUsername exactly as submitted and path ids as given", async () => {
       const upper = "AAAAAAAA-BBBB-4CCC-8DDD-EEEEEEEEEEEE"
       const handle = "@Ünïcödé_Näme 🎉"
@@ -447,6 +455,11 @@ describe.each(backends)("on $name", (backend) => {
         [{ socialUsername: "@a", plannedPostAt: "2026-02-30" }, "plannedPostAt must be a real calendar date"],
         [{ socialUsername: "@a", plannedPostAt: "2026-12-01T00:00:00Z" }, "plannedPostAt"],
         [{ socialUsername: "@a", plannedPostAt: 20261201 }, "plannedPostAt"],
+        // Each day is an entry of the campaign's analytics: the window bounds them (README, Validation).
+        [{ socialUsername: "@a", plannedPostAt: "1999-12-31" }, "plannedPostAt must be a date from 2000-01-01 to 2099-12-31"],
+        [{ socialUsername: "@a", plannedPostAt: "2100-01-01" }, "plannedPostAt must be a date from 2000-01-01 to 2099-12-31"],
+        [{ socialUsername: "@a", plannedPostAt: "0000-01-01" }, "plannedPostAt must be a date from 2000-01-01 to 2099-12-31"],
+        [{ socialUsername: "@a", plannedPostAt: "9999-12-31" }, "plannedPostAt must be a date from 2000-01-01 to 2099-12-31"],
         [{ socialUsername: "@a", plannedPostat: "2026-12-01" }, "plannedPostat is not a known field."],
         [[], "The request body must be a JSON object."],
         [null, "The request body must be a JSON object."],

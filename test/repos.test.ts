@@ -1,20 +1,24 @@
 import { SqlClient } from "@effect/sql"
-import { describe, expect, it, layer } from "@effect/vitest"
-import { Cause, ConfigProvider, Data, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Ref, TestClock } from "effect"
+import { afterAll, beforeAll, describe, expect, it, layer } from "@effect/vitest"
+import { Cause, ConfigProvider, Data, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Ref, Schedule, TestClock, TestServices } from "effect"
 import { chmodSync, statSync, writeFileSync } from "node:fs"
-import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
+import { ActivationsRepo, type Page, pageStatement } from "../src/Activations/ActivationsRepo.ts"
+import { ApiKeys } from "../src/ApiKeys.ts"
 import { ApiKeysRepo, type ApiKeyRow } from "../src/ApiKeys/ApiKeysRepo.ts"
 import { AppConfig } from "../src/Config.ts"
 import { GroupCommit } from "../src/Database/GroupCommit.ts"
 import { ReadSql, SqlLive } from "../src/Database/Sql.ts"
 import type { Activation } from "../src/Domain/Activation.ts"
+import type { BrandId } from "../src/Domain/ApiKey.ts"
 import { IdempotencyConflict, IdempotencyInProgress } from "../src/Domain/Errors.ts"
+import { Ids } from "../src/Ids.ts"
 import { fingerprintOf, Idempotency, type IdempotentAnswer, type IdempotentRequest, type StoredResponse } from "../src/Idempotency.ts"
 import { IdempotencyRepo, type IdempotencyRow } from "../src/Idempotency/IdempotencyRepo.ts"
-import { postgres, sharedSkipped, withPostgres } from "./support/backends.ts"
+import { backends, postgres, sharedSkipped, withPostgres } from "./support/backends.ts"
 import { inspect } from "./support/database.ts"
 import { eventually } from "./support/load.ts"
-import { tempDatabase } from "./support/server.ts"
+import { faultyLink, type FaultyLink } from "./support/proxy.ts"
+import { createKey, tempDatabase } from "./support/server.ts"
 import { annotationOf, captureLogs } from "./support/telemetry.ts"
 import { makeTestLayer } from "./support/testLayer.ts"
 
@@ -144,8 +148,12 @@ const lifecycleDatabases: ReadonlyArray<readonly [string, () => Promise<string>]
 ]
 
 describe.each(lifecycleDatabases)("ApiKeysRepo's key lifecycle on %s", (_, database) => {
-  const repoLayer = Layer.unwrapEffect(Effect.map(Effect.promise(database), (url) => ApiKeysRepo.Live.pipe(Layer.provide(SqlLiveAt(url)), Layer.provide(configAt(url)))))
+  const repoLayer = Layer.unwrapEffect(Effect.map(Effect.promise(database), (url) => ApiKeysRepo.Live.pipe(Layer.provideMerge(SqlLiveAt(url)), Layer.provide(configAt(url)))))
   const keyRow = (overrides: Partial<ApiKeyRow> = {}) => keyRowOf({ name: "nightly export", scopes: ["campaigns:read"], ...overrides })
+  // The counter as committed now, which every instance's generation follows (on PostgreSQL by its
+  // poll, which these tests' clock never runs).
+  const committed = Effect.flatMap(SqlClient.SqlClient, (sql) =>
+    Effect.map(Effect.orDie(sql<{ generation: number | string }>`SELECT generation FROM api_keys_generation`), (rows) => Number(rows[0]!.generation)))
 
   layer(repoLayer, { timeout: 30_000 })((it) => {
     it.effect("roll keeps the current secret as the previous one, until the grace or the key's expiry, the earlier", () =>
@@ -190,9 +198,6 @@ describe.each(lifecycleDatabases)("ApiKeysRepo's key lifecycle on %s", (_, datab
         const repo = yield* ApiKeysRepo
         const row = keyRow()
         yield* repo.insert(row)
-        // Read as committed now: on PostgreSQL `generation` is polled, and a fresh read is one
-        // started after the last, on a clock these tests move by hand.
-        const committed = Effect.zipRight(TestClock.adjust(1), repo.freshGeneration ?? repo.generation)
         const before = yield* committed
         expect(yield* repo.update(row.keyId, { rateLimit: { max: 5, windowSeconds: 60 } }, 0)).toBe(true)
         expect(yield* find(row.keyId)).toEqual({ ...row, rateLimit: { max: 5, windowSeconds: 60 } })
@@ -215,7 +220,6 @@ describe.each(lifecycleDatabases)("ApiKeysRepo's key lifecycle on %s", (_, datab
         const [a, b] = [keyRow(), keyRow()]
         yield* repo.insert(a)
         yield* repo.insert(b)
-        const committed = Effect.zipRight(TestClock.adjust(1), repo.freshGeneration ?? repo.generation)
         const before = yield* committed
         const use = (key: ApiKeyRow, secretSha256: string, at: number) => ({ keyId: key.keyId, secretSha256, at })
         yield* repo.recordUsage([use(a, "ab".repeat(32), 1_750_000_060_000), use(b, "ab".repeat(32), 1_750_000_000_000)])
@@ -246,6 +250,82 @@ describe.each(lifecycleDatabases)("ApiKeysRepo's key lifecycle on %s", (_, datab
         expect(many.every((use) => after.get(use.keyId) === use.at)).toBe(true)
       }))
   })
+})
+
+/**
+ * The key service on the live repository on PostgreSQL, through a link the test can slow and
+ * whose traffic it counts; on TestClock, so the generation's poll runs only when a test moves the
+ * clock past it (README, Running several instances).
+ */
+describe.skipIf(sharedSkipped !== undefined)("ApiKeys on PostgreSQL", () => {
+  let database: string
+  let link: FaultyLink
+  beforeAll(async () => {
+    database = await postgres.database()
+    link = await faultyLink(database)
+  })
+  afterAll(() => link?.close())
+
+  const keysLayer = () =>
+    ApiKeys.Live.pipe(
+      Layer.provide(ApiKeysRepo.Live),
+      Layer.provide(SqlLiveAt(link.url)),
+      Layer.provide(Ids.Live),
+      Layer.provide(configAt(link.url))
+    )
+  const madeUp = () => `cak_${crypto.randomUUID().replace(/-/g, "").slice(0, 16)}_${"0".repeat(64)}`
+  const knownKey = Effect.flatMap(ApiKeys, (keys) =>
+    keys.create({ brandId: brandId as BrandId, scopes: ["campaigns:read"], name: Option.none(), expiresIn: Option.none() }))
+
+  it.effect("refuses 10,000 made-up key ids while time passes without sending the database a byte", () =>
+    Effect.gen(function*() {
+      const keys = yield* ApiKeys
+      const known = yield* knownKey
+      // Loads the keys: the one read a generation costs.
+      expect((yield* keys.authenticate(known.apiKey)).identity.keyId).toBe(known.info.keyId)
+      const before = link.sent()
+      const reasons = new Set<string>()
+      // A millisecond passes between every hundred of them, short of the next poll.
+      for (let step = 0; step < 100; step++) {
+        yield* TestClock.adjust(Duration.millis(1))
+        for (let i = 0; i < 100; i++) reasons.add((yield* Effect.flip(keys.authenticate(madeUp()))).reason)
+      }
+      expect([...reasons]).toEqual(["unknown key"])
+      expect(link.sent() - before).toBe(0)
+    }).pipe(Effect.provide(keysLayer())))
+
+  it.effect("a database slower than the trusted second: a made-up key id is still refused (401), never left to time out (503)", () =>
+    Effect.gen(function*() {
+      const keys = yield* ApiKeys
+      const known = yield* knownKey
+      expect((yield* keys.authenticate(known.apiKey)).identity.keyId).toBe(known.info.keyId)
+      const refused = yield* Effect.gen(function*() {
+        link.slow(2_000)
+        // As between any two requests, some time has passed since the last reading.
+        yield* TestClock.adjust(Duration.millis(1))
+        const refusing = yield* Effect.fork(keys.authenticate(madeUp()))
+        // The database does not answer within the second the last reading is trusted for.
+        yield* TestClock.adjust(Duration.seconds(1))
+        // Refused, not dead: a defect is the 503 of a database that did not answer.
+        return yield* Effect.flip(Fiber.join(refusing))
+      }).pipe(Effect.ensuring(Effect.sync(() => link.slow(0))))
+      expect(refused.reason).toBe("unknown key")
+    }).pipe(Effect.provide(keysLayer())))
+
+  it.effect("a key created by another process is refused until the next poll reads the generation, then accepted", () =>
+    Effect.gen(function*() {
+      const keys = yield* ApiKeys
+      expect((yield* Effect.flip(keys.authenticate(madeUp()))).reason).toBe("unknown key")
+      const created = yield* Effect.promise(() => createKey(database, { scopes: ["campaigns:read"] }))
+      expect((yield* Effect.flip(keys.authenticate(created.apiKey))).reason).toBe("unknown key")
+      yield* TestClock.adjust(Duration.millis(200))
+      // The poll's read is real: waited for on the live clock.
+      const accepted = yield* keys.authenticate(created.apiKey).pipe(
+        Effect.retry(Schedule.spaced(Duration.millis(10)).pipe(Schedule.upTo(Duration.seconds(10)))),
+        TestServices.provideLive
+      )
+      expect(accepted.identity.keyId).toBe(created.keyId)
+    }).pipe(Effect.provide(keysLayer())))
 })
 
 const owner = { brandId, keyId: "k3y1d0000000000a" }
@@ -292,6 +372,110 @@ layer(ActivationsRepo.Live.pipe(Layer.provideMerge(SqlLiveAt(tempDatabase()))))(
       const repo = yield* ActivationsRepo
       expect(yield* repo.findById(brandId, uuidOf(++sequence))).toEqual(Option.none())
     }))
+})
+
+/** What a page's plan does, in the terms of either database's EXPLAIN. */
+interface PagePlan {
+  /** The columns of the index whose range the plan searches, in the index's order. */
+  readonly index: ReadonlyArray<string>
+  /** How many of the statement's conditions that search keys on. */
+  readonly keyedOn: number
+  /** Every other step: a scan, a sort, a condition checked row by row. */
+  readonly otherSteps: ReadonlyArray<string>
+}
+
+/** An index's columns from its definition, with PostgreSQL's casts of a column to text taken out. */
+const indexColumns = (definition: string) =>
+  definition.slice(definition.indexOf("(") + 1, definition.lastIndexOf(")")).replace(/\((\w+)\)::text/g, "$1").split(/,\s*/)
+
+/** SQLite's EXPLAIN QUERY PLAN: a search lists the conditions its index keys on, and nothing else of them. */
+const sqlitePlan = (sql: SqlClient.SqlClient, [text, params]: readonly [string, ReadonlyArray<unknown>]) =>
+  Effect.gen(function*() {
+    const steps = yield* sql.unsafe<{ detail: string }>(`EXPLAIN QUERY PLAN ${text}`, params)
+    const searches = steps.flatMap(({ detail }) => {
+      const search = /^SEARCH activations USING (?:COVERING )?INDEX (\S+) \((.+)\)$/.exec(detail)
+      return search === null ? [] : [{ name: search[1]!, keys: search[2]!.split(" AND ") }]
+    })
+    const [search] = searches
+    const definition = search === undefined
+      ? []
+      : yield* sql<{ sql: string }>`SELECT sql FROM sqlite_schema WHERE type = 'index' AND name = ${search.name}`
+    return {
+      index: definition.length === 0 ? [] : indexColumns(definition[0]!.sql),
+      keyedOn: search?.keys.length ?? 0,
+      otherSteps: steps.map(({ detail }) => detail).filter((detail) => !detail.startsWith("SEARCH activations USING"))
+    }
+  })
+
+interface PgPlanNode {
+  readonly "Node Type": string
+  readonly "Index Name"?: string
+  readonly "Index Cond"?: string
+  readonly Filter?: string
+  readonly Plans?: ReadonlyArray<PgPlanNode>
+}
+
+/**
+ * PostgreSQL's EXPLAIN, as the pool runs the statement (an unnamed statement: planned with its
+ * values). An empty table is cheapest read whole, so sequential scans are off: the planner chooses
+ * among the indexes as it does once the table is large.
+ */
+const pgPlan = (sql: SqlClient.SqlClient, [text, params]: readonly [string, ReadonlyArray<unknown>]) =>
+  Effect.gen(function*() {
+    const [explained] = yield* sql.withTransaction(
+      Effect.zipRight(
+        sql`SET LOCAL enable_seqscan = off`,
+        sql.unsafe<{ "QUERY PLAN": ReadonlyArray<{ Plan: PgPlanNode }> }>(`EXPLAIN (FORMAT JSON) ${text}`, params)
+      )
+    )
+    const nodes: Array<PgPlanNode> = []
+    const walk = (node: PgPlanNode): void => {
+      nodes.push(node)
+      node.Plans?.forEach(walk)
+    }
+    walk(explained!["QUERY PLAN"][0]!.Plan)
+    const search = nodes.find((node) => node["Node Type"] === "Index Scan" || node["Node Type"] === "Index Only Scan")
+    const definition = search === undefined
+      ? []
+      : yield* sql<{ indexdef: string }>`SELECT indexdef FROM pg_indexes WHERE indexname = ${search["Index Name"]!}`
+    return {
+      index: definition.length === 0 ? [] : indexColumns(definition[0]!.indexdef),
+      keyedOn: search?.["Index Cond"]?.split(" AND ").length ?? 0,
+      otherSteps: nodes.flatMap((node) => [
+        ...(node === search || node["Node Type"] === "Limit" ? [] : [node["Node Type"]]),
+        ...(node.Filter === undefined ? [] : [`Filter: ${node.Filter}`])
+      ])
+    }
+  })
+
+describe.each(backends)("ActivationsRepo's pages on $name", (backend) => {
+  it("reads each combination of filters, with and without a cursor, from the range of an index that begins with the brand and every filter, in id order: no scan, no row checked after it, no sort", async () => {
+    const database = await backend.database()
+    const filtered = { creatorId: "lower(creator_id)", campaignId: "lower(campaign_id)" }
+    const plans = await Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const statementOf = pageStatement(sql)
+      const planOf = sql.onDialectOrElse({ pg: () => pgPlan, orElse: () => sqlitePlan })
+      const plans: Array<{ readonly page: Page; readonly plan: PagePlan }> = []
+      for (const creatorId of [undefined, uuidOf(++sequence)]) {
+        for (const campaignId of [undefined, crypto.randomUUID().toUpperCase()]) {
+          for (const below of [undefined, uuidOf(++sequence)]) {
+            const page = { creatorId, campaignId, below, limit: 21 }
+            plans.push({ page, plan: yield* planOf(sql, statementOf(brandId, page).compile()) })
+          }
+        }
+      }
+      return plans
+    }).pipe(Effect.provide(SqlLiveAt(database)), Effect.runPromise)
+    expect(plans).toHaveLength(8)
+    for (const { page, plan } of plans) {
+      const filters = (["creatorId", "campaignId"] as const).filter((name) => page[name] !== undefined).map((name) => filtered[name])
+      const leading = plan.index.slice(0, filters.length + 2)
+      // The brand, then the filters in whichever order the index has them, then the id it pages by.
+      expect({ page, brand: leading[0], filters: leading.slice(1, -1).sort(), then: leading.at(-1), keyedOn: plan.keyedOn, otherSteps: plan.otherSteps })
+        .toEqual({ page, brand: "brand_id", filters: filters.sort(), then: "id", keyedOn: filters.length + 2, otherSteps: [] })
+    }
+  })
 })
 
 layer(SqlLiveAt(tempDatabase()))("ReadSql on SQLite", (it) => {

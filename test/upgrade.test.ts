@@ -12,8 +12,10 @@ import CreateTables from "../src/Database/migrations/0001_create_tables.ts"
 import ApiKeysGeneration from "../src/Database/migrations/0002_api_keys_generation.ts"
 import ActivationReads from "../src/Database/migrations/0003_activation_reads.ts"
 import CampaignCounts from "../src/Database/migrations/0004_campaign_counts.ts"
+import KeyLifecycle from "../src/Database/migrations/0005_key_lifecycle.ts"
 import { fingerprintOf } from "../src/Idempotency.ts"
 import { call } from "./support/client.ts"
+import { expectEnvelope } from "./support/contract.ts"
 import { backends } from "./support/backends.ts"
 import { serveInProcess } from "./support/inProcess.ts"
 import { createKey, listKeys, rollKey } from "./support/server.ts"
@@ -36,6 +38,9 @@ const releaseBeforeKeyLifecycle = {
   "0003_activation_reads": ActivationReads,
   "0004_campaign_counts": CampaignCounts
 }
+
+/** The migrations of the release before plannedPostAt's window and the list's index for both filters. */
+const releaseBeforeDateWindow = { ...releaseBeforeKeyLifecycle, "0005_key_lifecycle": KeyLifecycle }
 
 const migrateAs = (release: Record<string, Effect.Effect<void, unknown, any>>) => (database: string) =>
   (database.startsWith("postgres")
@@ -149,6 +154,96 @@ describe.each(backends)("upgrading a database of the release before the keys' li
       await backend.afterKeyChange()
       expect((await call(server.url, { path: "/v1/whoami", apiKey: rolled })).status).toBe(200)
       expect((await call(server.url, { path: "/v1/whoami", apiKey })).status).toBe(200)
+    } finally {
+      await server.stop()
+    }
+  })
+})
+
+describe.each(backends)("upgrading a database of the release before plannedPostAt's window on $name", (backend) => {
+  it("migrates at start: one creator's activations of a campaign page as before, planned days stored outside the window are counted, and a retry of a request with one is refused (400), not replayed", async () => {
+    const database = await backend.database()
+    // Its activations stored before the counts' migration, which counts them as that release did.
+    await migrateAsPreviousRelease(database)
+    const brandId = crypto.randomUUID()
+    const campaignId = "C0FFEE00-AAAA-4BBB-8CCC-DDDDEEEEFFFF"
+    const [creator, otherCreator] = ["5d2a7c3e-1b4f-4e6a-8c9d-0e1f2a3b4c5d", "6e3b8d4f-2c5a-4f7b-9d0e-1f2a3b4c5d6e"]
+    const stored = [
+      { creatorId: creator, plannedPostAt: "1999-12-31" },
+      { creatorId: otherCreator, plannedPostAt: "2026-12-01" },
+      { creatorId: creator.toUpperCase(), plannedPostAt: "9999-12-31" },
+      { creatorId: creator, plannedPostAt: null }
+    ].map((a, i) => ({
+      id: `01a0b1c2-0000-7000-8000-00000000000${i + 1}`,
+      campaignId,
+      creatorId: a.creatorId,
+      status: "ACTIVE",
+      socialUsername: "@before",
+      plannedPostAt: a.plannedPostAt,
+      activatedAt: `2026-11-2${i}T10:00:00.000Z`
+    }))
+    await backend.exec(
+      database,
+      `INSERT INTO activations (id, brand_id, key_id, creator_id, campaign_id, status, social_username, planned_post_at, activated_at) VALUES ${
+        stored.map((a) =>
+          `('${a.id}', '${brandId}', 'beforewindow0000', '${a.creatorId}', '${a.campaignId}', 'ACTIVE', '@before', ${
+            a.plannedPostAt === null ? "NULL" : `'${a.plannedPostAt}'`
+          }, '${a.activatedAt}')`
+        ).join(", ")
+      }`
+    )
+    // The answers stored for the two requests whose day is now outside the window.
+    const outside = [stored[0]!, stored[2]!]
+    await backend.exec(
+      database,
+      `INSERT INTO idempotency_keys (brand_id, idempotency_key, fingerprint, resource_id, status_code, response_body, created_at, expires_at) VALUES ${
+        outside.map((a, i) =>
+          `('${brandId}', 'outside-${i}', '${fingerprintOf(requestOf(a))}', '${a.id}', 200, '${
+            JSON.stringify({ ok: true, activation: a })
+          }', ${Date.now()}, ${Date.now() + 86_400_000})`
+        ).join(", ")
+      }`
+    )
+    await migrateAs(releaseBeforeDateWindow)(database)
+
+    const key = await createKey(database, { brandId, scopes: ["campaigns:write", "analytics:read"] })
+    const server = await serveInProcess(database, backend.env)
+    try {
+      const ids = async (query: string) =>
+        (await call(server.url, { path: `/v1/activations?${query}`, apiKey: key.apiKey })).json.activations.map((a: { id: string }) => a.id)
+      expect(await ids(`campaignId=${campaignId}&creatorId=${creator}`)).toEqual([stored[3]!.id, stored[2]!.id, stored[0]!.id])
+      expect(await ids(`campaignId=${campaignId}&creatorId=${creator}&limit=1&startingAfter=${stored[2]!.id}`)).toEqual([stored[0]!.id])
+      const counted = await call(server.url, { path: `/v1/campaigns/${campaignId}/analytics`, apiKey: key.apiKey })
+      expect(counted.json.analytics).toMatchObject({
+        activations: 4,
+        creators: 2,
+        plannedPostsByDay: [{ date: "1999-12-31", posts: 1 }, { date: "2026-12-01", posts: 1 }, { date: "9999-12-31", posts: 1 }],
+        unscheduled: 1
+      })
+      // Validation comes before the idempotency step (README, Errors): the stored answer is not reached.
+      for (const [i, activation] of outside.entries()) {
+        const { body, path } = requestOf(activation)
+        const retry = await call(server.url, {
+          method: "POST",
+          path,
+          apiKey: key.apiKey,
+          headers: { "idempotency-key": `outside-${i}`, "content-type": "application/json" },
+          body: JSON.stringify(body)
+        })
+        expectEnvelope(retry, 400, "VALIDATION_ERROR")
+        expect(retry.json.message).toBe("plannedPostAt must be a date from 2000-01-01 to 2099-12-31")
+        expect(retry.headers.get("idempotent-replayed")).toBeNull()
+        // Its entry stays: the key with a body the window accepts is another request.
+        const corrected = await call(server.url, {
+          method: "POST",
+          path,
+          apiKey: key.apiKey,
+          headers: { "idempotency-key": `outside-${i}`, "content-type": "application/json" },
+          body: JSON.stringify({ ...body, plannedPostAt: "2026-12-01" })
+        })
+        expectEnvelope(corrected, 409, "IDEMPOTENCY_CONFLICT")
+      }
+      expect(await backend.count(database, "SELECT 1 FROM activations")).toBe(4)
     } finally {
       await server.stop()
     }

@@ -1,4 +1,4 @@
-import { SqlClient } from "@effect/sql"
+import { SqlClient, type Statement } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Context, Effect, Layer, Option } from "effect"
 import type { Activation } from "../Domain/Activation.ts"
@@ -74,6 +74,64 @@ const dayKey = (row: DayRow) => `${row.brand_id} ${row.campaign_key} ${row.day} 
 const creatorDayKey = (row: CreatorDayRow) => `${row.brand_id} ${row.campaign_key} ${row.day} ${row.creator_key}`
 const creatorKey = (row: CreatorRow) => `${row.brand_id} ${row.campaign_key} ${row.creator_key}`
 
+const columns = (sql: SqlClient.SqlClient) => sql`id, campaign_id, creator_id, status, social_username, planned_post_at, activated_at`
+
+/** The list's reads, one per combination of its filters, each taking the values it compares. */
+interface Pages<R> {
+  readonly all: (brandId: string, below: string, limit: number) => R
+  readonly creator: (brandId: string, creatorId: string, below: string, limit: number) => R
+  readonly campaign: (brandId: string, campaignId: string, below: string, limit: number) => R
+  readonly both: (brandId: string, creatorId: string, campaignId: string, below: string, limit: number) => R
+}
+
+/**
+ * One statement per combination of filters, so that each is served by the index that begins with
+ * the brand and every filter it has, and walks only the rows of its page (README, Reliability:
+ * indexes and counts).
+ */
+const pageStatements = (sql: SqlClient.SqlClient): Pages<Statement.Statement<Stored>> => {
+  const selected = columns(sql)
+  return {
+    all: (brandId, below, limit) =>
+      sql<Stored>`SELECT ${selected} FROM activations
+                  WHERE brand_id = ${brandId} AND id < ${below} ORDER BY id DESC LIMIT ${limit}`,
+    creator: (brandId, creatorId, below, limit) =>
+      sql<Stored>`SELECT ${selected} FROM activations
+                  WHERE brand_id = ${brandId} AND lower(creator_id) = ${creatorId} AND id < ${below}
+                  ORDER BY id DESC LIMIT ${limit}`,
+    campaign: (brandId, campaignId, below, limit) =>
+      sql<Stored>`SELECT ${selected} FROM activations
+                  WHERE brand_id = ${brandId} AND lower(campaign_id) = ${campaignId} AND id < ${below}
+                  ORDER BY id DESC LIMIT ${limit}`,
+    both: (brandId, creatorId, campaignId, below, limit) =>
+      sql<Stored>`SELECT ${selected} FROM activations
+                  WHERE brand_id = ${brandId} AND lower(campaign_id) = ${campaignId}
+                    AND lower(creator_id) = ${creatorId} AND id < ${below}
+                  ORDER BY id DESC LIMIT ${limit}`
+  }
+}
+
+/** The read of `pages` that serves `page`, given its values: ids lowercased, as stored and indexed. */
+const pageOf = <R>(pages: Pages<R>, brandId: string, { below, campaignId, creatorId, limit }: Page): R => {
+  const from = below?.toLowerCase() ?? aboveEveryId
+  return creatorId === undefined
+    ? campaignId === undefined
+      ? pages.all(brandId, from, limit)
+      : pages.campaign(brandId, campaignId.toLowerCase(), from, limit)
+    : campaignId === undefined
+    ? pages.creator(brandId, creatorId.toLowerCase(), from, limit)
+    : pages.both(brandId, creatorId.toLowerCase(), campaignId.toLowerCase(), from, limit)
+}
+
+/**
+ * The statement `list` runs for a page, as it runs it: for reading its plan (the tests hold each
+ * combination of filters to its index, README, Reliability: indexes and counts).
+ */
+export const pageStatement = (sql: SqlClient.SqlClient): (brandId: string, page: Page) => Statement.Statement<Stored> => {
+  const statements = pageStatements(sql)
+  return (brandId, page) => pageOf(statements, brandId, page)
+}
+
 /**
  * Activation records. Writes join the caller's transaction (and its batch, see GroupCommit). Every
  * read takes the brand: there is no query path to another brand's records (README, Reads). Reads
@@ -92,33 +150,15 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
       const span = yield* spans
       const sql = yield* SqlClient.SqlClient
       const read = yield* ReadSql
-      const columns = sql`id, campaign_id, creator_id, status, social_username, planned_post_at, activated_at`
       const byId = read.prepare((brandId: string, id: string) =>
-        sql<Stored>`SELECT ${columns} FROM activations WHERE id = ${id} AND brand_id = ${brandId}`
+        sql<Stored>`SELECT ${columns(sql)} FROM activations WHERE id = ${id} AND brand_id = ${brandId}`
       )
-      // One statement per combination of filters; with both, the campaign's index serves it
-      // (README, Reliability: indexes and counts).
-      const pages = {
-        all: read.prepare((brandId: string, below: string, limit: number) =>
-          sql<Stored>`SELECT ${columns} FROM activations
-                      WHERE brand_id = ${brandId} AND id < ${below} ORDER BY id DESC LIMIT ${limit}`
-        ),
-        creator: read.prepare((brandId: string, creatorId: string, below: string, limit: number) =>
-          sql<Stored>`SELECT ${columns} FROM activations
-                      WHERE brand_id = ${brandId} AND lower(creator_id) = ${creatorId} AND id < ${below}
-                      ORDER BY id DESC LIMIT ${limit}`
-        ),
-        campaign: read.prepare((brandId: string, campaignId: string, below: string, limit: number) =>
-          sql<Stored>`SELECT ${columns} FROM activations
-                      WHERE brand_id = ${brandId} AND lower(campaign_id) = ${campaignId} AND id < ${below}
-                      ORDER BY id DESC LIMIT ${limit}`
-        ),
-        both: read.prepare((brandId: string, creatorId: string, campaignId: string, below: string, limit: number) =>
-          sql<Stored>`SELECT ${columns} FROM activations
-                      WHERE brand_id = ${brandId} AND lower(campaign_id) = ${campaignId}
-                        AND lower(creator_id) = ${creatorId} AND id < ${below}
-                      ORDER BY id DESC LIMIT ${limit}`
-        )
+      const statements = pageStatements(sql)
+      const pages: Pages<Effect.Effect<ReadonlyArray<Stored>, SqlError>> = {
+        all: read.prepare(statements.all),
+        creator: read.prepare(statements.creator),
+        campaign: read.prepare(statements.campaign),
+        both: read.prepare(statements.both)
       }
       // A campaign's numbers in a range of days, from the counts kept as it is activated (README, Analytics).
       const daysIn = read.prepare((brandId: string, campaignKey: string, from: string, to: string) =>
@@ -210,17 +250,8 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
             Effect.orDie,
             span("ActivationsRepo.findById")
           ),
-        list: (brandId, { below, campaignId, creatorId, limit }) => {
-          const from = below?.toLowerCase() ?? aboveEveryId
-          const rows = creatorId === undefined
-            ? campaignId === undefined
-              ? pages.all(brandId, from, limit)
-              : pages.campaign(brandId, campaignId.toLowerCase(), from, limit)
-            : campaignId === undefined
-            ? pages.creator(brandId, creatorId.toLowerCase(), from, limit)
-            : pages.both(brandId, creatorId.toLowerCase(), campaignId.toLowerCase(), from, limit)
-          return rows.pipe(Effect.map((rows) => rows.map(fromStored)), Effect.orDie, span("ActivationsRepo.list"))
-        },
+        list: (brandId, page) =>
+          pageOf(pages, brandId, page).pipe(Effect.map((rows) => rows.map(fromStored)), Effect.orDie, span("ActivationsRepo.list")),
         counts: (brandId, campaignId, from, to) => {
           const args = [brandId, campaignId.toLowerCase(), from ?? "", to ?? lastDay] as const
           const creators = from === undefined && to === undefined ? allCreators(brandId, args[1]) : creatorsIn(...args)

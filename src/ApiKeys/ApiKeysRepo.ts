@@ -76,15 +76,10 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
   readonly list: Effect.Effect<ReadonlyArray<ApiKeyRow>>
   /**
    * A number that changes whenever any process adds, changes or deletes a key: cheap
-   * enough to read on every request, so that a cache of `list` knows when to load again.
+   * enough to read on every request, so that a cache of `list` knows when to load again. Exact on
+   * SQLite; on PostgreSQL the last poll's, at most a second old (README, Running several instances).
    */
   readonly generation: Effect.Effect<number>
-  /**
-   * Where `generation` may lag (PostgreSQL, polled): the same number as committed now, read from
-   * the database, for a key id the cache does not know (created a moment ago, perhaps). Absent
-   * where `generation` is already exact (SQLite).
-   */
-  readonly freshGeneration: Effect.Effect<number> | undefined
   /** Marks the key revoked; false when there is no such key or it was revoked already. */
   readonly revoke: (keyId: string, at: number) => Effect.Effect<boolean>
   /**
@@ -110,7 +105,7 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
     Effect.gen(function*() {
       const span = yield* spans
       const sql = yield* SqlClient.SqlClient
-      const { current, fresh } = yield* keyChanges
+      const generation = yield* keyChanges
       const active = (keyId: string, now: number) =>
         sql`key_id = ${keyId} AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ${now})`
       // The latest time wins, whichever instance writes last.
@@ -119,8 +114,7 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
         orElse: () => sql.literal("max(api_key_usage.last_used_at, excluded.last_used_at)")
       })
       return {
-        generation: current,
-        freshGeneration: fresh,
+        generation,
         insert: (row) =>
           sql`INSERT INTO api_keys (key_id, brand_id, name, scopes, secret_sha256, created_at, expires_at, revoked_at,
                                     rate_limit_max, rate_limit_window_seconds)

@@ -1,6 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { Database } from "bun:sqlite"
-import { Duration, Effect, Fiber, Schedule, type Scope } from "effect"
+import { Duration, Effect, Schedule, type Scope } from "effect"
 import { openSync, readSync, realpathSync } from "node:fs"
 import { DatabaseConfig } from "../Config.ts"
 import { DatabaseFile } from "../Database/Sql.ts"
@@ -12,31 +12,21 @@ const readCounter = Effect.map(SqlClient.SqlClient, (sql) =>
     Effect.map((rows) => Number(rows[0]!.generation))
   ))
 
-/**
- * The keys' generation: a number that changes whenever any process changes, adds or deletes a
- * key, and, where it may lag, a read of it as committed now.
- */
-export interface Generation {
-  readonly current: Effect.Effect<number>
-  readonly fresh: Effect.Effect<number> | undefined
-}
-
-type Probe = Effect.Effect<Generation, never, SqlClient.SqlClient | DatabaseFile | Scope.Scope>
-
-const exact = (probe: Effect.Effect<number>): Generation => ({ current: probe, fresh: undefined })
+/** The keys' generation: a number that changes whenever any process changes, adds or deletes a key. */
+type Probe = Effect.Effect<Effect.Effect<number>, never, SqlClient.SqlClient | DatabaseFile | Scope.Scope>
 
 /**
  * How the server learns that the keys changed, cheaply enough to ask on every request
  * (README, Reliability): on SQLite the wal-index header and `PRAGMA data_version`, on PostgreSQL a
- * poll of the counter.
+ * poll of the counter (README, Running several instances).
  */
 export const keyChanges = Effect.flatMap(DatabaseConfig, (target): Probe =>
   target._tag === "postgres"
     ? sharedGeneration
     : target.filename === ":memory:"
     // An in-memory database has no other connection: its counter is read through the one it has.
-    ? Effect.map(readCounter, (read) => exact(Effect.orDie(read)))
-    : Effect.map(fileGeneration(target.filename), exact))
+    ? Effect.map(readCounter, Effect.orDie)
+    : fileGeneration(target.filename))
 
 /**
  * SQLite's wal-index header, both of its copies: the first 96 bytes of the `-shm` file
@@ -135,46 +125,37 @@ const generationPollInterval = Duration.millis(200)
 const generationTrustedFor = Duration.seconds(1)
 
 /**
- * On PostgreSQL, the counter polled in the background, so a request reads a number in memory.
- * A key created, changed or revoked by any instance or the command line is seen within one poll; while
+ * On PostgreSQL, the counter polled in the background, so a request reads a number in memory and
+ * never waits on the database: a key id absent at the last reading is refused without a query, so
+ * a flood of made-up ids costs the database nothing and answers as fast as a known id does. A key
+ * created, changed or revoked by any instance or the command line is seen within one poll. While
  * the database does not answer, the last reading is trusted for `generationTrustedFor` (counted
- * from when the read started, so a reading always reflects every commit made that long ago),
- * then no key is vouched for (503) rather than one that may have been revoked since.
+ * from when the read started, so a reading always reflects every commit made that long ago), then
+ * no key is vouched for (503) rather than one that may have been revoked since: README, Running
+ * several instances.
  */
 const sharedGeneration = Effect.gen(function*() {
-  // Never interrupted: sql-pg cancels an interrupted statement with pg_cancel_backend, which could
-  // reach the connection's next user. A caller that cannot wait stops waiting instead (`fresh`).
+  // No timeout on a read: sql-pg cancels an interrupted statement with pg_cancel_backend, which
+  // could reach the connection's next user. A reading grown too old is refused instead (`stale`).
   const read = yield* readCounter
   const clock = yield* Effect.clock
   const trustedFor = Duration.toMillis(generationTrustedFor)
-  let reading = { generation: yield* Effect.orDie(read), startedAt: clock.unsafeCurrentTimeMillis() }
-  // One read at a time: callers who arrived before the last read started share its answer.
-  const oneAtATime = yield* Effect.makeSemaphore(1)
-  const readSince = (since: number) =>
-    oneAtATime.withPermits(1)(Effect.suspend(() => {
-      if (reading.startedAt >= since) return Effect.succeed(reading.generation)
-      const startedAt = clock.unsafeCurrentTimeMillis()
-      return Effect.map(read, (generation) => {
-        reading = { generation, startedAt }
-        return generation
-      })
-    }))
-  yield* Effect.suspend(() => readSince(clock.unsafeCurrentTimeMillis())).pipe(
+  const readNow = Effect.suspend(() => {
+    const startedAt = clock.unsafeCurrentTimeMillis()
+    return Effect.map(read, (generation) => ({ generation, startedAt }))
+  })
+  let reading = yield* Effect.orDie(readNow)
+  yield* Effect.map(readNow, (latest) => {
+    reading = latest
+  }).pipe(
     Effect.ignore,
-    Effect.repeat(Schedule.spaced(generationPollInterval)),
+    // `schedule` waits before each run: the reading above is as new as a first poll would be.
+    Effect.schedule(Schedule.spaced(generationPollInterval)),
     Effect.forkScoped
   )
   // SQLSTATE 08000, connection_exception: what the other requests get while the database is away.
   const stale = Effect.die(databaseError("08000", "the API keys' generation could not be read for a second"))
-  const generation: Generation = {
-    current: Effect.suspend(() =>
-      clock.unsafeCurrentTimeMillis() - reading.startedAt <= trustedFor ? Effect.succeed(reading.generation) : stale
-    ),
-    fresh: Effect.suspend(() => Effect.forkDaemon(readSince(clock.unsafeCurrentTimeMillis()))).pipe(
-      Effect.flatMap(Fiber.join),
-      Effect.timeout(generationTrustedFor),
-      Effect.catchAll(() => stale)
-    )
-  }
-  return generation
+  return Effect.suspend(() =>
+    clock.unsafeCurrentTimeMillis() - reading.startedAt <= trustedFor ? Effect.succeed(reading.generation) : stale
+  )
 })

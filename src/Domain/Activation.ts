@@ -31,6 +31,13 @@ const isCalendarDate = (value: string): boolean => {
 const datePattern = /^\d{4}-\d{2}-\d{2}$/
 
 /**
+ * The days a post can be planned for: each planned day is an entry of its campaign's analytics, so
+ * the window bounds that answer (README, Analytics). Dates of this shape order as strings.
+ */
+const plannedPostWindow = { first: "2000-01-01", last: "2099-12-31" } as const
+const outsideWindow = `plannedPostAt must be a date from ${plannedPostWindow.first} to ${plannedPostWindow.last}`
+
+/**
  * The request's fields are one refinement each, returning the message of the first rule a value
  * breaks: each refinement of a chain is a decoding step of its own, and decoding the payload
  * allocated 9 KB per request with chains, 2.7 KB so (bench/BENCHMARKS.md, Less allocated per request).
@@ -39,10 +46,19 @@ export const PlannedPostDate = Schema.String.annotations(message("plannedPostAt 
   .pipe(Schema.filter((value) =>
     !datePattern.test(value)
       ? "plannedPostAt must be a date in the form YYYY-MM-DD"
-      : isCalendarDate(value) || "plannedPostAt must be a real calendar date"
+      : !isCalendarDate(value)
+      ? "plannedPostAt must be a real calendar date"
+      : (value >= plannedPostWindow.first && value <= plannedPostWindow.last) || outsideWindow
   ))
   .annotations({
-    jsonSchema: { type: "string", format: "date", description: "The day the creator will post (YYYY-MM-DD); null or omitted when not planned" },
+    jsonSchema: {
+      type: "string",
+      format: "date",
+      // The window's years are those that begin with 20.
+      pattern: "^20\\d{2}-\\d{2}-\\d{2}$",
+      description:
+        `The day the creator will post (YYYY-MM-DD), from ${plannedPostWindow.first} to ${plannedPostWindow.last}; null or omitted when not planned`
+    },
     examples: ["2026-12-01"]
   })
 

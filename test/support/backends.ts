@@ -1,6 +1,8 @@
 import { SQL } from "bun"
 import { count as countSqlite, inspect } from "./database.ts"
-import { type Environment, tempDatabase } from "./server.ts"
+import { type Environment, keyPropagationBound, tempDatabase } from "./server.ts"
+
+export { keyPropagationBound }
 
 /**
  * The two ways to run the service: SQLite alone (the embedded default), and PostgreSQL with
@@ -43,9 +45,6 @@ export const sharedSkipped: string | undefined = process.env["CAMPAIGN_API_TEST_
 export const runDatabasePrefix = (): string => `campaign_api_test_${process.env["CAMPAIGN_API_TEST_RUN"] ?? "local"}_`
 
 let created = 0
-
-/** The README's bound for a key change to reach every instance on a shared database. */
-export const keyPropagationBound = 1000
 
 /** Runs `use` on a connection to `url`, closed right after. */
 export const withPostgres = async <A>(url: string, use: (sql: SQL) => Promise<A>): Promise<A> => {

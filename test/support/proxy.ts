@@ -1,9 +1,11 @@
 import { createServer, connect, type Socket } from "node:net"
+import { Transform } from "node:stream"
 
 /**
  * A TCP proxy in front of PostgreSQL or Redis, so a test can take the service's database or
  * store away (every connection cut, new ones closed at once) and bring it back, as a restart or a
- * network fault would, without touching the server that other tests use.
+ * network fault would, or slow it down, without touching the server that other tests use; and
+ * count what the service sent through it.
  */
 export interface FaultyLink {
   /** What to give the service instead of the real address. */
@@ -11,6 +13,10 @@ export interface FaultyLink {
   /** Cuts every connection, and closes new ones as soon as they are accepted, until `restore`. */
   readonly cut: () => void
   readonly restore: () => void
+  /** Holds every chunk, either way, this long before passing it on (0: at once), as a slow database would. */
+  readonly slow: (ms: number) => void
+  /** Bytes the service has sent through the link so far: nothing sent, nothing asked. */
+  readonly sent: () => number
   readonly close: () => void
 }
 
@@ -26,6 +32,17 @@ export const faultyLink = async (target: string): Promise<FaultyLink> => {
     socket.on("close", () => sockets.delete(socket))
   }
   let down = false
+  let delayMs = 0
+  let sent = 0
+  // Chunk by chunk, in order: each is held, then passed on before the next is taken.
+  const held = (count: boolean) =>
+    new Transform({
+      transform(chunk: Buffer, _encoding, done) {
+        if (count) sent += chunk.length
+        if (delayMs === 0) return done(null, chunk)
+        setTimeout(() => done(null, chunk), delayMs)
+      }
+    })
   // `pipe` writes what the other side takes and waits for it to drain: nothing is lost or
   // reordered under load, as it could be when a partial write was ignored.
   const listener = createServer((client) => {
@@ -39,7 +56,7 @@ export const faultyLink = async (target: string): Promise<FaultyLink> => {
     }
     client.on("error", both).on("close", both)
     upstream.on("error", both).on("close", both)
-    client.pipe(upstream).pipe(client)
+    client.pipe(held(true)).pipe(upstream).pipe(held(false)).pipe(client)
   })
   await new Promise<void>((resolve, reject) => {
     listener.once("error", reject).listen(0, "127.0.0.1", () => {
@@ -62,6 +79,10 @@ export const faultyLink = async (target: string): Promise<FaultyLink> => {
     restore: () => {
       down = false
     },
+    slow: (ms) => {
+      delayMs = ms
+    },
+    sent: () => sent,
     close: () => {
       for (const socket of sockets) socket.destroy()
       listener.close()

@@ -157,10 +157,26 @@ export interface CreatedTestKey {
   readonly brandId: string
 }
 
-/** Creates a key in the server's database the way the CLI does, without a process per key. */
-export const createKey = (
+/** The README's bound for a key change to reach every instance on a shared database (Running several instances). */
+export const keyPropagationBound = 1000
+
+/**
+ * Creates a key in the server's database the way the CLI does, without a process per key. On
+ * PostgreSQL it returns once every running server may be asked to know the key (README, Running
+ * several instances: a key id is taken within the second), so a test may use it at once.
+ */
+export const createKey = async (
   database: string,
   options: { readonly brandId?: string; readonly scopes?: ReadonlyArray<Scope>; readonly expiresInDays?: number } = {}
+): Promise<CreatedTestKey> => {
+  const created = await createKeyNow(database, options)
+  if (/^postgres(ql)?:/.test(database)) await Bun.sleep(keyPropagationBound)
+  return created
+}
+
+const createKeyNow = (
+  database: string,
+  options: { readonly brandId?: string; readonly scopes?: ReadonlyArray<Scope>; readonly expiresInDays?: number }
 ): Promise<CreatedTestKey> =>
   Effect.gen(function*() {
     const keys = yield* ApiKeys
