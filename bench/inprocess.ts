@@ -27,7 +27,7 @@ process.env["LOG_LEVEL"] ??= "warn"
 process.env["RATE_LIMIT_MAX"] = "1000000000"
 // Imported after the environment is set: the layers read it when they are built.
 const { ApiKeys } = await import("../src/ApiKeys.ts")
-const { EdgeLive, KeysLive, ServicesLive } = await import("../src/App.ts")
+const { EdgeLive, KeysLive, MiddlewareLive, ServicesLive } = await import("../src/App.ts")
 const { makeEdge } = await import("../src/Edge/Edge.ts")
 const { LoggingLive } = await import("../src/Logging.ts")
 const { TracingLive } = await import("../src/Tracing.ts")
@@ -52,7 +52,7 @@ if (scenario === "get" || scenario === "list") seedReads(process.env["DATABASE_U
 const runtime = ManagedRuntime.make(
   ServicesLive.pipe(Layer.provideMerge(Layer.merge(TracingLive, LoggingLive)), Layer.provideMerge(BunContext.layer))
 )
-const { fetch } = await runtime.runPromise(Effect.flatMap(EdgeLive, makeEdge))
+const { fetch } = await runtime.runPromise(Effect.flatMap(EdgeLive, makeEdge).pipe(Effect.provide(MiddlewareLive)))
 
 // Declared as a client over HTTP declares it: a Request made in process has no Content-Length,
 // and the body reader would take the chunked path that wrk's requests never take.
