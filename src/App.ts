@@ -37,13 +37,19 @@ import { TracingLive } from "./Tracing.ts"
 
 const ReposLive = Layer.mergeAll(ApiKeysRepo.Live, ActivationsRepo.Live, IdempotencyRepo.Live, HealthRepo.Live)
 
-/** Every service the API calls, on the database DATABASE_URL names. */
-export const ServicesLive = Layer.mergeAll(Activations.Live, Analytics.Live, Idempotency.Live).pipe(
-  Layer.provideMerge(Layer.mergeAll(ApiKeys.Live, RateLimit.Live, KeyUsage.Live)),
-  Layer.provideMerge(Layer.merge(ReposLive, GroupCommit.Live)),
-  Layer.provideMerge(SqlServerLive),
-  Layer.provideMerge(Layer.mergeAll(Ids.Live, AppConfig.Live, Draining.Live, DatabaseOutage.Live))
-)
+/**
+ * Every service the API calls, on the database DATABASE_URL names, with its ids and secrets from
+ * `ids` (the differential test's are predictable).
+ */
+export const servicesWith = <E>(ids: Layer.Layer<Ids, E>) =>
+  Layer.mergeAll(Activations.Live, Analytics.Live, Idempotency.Live).pipe(
+    Layer.provideMerge(Layer.mergeAll(ApiKeys.Live, RateLimit.Live, KeyUsage.Live)),
+    Layer.provideMerge(Layer.merge(ReposLive, GroupCommit.Live)),
+    Layer.provideMerge(SqlServerLive),
+    Layer.provideMerge(Layer.mergeAll(ids, AppConfig.Live, Draining.Live, DatabaseOutage.Live))
+  )
+
+export const ServicesLive = servicesWith(Ids.Live)
 
 /**
  * The start-up log names the database in use, and what this start created of it (README,

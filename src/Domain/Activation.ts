@@ -1,4 +1,4 @@
-import { Schema } from "effect"
+import { type FastCheck, Schema } from "effect"
 
 const message = (text: string) => ({ message: () => text })
 
@@ -13,7 +13,8 @@ const Uuid = (field: string) =>
       minLength: 36,
       maxLength: 36,
       description: `The ${field.replace("Id", "")}'s UUID, in any letter case`
-    }
+    },
+    arbitrary: () => (fc) => fc.uuid().chain((uuid) => fc.constantFrom(uuid, uuid.toUpperCase()))
   })
 
 export const ActivatePath = Schema.Struct({
@@ -29,6 +30,14 @@ const isCalendarDate = (value: string): boolean => {
 }
 
 const datePattern = /^\d{4}-\d{2}-\d{2}$/
+
+/**
+ * Property tests' values of a day from `first` to `last`: the schemas' own rules are predicates,
+ * which a random string almost never keeps.
+ */
+const daysFrom = (first: string, last: string) => () => (fc: typeof FastCheck) =>
+  fc.date({ min: new Date(`${first}T00:00:00Z`), max: new Date(`${last}T23:59:59Z`), noInvalidDate: true })
+    .map((date) => date.toISOString().slice(0, 10))
 
 /**
  * The days a post can be planned for: each planned day is an entry of its campaign's analytics, so
@@ -56,10 +65,13 @@ export const PlannedPostDate = Schema.String.annotations(message("plannedPostAt 
       format: "date",
       // The window's years are those that begin with 20.
       pattern: "^20\\d{2}-\\d{2}-\\d{2}$",
+      minLength: 10,
+      maxLength: 10,
       description:
         `The day the creator will post (YYYY-MM-DD), from ${plannedPostWindow.first} to ${plannedPostWindow.last}; null or omitted when not planned`
     },
-    examples: ["2026-12-01"]
+    examples: ["2026-12-01"],
+    arbitrary: daysFrom(plannedPostWindow.first, plannedPostWindow.last)
   })
 
 /**
@@ -92,7 +104,9 @@ export const SocialUsername = Schema.String.annotations(message("socialUsername 
     description:
       "The creator's posting handle, returned exactly as sent: `@` and 1 to 99 more characters, none a control character, a line or paragraph separator or an unpaired surrogate"
   },
-  examples: ["@janedoe"]
+  examples: ["@janedoe"],
+  arbitrary: () => (fc) =>
+    fc.string({ minLength: 1, maxLength: 99, unit: fc.constantFrom(..."abcdefghijklmnopqrstuvwxyz0123456789._-ÄéßŁ中文🙂") }).map((rest) => `@${rest}`)
 })
 
 export const ActivateRequest = Schema.Struct({
@@ -164,7 +178,8 @@ const PageLimit = Schema.String.annotations(message("limit must be a whole numbe
 ).annotations({
   // A number on the wire as every query parameter is text: the document gives its range and default.
   jsonSchema: { type: "integer", minimum: 1, maximum: 100, default: 20, description: "How many records a page holds" },
-  examples: ["20"]
+  examples: ["20"],
+  arbitrary: () => (fc) => fc.integer({ min: 1, max: 100 }).map(String)
 })
 
 /**
@@ -212,7 +227,8 @@ const Day = (field: string) =>
       maxLength: 10,
       description: `The range's ${field === "from" ? "first" : "last"} UTC day, inclusive; omitted, the range is open on that side`
     },
-    examples: [field === "from" ? "2026-12-01" : "2026-12-31"]
+    examples: [field === "from" ? "2026-12-01" : "2026-12-31"],
+    arbitrary: daysFrom("2026-01-01", "2027-12-31")
   })
 
 export const AnalyticsPath = Schema.Struct({
