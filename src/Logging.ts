@@ -1,4 +1,4 @@
-import { Cause, Config, Context, Effect, type Fiber, FiberId, FiberRef, HashMap, Inspectable, Layer, List, Logger, LogLevel, type LogSpan, Option } from "effect"
+import { Cause, Config, Context, Effect, type Fiber, FiberId, FiberRef, HashMap, Inspectable, Layer, List, Logger, LogLevel, type LogSpan } from "effect"
 import { writeSync } from "node:fs"
 import { LogLevelConfig } from "./Config.ts"
 import type { RefusalReason } from "./Domain/Errors.ts"
@@ -21,9 +21,8 @@ export type AccessLogFields = {
 }
 
 /**
- * What a request's key was, as every later log line of the request says it (the access line
- * included): its id and brand when known, and why it was refused (401s only; README, Operating
- * it). Never the key.
+ * What a request's key was, as its access line says it: its id and brand when known, and why it
+ * was refused (401s only; README, Operating it). Never the key.
  */
 export interface KeyNote {
   readonly keyId: string | null
@@ -31,20 +30,35 @@ export interface KeyNote {
   readonly reason: RefusalReason | null
 }
 
-/** Notes the request's key in the annotations of the fiber that serves it: the rest of the request is logged with them. */
-export const noteKey = ({ brandId, keyId, reason }: KeyNote): Effect.Effect<void> =>
-  FiberRef.update(FiberRef.currentLogAnnotations, (annotations) => {
-    let noted = keyId === null ? annotations : HashMap.set(annotations, "keyId", keyId)
-    if (brandId !== null) noted = HashMap.set(noted, "brandId", brandId)
-    return reason === null ? noted : HashMap.set(noted, "reason", reason)
-  })
+const noKey: KeyNote = { keyId: null, brandId: null, reason: null }
 
-/** The key a request's fiber has noted (`noteKey`), every field null when none. */
-export const notedKey = (annotations: HashMap.HashMap<string, unknown>): KeyNote => ({
-  keyId: Option.getOrNull(HashMap.get(annotations, "keyId")) as string | null,
-  brandId: Option.getOrNull(HashMap.get(annotations, "brandId")) as string | null,
-  reason: Option.getOrNull(HashMap.get(annotations, "reason")) as RefusalReason | null
-})
+/** Where a request's fiber keeps its key's note: a slot a server may make for each request alone. */
+export interface KeyNoteSlot {
+  note: KeyNote
+}
+
+const noSlot: KeyNoteSlot = { note: noKey }
+
+/** The key of the request a fiber serves, as its middleware noted it. */
+export const currentKeyNote = FiberRef.unsafeMake<KeyNoteSlot>(noSlot)
+
+/** A slot for one request's key, to start the fiber that serves it with (the edge's). */
+export const keyNoteSlot = (): KeyNoteSlot => ({ note: noKey })
+
+/**
+ * `noteKey` on the fiber that serves the request: into the slot the server made for this request,
+ * with no write of the fiber's state, or else what to run to give the fiber a slot of its own.
+ */
+export const noteKeyOn = (fiber: Fiber.RuntimeFiber<unknown, unknown>, note: KeyNote): Effect.Effect<void> | undefined => {
+  const slot = fiber.getFiberRef(currentKeyNote)
+  if (slot === noSlot) return FiberRef.set(currentKeyNote, { note })
+  slot.note = note
+  return undefined
+}
+
+/** Notes the request's key for its access line, on the fiber that serves it. */
+export const noteKey = (note: KeyNote): Effect.Effect<void> =>
+  Effect.withFiberRuntime((fiber) => noteKeyOn(fiber, note) ?? Effect.void)
 
 /**
  * An access-log line as the message of a log call: the terminal's pretty logger gets it so and

@@ -1,5 +1,5 @@
 import { HttpApp, HttpServerResponse } from "@effect/platform"
-import { Effect, FiberRef, Option } from "effect"
+import { Effect, type Fiber, FiberRef, Option } from "effect"
 
 /**
  * A pre-response handler that only sets headers, and says which: HttpApiBuilder runs it as any
@@ -9,13 +9,53 @@ export interface HeadersHandler extends HttpApp.PreResponseHandler {
   readonly headers: Readonly<Record<string, string>>
 }
 
-const headersHandler = (headers: Readonly<Record<string, string>>): HeadersHandler =>
-  Object.assign(
-    (_: unknown, response: HttpServerResponse.HttpServerResponse) => Effect.succeed(HttpServerResponse.setHeaders(response, headers)),
-    { headers }
-  )
+const headersHandler = (headers: Record<string, string>, collecting = false): HeadersHandler => {
+  const handler = ((_: unknown, response: HttpServerResponse.HttpServerResponse) =>
+    Effect.succeed(HttpServerResponse.setHeaders(response, headers))) as unknown as HeadersHandler & { headers: typeof headers; collecting: boolean }
+  handler.headers = headers
+  handler.collecting = collecting
+  return handler
+}
 
 export const isHeadersHandler = (handler: HttpApp.PreResponseHandler): handler is HeadersHandler => "headers" in handler
+
+/** A headers handler a server made for one request's fiber alone, which takes more headers in place. */
+const isCollecting = (handler: HeadersHandler): boolean => (handler as HeadersHandler & { collecting: boolean }).collecting
+
+/**
+ * The pre-response handler a server may start a request's fiber with, made for that request alone:
+ * what `addResponseHeaders` adds goes into it, with no new handler written into the fiber's state
+ * each time (the edge's, whose request fibers are its own).
+ */
+export const collectResponseHeaders = (): HeadersHandler => headersHandler({}, true)
+
+/** What the fiber's pre-response handler becomes once `headers` are added to it. */
+const withHeaders = (
+  current: Option.Option<HttpApp.PreResponseHandler>,
+  headers: Readonly<Record<string, string>>
+): Option.Option<HttpApp.PreResponseHandler> => {
+  if (Option.isNone(current)) return Option.some(headersHandler(headers))
+  const previous = current.value
+  if (isHeadersHandler(previous)) return Option.some(headersHandler({ ...previous.headers, ...headers }))
+  const next = headersHandler(headers)
+  return Option.some((request, response) => Effect.flatMap(previous(request, response), (response) => next(request, response)))
+}
+
+/**
+ * `addResponseHeaders` on the fiber that serves the request: in place into the collector the
+ * server made for this request, or else what to run to set the fiber's handler.
+ */
+export const addResponseHeadersOn = (
+  fiber: Fiber.RuntimeFiber<unknown, unknown>,
+  headers: Readonly<Record<string, string>>
+): Effect.Effect<void> | undefined => {
+  const current = fiber.getFiberRef(HttpApp.currentPreResponseHandlers)
+  if (Option.isSome(current) && isHeadersHandler(current.value) && isCollecting(current.value)) {
+    Object.assign(current.value.headers, headers)
+    return undefined
+  }
+  return FiberRef.set(HttpApp.currentPreResponseHandlers, withHeaders(current, headers))
+}
 
 /**
  * Headers that whatever answer the request ends in carries, an error's included: the library's
@@ -24,13 +64,7 @@ export const isHeadersHandler = (handler: HttpApp.PreResponseHandler): handler i
  * setting them one after the other would leave them.
  */
 export const addResponseHeaders = (headers: Readonly<Record<string, string>>): Effect.Effect<void> =>
-  FiberRef.update(HttpApp.currentPreResponseHandlers, (current) => {
-    if (Option.isNone(current)) return Option.some(headersHandler(headers))
-    const previous = current.value
-    if (isHeadersHandler(previous)) return Option.some(headersHandler({ ...previous.headers, ...headers }))
-    const next = headersHandler(headers)
-    return Option.some((request, response) => Effect.flatMap(previous(request, response), (response) => next(request, response)))
-  })
+  Effect.withFiberRuntime((fiber) => addResponseHeadersOn(fiber, headers) ?? Effect.void)
 
 /**
  * JSON already written (a stored answer replayed byte for byte, a read's record): the library's

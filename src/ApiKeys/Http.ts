@@ -3,9 +3,9 @@ import { Context, Effect, Layer, Redacted } from "effect"
 import { ApiKeys, malformedKey } from "../ApiKeys.ts"
 import { type ApiKeyIdentity, type Authenticated, grants, type RateLimitPolicy, type Scope } from "../Domain/ApiKey.ts"
 import { Forbidden, KeyRefused, RateLimited, Unauthorized } from "../Domain/Errors.ts"
-import { noteKey } from "../Logging.ts"
+import { type KeyNote, noteKey, noteKeyOn } from "../Logging.ts"
 import { RateLimit } from "../RateLimit.ts"
-import { addResponseHeaders } from "../Responses.ts"
+import { addResponseHeaders, addResponseHeadersOn } from "../Responses.ts"
 import { AnalyticsReadKey, ApiKeyAuth, CampaignsReadKey, CampaignsWriteKey } from "./Api.ts"
 import { KeyUsage } from "./KeyUsage.ts"
 
@@ -74,23 +74,37 @@ const keyChecks = Effect.gen(function*() {
     return lastEnd.header
   }
 
+  // Each key's note, made once per key as ApiKeys keeps it.
+  const notes = new WeakMap<ApiKeyIdentity, KeyNote>()
+  const noteOf = (identity: ApiKeyIdentity) => {
+    let note = notes.get(identity)
+    if (note === undefined) notes.set(identity, note = { keyId: identity.keyId, brandId: identity.brandId, reason: null })
+    return note
+  }
+
   const charge = ({ endsAt, identity, rateLimit: own, secretSha256 }: Authenticated) => {
     usage.record(identity.keyId, secretSha256)
-    const noted = noteKey({ keyId: identity.keyId, brandId: identity.brandId, reason: null })
     const limit = own === null ? serverWide : textOf(own)
-    return Effect.flatMap(rateLimit.consume(identity.keyId, own), (decision) => {
-      const headers: Record<string, string> = {
-        "ratelimit-policy": limit.policy,
-        "ratelimit": `"default";r=${decision.remaining};t=${decision.retryAfterSeconds}`
-      }
-      if (endsAt !== null) headers["api-key-expires"] = endHeader(endsAt)
-      if (decision.allowed) return Effect.as(Effect.zipRight(noted, addResponseHeaders(headers)), identity)
-      headers["retry-after"] = String(decision.retryAfterSeconds)
-      return noted.pipe(
-        Effect.zipRight(addResponseHeaders(headers)),
-        Effect.zipRight(Effect.fail(new RateLimited({ message: `${limit.exceeded} Retry after ${decision.retryAfterSeconds} seconds.` })))
-      )
-    })
+    return Effect.flatMap(rateLimit.consume(identity.keyId, own), (decision) =>
+      // The key noted and the headers added on the request's fiber in one step: the first
+      // middleware of every request runs this.
+      Effect.withFiberRuntime<ApiKeyIdentity, RateLimited>((fiber) => {
+        const headers: Record<string, string> = {
+          "ratelimit-policy": limit.policy,
+          "ratelimit": `"default";r=${decision.remaining};t=${decision.retryAfterSeconds}`
+        }
+        if (endsAt !== null) headers["api-key-expires"] = endHeader(endsAt)
+        if (!decision.allowed) headers["retry-after"] = String(decision.retryAfterSeconds)
+        const noted = noteKeyOn(fiber, noteOf(identity))
+        const added = addResponseHeadersOn(fiber, headers)
+        const answer = decision.allowed
+          ? Effect.succeed(identity)
+          : Effect.fail(new RateLimited({ message: `${limit.exceeded} Retry after ${decision.retryAfterSeconds} seconds.` }))
+        // Both were done in place on a server's request fiber; elsewhere they are set first.
+        return noted === undefined && added === undefined
+          ? answer
+          : Effect.zipRight(Effect.zipRight(noted ?? Effect.void, added ?? Effect.void), answer)
+      }))
   }
   const refuse = (refusal: KeyRefused) => Effect.zipRight(noteKey(refusal), unauthorized)
 

@@ -1,11 +1,10 @@
-import { Effect, type Fiber, FiberRef, Option } from "effect"
-import { type AccessLogFields, AccessLogEntry, AccessLogOutput, notedKey } from "../Logging.ts"
-import type { Reply } from "./Endpoint.ts"
+import { Effect, type Fiber, Option } from "effect"
+import { type AccessLogFields, AccessLogEntry, AccessLogOutput, currentKeyNote } from "../Logging.ts"
 import type { Exchange } from "./Exchange.ts"
 
 /** The fields of a finished request's line: the key as its middleware noted it on the request's fiber. */
 const fieldsOf = (exchange: Exchange, fiber: Fiber.RuntimeFiber<unknown, unknown>, status: number, startedAt: number): AccessLogFields => {
-  const key = notedKey(fiber.getFiberRef(FiberRef.currentLogAnnotations))
+  const key = fiber.getFiberRef(currentKeyNote).note
   return {
     clientAddress: exchange.clientAddress,
     clientRequestId: exchange.clientRequestId,
@@ -20,36 +19,33 @@ const fieldsOf = (exchange: Exchange, fiber: Fiber.RuntimeFiber<unknown, unknown
 }
 
 /**
- * Adds the access-log line to a request's answer, decided once when the edge is built: the JSON
- * logging's writer called as the answer passes, or else a log call (the terminal's pretty logger;
- * with tracing on, the line is also the span's `request` event, its fields the attributes).
- * `wanted` says whether a status is logged (401s after the first from an address are only counted).
+ * The access-log line of a request's answer, decided once when the edge is built: the JSON
+ * logging's writer called at once (nothing more to run), or else a log call to run (the terminal's
+ * pretty logger; with tracing on, the line is also the span's `request` event, its fields the
+ * attributes).
  */
 export const makeAccessLog = (traced: boolean) =>
-  Effect.map(Effect.serviceOption(AccessLogOutput), (output): WithAccessLog => {
+  Effect.map(Effect.serviceOption(AccessLogOutput), (output): AccessLog => {
     if (!traced && Option.isSome(output)) {
       const write = output.value
-      return (answer, fiber, exchange, startedAt, wanted) =>
-        Effect.map(answer, (reply) => {
-          if (wanted(reply.status)) write(fiber, fieldsOf(exchange, fiber, reply.status, startedAt))
-          return reply
-        })
+      return (fiber, exchange, status, startedAt) => {
+        write(fiber, fieldsOf(exchange, fiber, status, startedAt))
+        return undefined
+      }
     }
-    const log = traced
-      ? (fields: AccessLogFields) => Effect.logInfo("request").pipe(Effect.annotateLogs(fields))
-      : (fields: AccessLogFields) => Effect.logInfo(new AccessLogEntry(fields))
-    return (answer, fiber, exchange, startedAt, wanted) =>
-      Effect.tap(answer, (reply) => wanted(reply.status) ? log(fieldsOf(exchange, fiber, reply.status, startedAt)) : Effect.void)
+    return traced
+      ? (fiber, exchange, status, startedAt) =>
+        Effect.logInfo("request").pipe(Effect.annotateLogs(fieldsOf(exchange, fiber, status, startedAt)))
+      : (fiber, exchange, status, startedAt) => Effect.logInfo(new AccessLogEntry(fieldsOf(exchange, fiber, status, startedAt)))
   })
 
-/** A request's answer with its access-log line, from the request's fiber (see `makeAccessLog`). */
-export type WithAccessLog = <E, R>(
-  answer: Effect.Effect<Reply, E, R>,
+/** Writes a request's access-log line from its fiber, or says what to run to log it. */
+export type AccessLog = (
   fiber: Fiber.RuntimeFiber<unknown, unknown>,
   exchange: Exchange,
-  startedAt: number,
-  wanted: (status: number) => boolean
-) => Effect.Effect<Reply, E, R>
+  status: number,
+  startedAt: number
+) => Effect.Effect<void> | undefined
 
 /** Addresses tracked per interval; past this, refusals are counted under one bucket. */
 const maxTrackedAddresses = 10_000

@@ -1,16 +1,17 @@
 import { type HttpApi, HttpApp, HttpServerRequest, HttpServerResponse, OpenApi } from "@effect/platform"
-import { Cause, Context, Duration, Effect, Exit, Fiber, FiberRef, HashMap, LogLevel, Option, Runtime } from "effect"
+import { Cause, Context, Duration, Effect, Exit, Fiber, FiberId, FiberRef, FiberRefs, HashMap, LogLevel, Option, Runtime, Tracer } from "effect"
 import { EdgeConfig, ServerConfig, TrustedProxiesConfig } from "../Config.ts"
 import { DatabaseOutage } from "../Database/Outage.ts"
 import { declaredEndpoints } from "../Declaration.ts"
 import { NotFound } from "../Domain/Errors.ts"
 import { recorder } from "../Metrics.ts"
-import { isHeadersHandler, notModified } from "../Responses.ts"
+import { collectResponseHeaders, isHeadersHandler, notModified } from "../Responses.ts"
+import { currentKeyNote, keyNoteSlot } from "../Logging.ts"
 import { tracing } from "../Spans.ts"
 import { makeAccessLog, makeRefusalTally } from "./AccessLog.ts"
 import { type Caller, makeCallers } from "./Caller.ts"
 import { docsPage, documentRoutes, encodedFor, openApiDocument, type PreparedDocument } from "./Documents.ts"
-import { compileEndpoint, type Handlers, type MiddlewareOf, type Reply, replyOf } from "./Endpoint.ts"
+import { compileEndpoint, type Handlers, type MiddlewareOf, type Provided, type Reply, replyOf } from "./Endpoint.ts"
 import type { Exchange } from "./Exchange.ts"
 import { errorReply, makeRenderer, toWebResponse } from "./Render.ts"
 import { makeFallback, type Route } from "./Router.ts"
@@ -110,20 +111,22 @@ export interface EdgeOptions<Api extends HttpApi.HttpApi.Any> {
 }
 
 /**
- * The answer's headers from the library's pre-response handlers, as HttpApiBuilder's server adds
- * them: those that only set headers (`Responses.ts`) straight into the reply, any other through a
- * response of the library's.
+ * A reply with the headers of the library's pre-response handlers, as HttpApiBuilder's server adds
+ * them: those that only set headers (`Responses.ts`) straight into it; any other runs on a response
+ * of the library's (`general`).
  */
-const withPreResponse = (request: EdgeRequest, reply: Reply): Effect.Effect<Reply, unknown> =>
-  Effect.withFiberRuntime((fiber) => {
-    const handler = fiber.getFiberRef(HttpApp.currentPreResponseHandlers)
-    if (Option.isNone(handler)) return Effect.succeed(reply)
-    if (isHeadersHandler(handler.value)) return Effect.succeed({ ...reply, headers: { ...reply.headers, ...handler.value.headers } })
-    const response = reply.body === undefined
-      ? HttpServerResponse.empty({ status: reply.status, headers: reply.headers ?? {} })
-      : HttpServerResponse.raw(reply.body, { status: reply.status, headers: reply.headers ?? {} })
-    return Effect.map(handler.value(request, response), replyOf)
-  })
+const withPreResponse = (
+  handler: Option.Option<HttpApp.PreResponseHandler>,
+  request: EdgeRequest,
+  reply: Reply
+): Reply | Effect.Effect<Reply, unknown> => {
+  if (Option.isNone(handler)) return reply
+  if (isHeadersHandler(handler.value)) return { ...reply, headers: { ...reply.headers, ...handler.value.headers } }
+  const response = reply.body === undefined
+    ? HttpServerResponse.empty({ status: reply.status, headers: reply.headers ?? {} })
+    : HttpServerResponse.raw(reply.body, { status: reply.status, headers: reply.headers ?? {} })
+  return Effect.map(handler.value(request, response), replyOf)
+}
 
 /**
  * The edge, built once from layers: every endpoint of the HttpApi definition compiled with its
@@ -179,14 +182,32 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, synch
     const traced = yield* tracing
     // Decided once: below LOG_LEVEL=info no access-log line is built at all.
     const accessLogged = traced || LogLevel.lessThanEqual(yield* FiberRef.get(FiberRef.currentMinimumLogLevel), LogLevel.Info)
-    const withAccessLog = yield* makeAccessLog(traced)
+    const accessLog = yield* makeAccessLog(traced)
     // The layers' fiber refs (logger, tracer, clock), and a context of nothing but the request: the
     // handlers and the middleware took their services when they were built, and need nothing
     // else of the context than what the middleware provide.
     const built = yield* Effect.runtime<never>()
-    const runtime = Runtime.make({ context: Context.empty(), fiberRefs: built.fiberRefs, runtimeFlags: built.runtimeFlags })
-    const runSyncExit = Runtime.runSyncExit(runtime)
-    const runPromise = Runtime.runPromise(runtime)
+    /**
+     * Per request, a runtime of its own: its context is the request's (`Provided`), and its log
+     * annotations carry the request's id, so that every line the request's fiber logs does. A
+     * fiber starts with its runtime's context and fiber refs whatever they are, where setting them
+     * from within would write its state, and compare the old value with the new, each time.
+     */
+    const runtimeOf = (provided: Provided, requestId: string) =>
+      Runtime.make({
+        context: Context.unsafeMake(provided),
+        fiberRefs: FiberRefs.updateManyAs(built.fiberRefs, {
+          entries: [
+            [FiberRef.currentLogAnnotations, [[FiberId.none, HashMap.set(baseAnnotations, "requestId", requestId)]]],
+            // The request's own collector of the headers its middleware add, and slot for its key's
+            // note: taken into in place, with no write of the fiber's state (`Responses.ts`, `Logging.ts`).
+            [HttpApp.currentPreResponseHandlers, [[FiberId.none, Option.some(collectResponseHeaders())]]],
+            [currentKeyNote, [[FiberId.none, keyNoteSlot()]]]
+          ]
+        }),
+        runtimeFlags: built.runtimeFlags
+      })
+    const baseAnnotations = FiberRefs.getOrDefault(built.fiberRefs, FiberRef.currentLogAnnotations)
 
     /**
      * A GET reads no body: on SQLite with the rate limits in memory its program never waits, and
@@ -195,30 +216,36 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, synch
      * the start, which is why a POST (always a body to read), and every request when the rate limits
      * are on Redis (a round trip each) or the reads on PostgreSQL (its pool), starts with one.
      */
-    const answer = (method: string, program: Effect.Effect<Reply>): Reply | Promise<Reply> => {
-      if (!synchronousGets || (method !== "GET" && method !== "HEAD")) return runPromise(program)
-      const exit = runSyncExit(program)
+    const answer = (exchange: Exchange, provided: Provided, program: Effect.Effect<Reply>): Reply | Promise<Reply> => {
+      const runtime = runtimeOf(provided, exchange.requestId)
+      const method = exchange.request.method
+      if (!synchronousGets || (method !== "GET" && method !== "HEAD")) return Runtime.runPromise(runtime, program)
+      const exit = Runtime.runSyncExit(runtime, program)
       if (Exit.isSuccess(exit)) return exit.value
       const defect = Cause.squash(exit.cause)
       return Runtime.isAsyncFiberException(defect)
-        ? runPromise(Fiber.join(defect.fiber as Fiber.RuntimeFiber<Reply>))
+        ? Runtime.runPromise(runtime, Fiber.join(defect.fiber as Fiber.RuntimeFiber<Reply>))
         : Promise.reject(defect)
     }
 
-    const withServerSpan = (exchange: Exchange) => <R>(self: Effect.Effect<Reply, never, R>) =>
-      self.pipe(
-        Effect.tap((reply) =>
-          Effect.annotateCurrentSpan({
-            "http.response.status_code": reply.status,
-            "http.response.header.x-request-id": exchange.requestId
-          })
-        ),
-        Effect.withSpan(`http.server ${exchange.request.method}`, {
-          kind: "server",
-          captureStackTrace: false,
-          attributes: { "http.request.method": exchange.request.method, "http.route": exchange.route, "url.path": exchange.path }
-        })
-      )
+    /**
+     * The request's server span, its parent for every span of the request: put into the request's
+     * own context (`Provided`) rather than provided around the program, which would copy that
+     * context before the middleware add to it.
+     */
+    const withServerSpan = (exchange: Exchange, provided: Provided) => <R>(self: Effect.Effect<Reply, never, R>) =>
+      Effect.useSpan(`http.server ${exchange.request.method}`, {
+        kind: "server",
+        captureStackTrace: false,
+        attributes: { "http.request.method": exchange.request.method, "http.route": exchange.route, "url.path": exchange.path }
+      }, (span) => {
+        provided.set(Tracer.ParentSpan.key, span)
+        return Effect.tap(self, (reply) =>
+          Effect.sync(() => {
+            span.attribute("http.response.status_code", reply.status)
+            span.attribute("http.response.header.x-request-id", exchange.requestId)
+          }))
+      })
 
     // Decided once, as the access log is: with metrics off, an answer goes out as it always did.
     const metrics = yield* recorder
@@ -256,25 +283,31 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, synch
       const { clientAddress, clientRequestId, requestId } = callerOf(source, peer)
       const request = new EdgeRequest(source, source.url.slice(pathStart(source.url)))
       const exchange: Exchange = { request, path, route: route.path, requestId, clientAddress, clientRequestId }
-      const rendered = route.run(request, params).pipe(
-        Effect.catchAllCause(renderer.renderFailure),
-        Effect.flatMap((reply) => withPreResponse(request, reply)),
-        Effect.catchAllCause(renderer.renderFailure)
-      )
-      // A 401 is logged only as the first from its client's address in an interval; the rest are counted.
-      const answered = accessLogged
-        ? Effect.withFiberRuntime<Reply, never, HttpServerRequest.HttpServerRequest>((fiber) =>
-          withAccessLog(rendered, fiber, exchange, startedAt, (status) => status !== 401 || refusals.first(clientAddress))
-        )
-        : rendered
-      // Every line this request's fiber logs carries its id. The fiber is the request's own and ends
-      // with it, so the annotation is set on it, not scoped (`Effect.annotateLogs` costs a sixth
-      // of a whoami, restoring a value nobody reads afterwards).
-      const program = Effect.zipRight(
-        FiberRef.update(FiberRef.currentLogAnnotations, HashMap.set<string, unknown>("requestId", requestId)),
-        Effect.provideService(traced ? withServerSpan(exchange)(answered) : answered, HttpServerRequest.HttpServerRequest, request)
-      )
-      const reply = answer(source.method, program)
+      const provided: Provided = new Map([[HttpServerRequest.HttpServerRequest.key, request]])
+      /**
+       * The reply as it leaves: its pre-response headers, and its access-log line (a 401 only as the
+       * first from its client's address in an interval; the rest are counted), in one step of the
+       * request's fiber.
+       */
+      const finish = (reply: Reply): Effect.Effect<Reply> =>
+        Effect.withFiberRuntime((fiber) => {
+          const final = withPreResponse(fiber.getFiberRef(HttpApp.currentPreResponseHandlers), request, reply)
+          if (Effect.isEffect(final)) {
+            return Effect.flatMap(Effect.catchAllCause(final, renderer.renderFailure), (rendered) => logged(fiber, rendered))
+          }
+          return logged(fiber, final)
+        })
+      const logged = (fiber: Fiber.RuntimeFiber<unknown, unknown>, reply: Reply): Effect.Effect<Reply> => {
+        if (!accessLogged || (reply.status === 401 && !refusals.first(clientAddress))) return Effect.succeed(reply)
+        const logging = accessLog(fiber, exchange, reply.status, startedAt)
+        return logging === undefined ? Effect.succeed(reply) : Effect.as(logging, reply)
+      }
+      const answered = Effect.matchCauseEffect(route.run(request, params, provided), {
+        onFailure: (cause) => Effect.flatMap(renderer.renderFailure(cause), finish),
+        onSuccess: finish
+      })
+      const program = (traced ? withServerSpan(exchange, provided)(answered) : answered) as Effect.Effect<Reply>
+      const reply = answer(exchange, provided, program)
       return reply instanceof Promise ? settle(exchange, reply, startedAt) : respond(exchange, reply, startedAt)
     }
 

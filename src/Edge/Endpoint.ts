@@ -153,14 +153,30 @@ const successEncoder = (successSchema: Schema.Schema.Any): (value: unknown) => R
   }
 }
 
-/** A security scheme's credential, read from the request as HttpApiBuilder's `securityDecode` reads it. */
-const credentialOf = (security: HttpApiSecurity.HttpApiSecurity) =>
+/**
+ * A security scheme's check of a request: its credential, read as HttpApiBuilder's
+ * `securityDecode` reads it (a bearer token at once, from the `Authorization` header past its
+ * first seven characters), handed to the middleware's implementation of the scheme.
+ */
+const schemeCheck = (
+  security: HttpApiSecurity.HttpApiSecurity,
+  run: (credential: unknown) => Effect.Effect<unknown, unknown, HttpServerRequest.HttpServerRequest>
+) =>
   security._tag === "Bearer"
-    ? (request: EdgeRequest) => Effect.succeed(Redacted.make((request.source.headers.get("authorization") ?? "").slice(7)))
+    ? (request: EdgeRequest) => run(Redacted.make((request.source.headers.get("authorization") ?? "").slice(7)))
     : (request: EdgeRequest) =>
-      Effect.provideService(HttpApiBuilder.securityDecode(security), HttpServerRequest.ParsedSearchParams, queryOf(request.url))
+      Effect.flatMap(
+        Effect.provideService(HttpApiBuilder.securityDecode(security), HttpServerRequest.ParsedSearchParams, queryOf(request.url)),
+        run
+      )
 
 type Program = Effect.Effect<Reply, unknown, HttpServerRequest.HttpServerRequest>
+
+/**
+ * The services of one request's context, by key, as the edge made it for that request alone: its
+ * `HttpServerRequest`, and what its middleware provide, added as they do.
+ */
+export type Provided = Map<string, unknown>
 
 /**
  * One middleware around what it guards, as HttpApiBuilder's `applyMiddleware` puts it: a security
@@ -170,24 +186,31 @@ type Program = Effect.Effect<Reply, unknown, HttpServerRequest.HttpServerRequest
 const middlewareAround = (tag: HttpApiMiddleware.TagClassAny, service: unknown) => {
   const check: (request: EdgeRequest) => Effect.Effect<unknown, unknown, HttpServerRequest.HttpServerRequest> =
     HttpApiMiddleware.isSecurity(tag)
-      ? Object.entries(tag.security).map(([scheme, security]) => {
-        const credential = credentialOf(security)
-        const run = (service as Record<string, (credential: unknown) => Effect.Effect<unknown, unknown>>)[scheme]!
-        return (request: EdgeRequest) => Effect.flatMap(credential(request), run)
-      }).reduce((first, next) => (request) => Effect.catchAll(first(request), () => next(request)))
+      ? Object.entries(tag.security).map(([scheme, security]) =>
+        schemeCheck(security, (service as Record<string, (credential: unknown) => Effect.Effect<unknown, unknown>>)[scheme]!)
+      ).reduce((first, next) => (request) => Effect.catchAll(first(request), () => next(request)))
       : () => service as Effect.Effect<unknown, unknown, HttpServerRequest.HttpServerRequest>
   const provides = tag.provides
+  // What it provides goes into the context the edge made for this request alone (`Provided`), which
+  // the rest of the request's fiber reads: the same as providing it there, without writing the
+  // fiber's context (and comparing the old one with the new) twice.
   if (tag.optional) {
-    return (request: EdgeRequest, guarded: Program): Program =>
+    return (request: EdgeRequest, provided: Provided, next: () => Program): Program =>
       Effect.matchEffect(check(request), {
-        onFailure: () => guarded,
-        onSuccess: (value) => provides === undefined ? guarded : Effect.provideService(guarded, provides, value)
+        onFailure: next,
+        onSuccess: (value) => {
+          if (provides !== undefined) provided.set(provides.key, value)
+          return next()
+        }
       })
   }
   return provides === undefined
-    ? (request: EdgeRequest, guarded: Program): Program => Effect.zipRight(check(request), guarded)
-    : (request: EdgeRequest, guarded: Program): Program =>
-      Effect.flatMap(check(request), (value) => Effect.provideService(guarded, provides, value))
+    ? (request: EdgeRequest, _: Provided, next: () => Program): Program => Effect.flatMap(check(request), next)
+    : (request: EdgeRequest, provided: Provided, next: () => Program): Program =>
+      Effect.flatMap(check(request), (value) => {
+        provided.set(provides.key, value)
+        return next()
+      })
 }
 
 /**
@@ -201,7 +224,7 @@ export const compileEndpoint = (
   declared: Declared,
   handler: (request: any) => Effect.Effect<unknown, unknown, unknown>,
   context: Context.Context<never>
-): (request: EdgeRequest, params: Readonly<Record<string, string>>) => Program => {
+): (request: EdgeRequest, params: Readonly<Record<string, string>>, provided: Provided) => Program => {
   const { endpoint } = declared
   const decodePath = decoder(endpoint.pathSchema)
   const decodePayload = decoder(endpoint.payloadSchema)
@@ -222,22 +245,27 @@ export const compileEndpoint = (
     return Effect.map(handler(input) as Effect.Effect<unknown, unknown>, encode)
   }
 
-  const handle = (request: EdgeRequest, params: Readonly<Record<string, string>>): Program =>
-    Effect.suspend(() => {
-      const input: Record<string, unknown> = { request }
-      if (Option.isSome(decodePath)) {
-        const path = decodePath.value(params)
-        if (Either.isLeft(path)) return Effect.fail(path.left)
-        input.path = path.right
-      }
-      if (Option.isNone(decodePayload)) return decodeAfterPayload(request, input)
-      return Effect.flatMap(Effect.orDie(request.json), (json) => {
-        const payload = decodePayload.value(json)
-        if (Either.isLeft(payload)) return Effect.fail(payload.left)
-        input.payload = payload.right
-        return decodeAfterPayload(request, input)
-      })
+  /** The input decoded and the handler run: called once every middleware has passed. */
+  const handle = (request: EdgeRequest, params: Readonly<Record<string, string>>): Program => {
+    const input: Record<string, unknown> = { request }
+    if (Option.isSome(decodePath)) {
+      const path = decodePath.value(params)
+      if (Either.isLeft(path)) return Effect.fail(path.left)
+      input.path = path.right
+    }
+    if (Option.isNone(decodePayload)) return decodeAfterPayload(request, input)
+    return Effect.flatMap(Effect.orDie(request.json), (json) => {
+      const payload = decodePayload.value(json)
+      if (Either.isLeft(payload)) return Effect.fail(payload.left)
+      input.payload = payload.right
+      return decodeAfterPayload(request, input)
     })
+  }
 
-  return (request, params) => around.reduceRight<Program>((guarded, wrap) => wrap(request, guarded), handle(request, params))
+  // Each middleware calls what it guards once it has passed: the first runs first.
+  const chain = around.reduceRight<(request: EdgeRequest, params: Readonly<Record<string, string>>, provided: Provided) => Program>(
+    (guarded, wrap) => (request, params, provided) => wrap(request, provided, () => guarded(request, params, provided)),
+    (request, params) => handle(request, params)
+  )
+  return around.length === 0 ? (request, params, provided) => Effect.suspend(() => chain(request, params, provided)) : chain
 }

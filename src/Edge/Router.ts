@@ -1,7 +1,7 @@
 import type { HttpServerRequest } from "@effect/platform"
 import type { Effect } from "effect"
 import { MethodNotAllowed, NotFound } from "../Domain/Errors.ts"
-import type { Reply } from "./Endpoint.ts"
+import type { Provided, Reply } from "./Endpoint.ts"
 import { errorReply } from "./Render.ts"
 import type { EdgeRequest } from "./ServerRequest.ts"
 
@@ -12,7 +12,8 @@ export interface Route {
   readonly path: string
   readonly run: (
     request: EdgeRequest,
-    params: Readonly<Record<string, string>>
+    params: Readonly<Record<string, string>>,
+    provided: Provided
   ) => Effect.Effect<Reply, unknown, HttpServerRequest.HttpServerRequest>
 }
 

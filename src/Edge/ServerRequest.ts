@@ -24,6 +24,9 @@ type Body =
 
 const unread: Body = { _tag: "Unread" }
 
+/** What every `Headers` record has besides its headers (its type id, its redaction). */
+const headersPrototype = Object.getPrototypeOf(Headers.empty) as object
+
 /** What the edge does not offer: its endpoints take JSON, or nothing. */
 const unsupported = (request: EdgeRequest, what: string) =>
   new HttpServerError.RequestError({ request, reason: "Decode", description: `${what} is not read by this server` })
@@ -60,8 +63,9 @@ export class EdgeRequest extends Inspectable.Class implements HttpServerRequest.
   get remoteAddress(): Option.Option<string> {
     return Option.none()
   }
+  /** The library's record of the headers: Bun's own, made natively, with the record's prototype. */
   get headers(): Headers.Headers {
-    return this.headersRecord ??= Headers.fromInput(this.source.headers as unknown as Headers.Input)
+    return this.headersRecord ??= Object.assign(Object.create(headersPrototype) as Headers.Headers, this.source.headers.toJSON())
   }
   get cookies(): Readonly<Record<string, string>> {
     return Cookies.parseHeader(this.source.headers.get("cookie") ?? "")
