@@ -13,7 +13,7 @@
 import { MeterProvider, MetricReader } from "@opentelemetry/sdk-metrics"
 import { Metric, MetricBoundaries, MetricLabel } from "effect"
 import client from "prom-client"
-import { makeRecorder } from "../src/Metrics.ts"
+import { makeRecorder } from "../src/Metrics/Series.ts"
 import { render } from "../src/Metrics/Exposition.ts"
 
 const observations = Number(process.env["BENCH_OBSERVATIONS"] ?? 1_000_000)

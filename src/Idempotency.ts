@@ -3,7 +3,7 @@ import { AppConfig } from "./Config.ts"
 import { GroupCommit } from "./Database/GroupCommit.ts"
 import { IdempotencyConflict, IdempotencyInProgress } from "./Domain/Errors.ts"
 import { IdempotencyRepo, type IdempotencyRow } from "./Idempotency/IdempotencyRepo.ts"
-import { recorder } from "./Metrics.ts"
+import { Metrics } from "./Metrics.ts"
 import { spans } from "./Spans.ts"
 
 export interface IdempotentRequest {
@@ -94,7 +94,7 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
     Idempotency,
     Effect.gen(function*() {
       const span = yield* spans
-      const metrics = yield* recorder
+      const metrics = yield* Metrics
       const groupCommit = yield* GroupCommit
       const repo = yield* IdempotencyRepo
       const { idempotencyTtl } = yield* AppConfig

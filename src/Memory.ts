@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs"
+import { commandLine } from "./Cli/CommandLine.ts"
 
 /**
  * The garbage-collected heap's sizing, set before anything else loads.
@@ -14,17 +15,6 @@ import { readFileSync } from "node:fs"
  */
 const variable = "BUN_JSC_forceRAMSize"
 const defaultRamSize = String(1024 ** 3)
-
-/** @effect/cli's built-in options that take a value: the word after them is not the command. */
-const valueOptions = new Set(["--log-level", "--completions"])
-
-const commandOf = (args: ReadonlyArray<string>): string | undefined => {
-  for (let i = 0; i < args.length; i++) {
-    if (valueOptions.has(args[i]!)) i++
-    else if (!args[i]!.startsWith("-")) return args[i]
-  }
-  return undefined
-}
 
 /** A NUL-separated file of /proc/self (`environ`, `cmdline`) as its entries; undefined where there is none. */
 const procEntries = (file: "environ" | "cmdline"): Array<string> | undefined => {
@@ -64,7 +54,7 @@ const againWith = (commandLine: ReadonlyArray<string>): Array<string> => {
 // A value the process was started with is already JavaScriptCore's; one from a `.env` file is not
 // (Bun loads the file after the runtime started), so it is passed on like the default, the only
 // `.env` value that is. Not on Linux (no /proc): the default sizing, rather than `.env` values exported.
-if (commandOf(process.argv.slice(2)) === "serve") {
+if (commandLine.command === "serve") {
   const environment = startingEnvironment()
   const commandLine = procEntries("cmdline")
   if (environment !== undefined && environment[variable] === undefined && commandLine !== undefined && commandLine.length > 0) {

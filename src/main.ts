@@ -4,10 +4,9 @@
  * (from source, 0.4 s more to start). A bare `serve` loads the server alone (Serve.ts).
  */
 import "./Memory.ts"
+import { commandLine } from "./Cli/CommandLine.ts"
 
-const args = process.argv.slice(2)
-
-;(args.length === 1 && args[0] === "serve" ? import("./Serve.ts") : import("./Program.ts")).catch((error: unknown) => {
+;(commandLine.bareServe ? import("./Serve.ts") : import("./Program.ts")).catch((error: unknown) => {
   console.error(error)
   process.exit(1)
 })

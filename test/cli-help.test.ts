@@ -1,4 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
+import { parse } from "../src/Cli/CommandLine.ts"
 import { settingsList } from "../src/Config.ts"
 import { postgres, runDatabasePrefix, sharedSkipped } from "./support/backends.ts"
 import { runCli, tempDatabase } from "./support/server.ts"
@@ -28,6 +29,22 @@ const help = async (args: ReadonlyArray<string>) => {
   expect({ args, code: result.code }).toEqual({ args, code: 0 })
   return plain(result.stdout)
 }
+
+describe("the command line's reading", () => {
+  it("finds the command past built-in options and their values, the words help is for, and a bare serve", () => {
+    const read = (...args: ReadonlyArray<string>) => {
+      const { bareServe, command, words } = parse(["bun", "campaign-api", ...args])
+      return { bareServe, command, words }
+    }
+    expect(read("serve")).toEqual({ bareServe: true, command: "serve", words: ["serve"] })
+    expect(read("serve", "--help")).toEqual({ bareServe: false, command: "serve", words: ["serve"] })
+    // The heap is sized for this serve too (README, Operating it: Memory): the level is not the command.
+    expect(read("--log-level", "debug", "serve")).toEqual({ bareServe: false, command: "serve", words: [] })
+    expect(read("--completions", "bash")).toEqual({ bareServe: false, command: undefined, words: [] })
+    expect(read("keys", "create", "--brand", brandId, "--json")).toEqual({ bareServe: false, command: "keys", words: ["keys", "create"] })
+    expect(read()).toEqual({ bareServe: false, command: undefined, words: [] })
+  })
+})
 
 describe("--help", () => {
   it("prints no colour codes and no type-only lines when its output is not a terminal", async () => {

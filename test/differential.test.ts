@@ -32,6 +32,7 @@ import type { BrandId, Scope as KeyScope } from "../src/Domain/ApiKey.ts"
 import { NotFound, ValidationError } from "../src/Domain/Errors.ts"
 import { makeEdge } from "../src/Edge/Edge.ts"
 import { Ids } from "../src/Ids.ts"
+import { type Metrics, MetricsOff } from "../src/Metrics.ts"
 import { backends } from "./support/backends.ts"
 
 /** 26 November 2026, 10:00 UTC, for ever: no rate limit refills, no key expires, every record the same time. */
@@ -82,7 +83,7 @@ const Adapter = HttpApiBuilder.middleware((app) =>
   ) as never
 )
 
-type Services = Layer.Layer.Success<ReturnType<typeof servicesWith>>
+type Services = Layer.Layer.Success<ReturnType<typeof servicesWith>> | Metrics
 
 interface Instance {
   readonly context: Context.Context<Services>
@@ -95,7 +96,7 @@ const instance = async (database: string): Promise<Instance> => {
     new Map([["DATABASE_URL", database], ["RATE_LIMIT_MAX", "1000000"], ["PORT", "0"], ["DOCS_ENABLED", "false"]])
   )
   const scope = Effect.runSync(Scope.make())
-  const context = await Layer.buildWithScope(servicesWith(predictableIds()), scope).pipe(
+  const context = await Layer.buildWithScope(servicesWith(predictableIds()).pipe(Layer.provideMerge(MetricsOff)), scope).pipe(
     Effect.withClock(standingClock),
     Effect.withConfigProvider(config),
     Logger.withMinimumLogLevel(LogLevel.None),

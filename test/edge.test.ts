@@ -28,6 +28,7 @@ import { HealthRepo } from "../src/Health/HealthRepo.ts"
 import { Idempotency } from "../src/Idempotency.ts"
 import { RequireIdempotencyKeyLive } from "../src/Idempotency/Http.ts"
 import { IdentityHandlers } from "../src/Identity/Http.ts"
+import { MetricsOff } from "../src/Metrics.ts"
 import { RateLimit, type RateLimitDecision } from "../src/RateLimit.ts"
 import { activatePath } from "./support/client.ts"
 import { makeTestLayer } from "./support/testLayer.ts"
@@ -63,6 +64,7 @@ const makeDoubles = (doubles: Doubles) =>
     // The reads and the analytics are not what these tests are about: any call dies, loudly.
     makeTestLayer(Analytics)({}),
     makeTestLayer(DatabaseOutage)({}),
+    MetricsOff,
     makeTestLayer(HealthRepo)({ database: "sqlite", ping: Effect.void }),
     Draining.Live,
     makeTestLayer(ApiKeys)({

@@ -14,6 +14,7 @@ import { IdempotencyConflict, IdempotencyInProgress } from "../src/Domain/Errors
 import { Ids } from "../src/Ids.ts"
 import { fingerprintOf, Idempotency, type IdempotentAnswer, type IdempotentRequest, type StoredResponse } from "../src/Idempotency.ts"
 import { IdempotencyRepo, type IdempotencyRow } from "../src/Idempotency/IdempotencyRepo.ts"
+import { MetricsOff } from "../src/Metrics.ts"
 import { backends, postgres, sharedSkipped, withPostgres } from "./support/backends.ts"
 import { inspect } from "./support/database.ts"
 import { eventually } from "./support/load.ts"
@@ -604,7 +605,7 @@ const IdempotencyOnFreshFile = Idempotency.Live.pipe(
   Layer.provideMerge(Layer.merge(IdempotencyRepo.Live, GroupCommit.Live)),
   Layer.provideMerge(ActivationsRepo.Live),
   Layer.provideMerge(SqlLiveAt(tempDatabase())),
-  Layer.provide(AppConfigTest)
+  Layer.provide([AppConfigTest, MetricsOff])
 )
 
 class DownstreamFailure extends Data.TaggedError("DownstreamFailure") {}
@@ -763,7 +764,7 @@ const IdempotencyRacedOnFreshFile = Idempotency.Live.pipe(
   Layer.provideMerge(Layer.merge(IdempotencyRepoRaced, GroupCommit.Live)),
   Layer.provideMerge(ActivationsRepo.Live),
   Layer.provideMerge(SqlLiveAt(tempDatabase())),
-  Layer.provide(AppConfigTest)
+  Layer.provide([AppConfigTest, MetricsOff])
 )
 
 layer(IdempotencyRacedOnFreshFile)("Idempotency against another instance's write", (it) => {
@@ -811,7 +812,7 @@ layer(IdempotencyRacedOnFreshFile)("Idempotency against another instance's write
 
 /** Group commit and the activations repository on a database file of their own. */
 const groupCommitOnFreshFile = () =>
-  Layer.merge(GroupCommit.Live, ActivationsRepo.Live).pipe(Layer.provideMerge(SqlLiveAt(tempDatabase())))
+  Layer.merge(GroupCommit.Live, ActivationsRepo.Live).pipe(Layer.provideMerge(SqlLiveAt(tempDatabase())), Layer.provide(MetricsOff))
 const GroupCommitOnFreshFile = groupCommitOnFreshFile()
 
 layer(GroupCommitOnFreshFile)("GroupCommit", (it) => {
@@ -865,7 +866,7 @@ const logged = captureLogs(({ annotations, message }) => ({
   requestId: annotationOf(annotations, "requestId")
 }))
 
-layer(GroupCommit.Live.pipe(Layer.provide(SqlLiveAt(tempDatabase())), Layer.provide(logged.layer)))("GroupCommit's log lines", (it) => {
+layer(GroupCommit.Live.pipe(Layer.provide(SqlLiveAt(tempDatabase())), Layer.provide([logged.layer, MetricsOff])))("GroupCommit's log lines", (it) => {
   it.effect("a piece of work logs with its own request's annotations, never with another piece's, in both of a batch's runs", () =>
     Effect.gen(function*() {
       const groupCommit = yield* GroupCommit

@@ -25,6 +25,7 @@ import { Draining } from "../src/Draining.ts"
 import { HealthHandlers } from "../src/Health/Http.ts"
 import { HealthRepo } from "../src/Health/HealthRepo.ts"
 import { accessLine, jsonLine } from "../src/Logging.ts"
+import { MetricsOff } from "../src/Metrics.ts"
 import { RateLimit } from "../src/RateLimit.ts"
 import { annotationOf, captureLogs } from "./support/telemetry.ts"
 import { makeTestLayer } from "./support/testLayer.ts"
@@ -619,6 +620,15 @@ describe("the Idempotency-Key header", () => {
   })
 })
 
+describe("metrics", () => {
+  it("are asked of a layer, never assumed off: a service that counts, built without Metrics, is a type error", () => {
+    // @ts-expect-error DatabaseOutage counts every failure (db_unavailable_total): it needs Metrics
+    const alone: Layer.Layer<DatabaseOutage> = DatabaseOutage.Live
+    const off: Layer.Layer<DatabaseOutage> = DatabaseOutage.Live.pipe(Layer.provide(MetricsOff))
+    expect(Layer.isLayer(alone) && Layer.isLayer(off)).toBe(true)
+  })
+})
+
 describe("the database outage's log", () => {
   const { layer: captured, lines } = captureLogs(({ annotations, cause, message }) => ({
     message: (message as ReadonlyArray<unknown>)[0],
@@ -630,7 +640,7 @@ describe("the database outage's log", () => {
   it.effect("one line with the cause per 10 s, the rest counted: the last count once it has been quiet for 10 s or at shutdown, and a new outage's cause at once", () =>
     Effect.gen(function*() {
       const scope = yield* EffectScope.make()
-      const outage = Context.get(yield* Layer.buildWithScope(DatabaseOutage.Live, scope), DatabaseOutage)
+      const outage = Context.get(yield* Layer.buildWithScope(DatabaseOutage.Live.pipe(Layer.provide(MetricsOff)), scope), DatabaseOutage)
       const failTimes = (n: number) => Effect.repeatN(outage.failed(down), n - 1)
       yield* failTimes(5)
       expect(lines).toEqual([{ message: "database unavailable", cause: true, more: 0 }])
@@ -666,7 +676,7 @@ describe("readiness", () => {
     }),
     makeTestLayer(RateLimit)({ status: () => "memory" }),
     Draining.Live,
-    DatabaseOutage.Live
+    DatabaseOutage.Live.pipe(Layer.provide(MetricsOff))
   )
   const probe = (handlers: Effect.Effect.Success<typeof HealthHandlers>) =>
     Effect.map(Effect.either(handlers.ready({ request: HttpServerRequest.fromWeb(new Request("http://127.0.0.1/readyz")) })), Either.match({

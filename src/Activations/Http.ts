@@ -6,7 +6,7 @@ import { CurrentKey } from "../ApiKeys/Api.ts"
 import { type Activation, withDefaults } from "../Domain/Activation.ts"
 import { type IdempotencyInProgress, NotFound } from "../Domain/Errors.ts"
 import { Idempotency, type IdempotentAnswer } from "../Idempotency.ts"
-import { recorder } from "../Metrics.ts"
+import { Metrics } from "../Metrics.ts"
 import { addResponseHeaders, etagOf, jsonText, notModified } from "../Responses.ts"
 
 /**
@@ -39,7 +39,7 @@ const stillInProgress = (error: IdempotencyInProgress) =>
 export const ActivationsHandlers = Effect.gen(function*() {
   const activations = yield* Activations
   const idempotency = yield* Idempotency
-  const metrics = yield* recorder
+  const metrics = yield* Metrics
   // The stored bytes, marked when they answer a repeat; counted once committed and answered, never
   // inside the transaction, which may run more than once.
   const answered = (answer: IdempotentAnswer) => {

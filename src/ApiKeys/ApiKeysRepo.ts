@@ -1,8 +1,8 @@
 import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer } from "effect"
+import { keyChanges } from "../Database/KeyChanges.ts"
 import type { RateLimitPolicy } from "../Domain/ApiKey.ts"
 import { spans } from "../Spans.ts"
-import { keyChanges } from "./KeyChanges.ts"
 
 export interface ApiKeyRow {
   readonly keyId: string

@@ -48,7 +48,7 @@ export class KeyUsage extends Context.Tag("ApiKeys/KeyUsage")<KeyUsage, {
           for (const [digest, use] of batch) if (!pending.has(digest)) pending.set(digest, use)
         }
         // Never interrupted: a stop waits for the write under way (and an interrupted statement
-        // would be cancelled on PostgreSQL, see KeyChanges.ts), then writes what is left.
+        // would be cancelled on PostgreSQL, see Database/KeyChanges.ts), then writes what is left.
         return Effect.uninterruptible(repo.recordUsage([...batch.values()])).pipe(
           Effect.catchAllCause((cause) =>
             Effect.zipRight(

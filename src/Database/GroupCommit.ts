@@ -1,7 +1,7 @@
 import { SqlClient } from "@effect/sql"
 import { SqlError } from "@effect/sql/SqlError"
 import { Cause, Chunk, Clock, Context, Deferred, Duration, Effect, Exit, FiberRef, HashMap, Layer, Option, Queue, Schedule, Tracer } from "effect"
-import { recorder } from "../Metrics.ts"
+import { Metrics } from "../Metrics.ts"
 import { spans, tracing } from "../Spans.ts"
 import { busyTimeout, DatabaseFile } from "./Sql.ts"
 import { isRetryable } from "./SqlErrors.ts"
@@ -103,7 +103,7 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
     Effect.gen(function*() {
       const span = yield* spans
       const traced = yield* tracing
-      const metrics = yield* recorder
+      const metrics = yield* Metrics
       const sql = yield* SqlClient.SqlClient
       const file = yield* DatabaseFile
       // On PostgreSQL a batch waits for rows another instance holds (the same Idempotency-Key):

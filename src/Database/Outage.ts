@@ -1,5 +1,5 @@
 import { Cause, Clock, Context, Duration, Effect, Layer, Schedule } from "effect"
-import { recorder } from "../Metrics.ts"
+import { Metrics } from "../Metrics.ts"
 
 /** At most one "database unavailable" line per this long: an outage fails every request alike. */
 const logInterval = Duration.seconds(10)
@@ -19,7 +19,7 @@ export class DatabaseOutage extends Context.Tag("Database/DatabaseOutage")<Datab
   static readonly Live = Layer.scoped(
     DatabaseOutage,
     Effect.gen(function*() {
-      const metrics = yield* recorder
+      const metrics = yield* Metrics
       const interval = Duration.toMillis(logInterval)
       let loggedAt = -Infinity
       let failedAt = -Infinity

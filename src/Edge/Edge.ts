@@ -4,7 +4,7 @@ import { EdgeConfig, ServerConfig, TrustedProxiesConfig } from "../Config.ts"
 import { DatabaseOutage } from "../Database/Outage.ts"
 import { declaredEndpoints } from "../Declaration.ts"
 import { NotFound } from "../Domain/Errors.ts"
-import { recorder } from "../Metrics.ts"
+import { Metrics } from "../Metrics.ts"
 import { collectResponseHeaders, isHeadersHandler, notModified } from "../Responses.ts"
 import { currentKeyNote, keyNoteSlot } from "../Logging.ts"
 import { tracing } from "../Spans.ts"
@@ -248,7 +248,7 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, synch
       })
 
     // Decided once, as the access log is: with metrics off, an answer goes out as it always did.
-    const metrics = yield* recorder
+    const metrics = yield* Metrics
     const respond: (exchange: Exchange, reply: Reply, startedAt: number) => Response = metrics.on
       ? (exchange, reply, startedAt) => {
         metrics.answered(exchange.request.method, exchange.route, reply.status, (performance.now() - startedAt) / 1000)

@@ -2,8 +2,8 @@ import { Duration, Effect, Layer, Metric, MetricKeyType, MetricState, Option } f
 import type { MetricPair } from "effect"
 import { StartupError } from "../Config.ts"
 import { logAtStart } from "../Logging.ts"
-import { Metrics, makeRecorder, series, seriesNames } from "../Metrics.ts"
 import { version } from "../Version.ts"
+import { series, seriesNames } from "./Series.ts"
 
 const contentType = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -169,7 +169,7 @@ const listener = (host: string, port: number) =>
   )
 
 /**
- * Everything metrics need once on: the recorder for the edge and the services, the process's
+ * Everything metrics need once on besides the recorder (`MetricsLive` provides it): the process's
  * gauges, and each configured outlet (the Prometheus listener, the OTLP export next to the spans).
  */
 export const exposition = (options: {
@@ -177,7 +177,7 @@ export const exposition = (options: {
   readonly port: Option.Option<number>
   readonly endpoint: Option.Option<URL>
   readonly serviceName: string
-}): Layer.Layer<Metrics, StartupError> => {
+}): Layer.Layer<never, StartupError> => {
   const listening = Option.match(options.port, {
     onNone: () => Layer.empty,
     onSome: (port) => Layer.scopedDiscard(listener(options.host, port))
@@ -187,7 +187,6 @@ export const exposition = (options: {
     onSome: (endpoint) => otlpExport(endpoint, options.serviceName)
   })
   return Layer.mergeAll(
-    Layer.succeed(Metrics, makeRecorder()),
     Layer.scopedDiscard(Effect.zipRight(zeroedCounters, processSampler)),
     listening,
     exported

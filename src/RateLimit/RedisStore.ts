@@ -1,8 +1,8 @@
 import { RateLimiter } from "@effect/experimental"
-import { Context, Duration, Effect, Redacted, Runtime } from "effect"
+import { Duration, Effect, Redacted, Runtime } from "effect"
 import { Redis } from "ioredis"
 import { StartupError, withoutPassword } from "../Config.ts"
-import { RateLimitStore } from "./Store.ts"
+import type { BuiltStore } from "./StoreService.ts"
 
 const prefix = "campaign-api:ratelimit:"
 // Both keys of a bucket named in KEYS, in one hash slot (`{…}`), as Redis Cluster requires.
@@ -174,8 +174,9 @@ export const makeRedis = (url: Redacted.Redacted<string>) =>
           )
         )
     })
-    return Context.make(RateLimiter.RateLimiterStore, store).pipe(
-      Context.add(RateLimitStore, {
+    return {
+      library: store,
+      service: {
         kind: "redis",
         connected: () => redis.status === "ready" && !down,
         untilNextToken: (key, refillMillis, now) =>
@@ -189,6 +190,6 @@ export const makeRedis = (url: Redacted.Redacted<string>) =>
               catch: storeError("reading the bucket's last refill failed")
             }).pipe(Effect.map((read) => read === null ? 0 : Number(read) + refillMillis - now))
           })
-      })
-    )
+      }
+    } satisfies BuiltStore
   })

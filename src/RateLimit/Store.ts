@@ -1,22 +1,12 @@
 import { RateLimiter } from "@effect/experimental"
 import { Context, Effect, Layer, type Redacted } from "effect"
+import type { BuiltStore, RateLimitStoreService } from "./StoreService.ts"
 
 /**
  * Where the token buckets live, beside the library's `RateLimiterStore` that the RateLimiter
- * consumes from: what the RateLimit headers need that the library's result does not carry,
- * and whether the store answers.
+ * consumes from (StoreService.ts says what it answers).
  */
-export class RateLimitStore extends Context.Tag("RateLimit/RateLimitStore")<RateLimitStore, {
-  readonly kind: "memory" | "redis"
-  /** Whether the store answers now (the memory store always does). */
-  readonly connected: () => boolean
-  /** Milliseconds until the key's bucket gains its next token, as the store has it. */
-  readonly untilNextToken: (
-    key: string,
-    refillMillis: number,
-    now: number
-  ) => Effect.Effect<number, RateLimiter.RateLimitStoreError>
-}>() {
+export class RateLimitStore extends Context.Tag("RateLimit/RateLimitStore")<RateLimitStore, RateLimitStoreService>() {
   /**
    * The library's in-process store. It keeps each bucket's refill clock to itself, so the
    * moment it first saw a key (from which it refills on a fixed schedule) is noted beside it.
@@ -33,14 +23,15 @@ export class RateLimitStore extends Context.Tag("RateLimit/RateLimitStore")<Rate
           return library.tokenBucket(options)
         })
     })
-    return Context.make(RateLimiter.RateLimiterStore, store).pipe(
-      Context.add(RateLimitStore, {
+    return contextOf({
+      library: store,
+      service: {
         kind: "memory",
         connected: () => true,
         untilNextToken: (key, refillMillis, now) =>
           Effect.succeed(refillMillis - ((now - (firstSeen.get(key) ?? now)) % refillMillis))
-      })
-    )
+      }
+    })
   }))
 
   /**
@@ -48,5 +39,10 @@ export class RateLimitStore extends Context.Tag("RateLimit/RateLimitStore")<Rate
    * the single instance does not pay for ioredis at start (README, Layout).
    */
   static readonly redis = (url: Redacted.Redacted<string>) =>
-    Layer.unwrapEffect(Effect.map(Effect.promise(() => import("./RedisStore.ts")), ({ makeRedis }) => Layer.scopedContext(makeRedis(url))))
+    Layer.unwrapEffect(Effect.map(Effect.promise(() => import("./RedisStore.ts")), ({ makeRedis }) =>
+      Layer.scopedContext(Effect.map(makeRedis(url), contextOf))))
 }
+
+/** Both stores under their tags, for the RateLimiter and for RateLimit. */
+const contextOf = ({ library, service }: BuiltStore) =>
+  Context.make(RateLimiter.RateLimiterStore, library).pipe(Context.add(RateLimitStore, service))

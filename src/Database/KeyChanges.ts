@@ -3,8 +3,8 @@ import { Database } from "bun:sqlite"
 import { Duration, Effect, Schedule, type Scope } from "effect"
 import { openSync, readSync, realpathSync } from "node:fs"
 import { DatabaseConfig } from "../Config.ts"
-import { DatabaseFile } from "../Database/Sql.ts"
-import { databaseError } from "../Database/SqlErrors.ts"
+import { DatabaseFile } from "./Sql.ts"
+import { databaseError } from "./SqlErrors.ts"
 
 /** The counter (kept by triggers, see migration 0002), through the shared client. */
 const readCounter = Effect.map(SqlClient.SqlClient, (sql) =>

@@ -1,0 +1,214 @@
+import { Command, Options } from "@effect/cli"
+import { Console, DateTime, Duration, Effect, Layer, Option, Schema } from "effect"
+import { ApiKeys } from "../ApiKeys.ts"
+import type { KeyChangesRequested } from "../ApiKeys/ApiKeysRepo.ts"
+import { KeysLive, KeysOfExistingLive } from "../App.ts"
+import { KeysConfig } from "../Config.ts"
+import { BrandId } from "../Domain/ApiKey.ts"
+import { GraceText, json, keyIdArg, nameOption, rateLimitOption, rateLimitOrDefault, scopesOption } from "./KeyOptions.ts"
+import { outputWidth, table } from "./KeyTable.ts"
+import { isoOrNever, jsonRow, limitOf, minuteOf, shownName, status } from "./KeyText.ts"
+import { announced, failWith } from "./Output.ts"
+
+const create = Command.make("create", {
+  brand: Options.text("brand").pipe(
+    Options.withSchema(BrandId.annotations({ message: () => "--brand takes the brand's UUID" })),
+    Options.withDescription("The brand the key acts for (a UUID).")
+  ),
+  scopes: scopesOption,
+  name: nameOption,
+  expiresIn: Options.text("expires-in").pipe(
+    Options.withSchema(Schema.NumberFromString.pipe(
+      Schema.int(),
+      Schema.between(1, 36_500)
+    ).annotations({ message: () => ({ message: "--expires-in takes a whole number of days from 1 to 36500", override: true }) })),
+    Options.optional,
+    Options.withDescription("Days until the key expires; without it the key does not expire.")
+  ),
+  rateLimit: rateLimitOption,
+  json
+}, (options) =>
+  Effect.gen(function*() {
+    const keys = yield* ApiKeys
+    const { apiKey, info } = yield* keys.create({
+      brandId: options.brand,
+      scopes: options.scopes,
+      name: options.name,
+      expiresIn: Option.map(options.expiresIn, Duration.days),
+      rateLimit: Option.getOrNull(options.rateLimit)
+    })
+    if (options.json) {
+      return yield* Console.log(JSON.stringify({
+        apiKey,
+        keyId: info.keyId,
+        brandId: info.brandId,
+        scopes: info.scopes
+      }))
+    }
+    yield* Console.log([
+      "API key created. Store it now: it is shown only this once.",
+      "",
+      `  ${apiKey}`,
+      "",
+      `key id:   ${info.keyId}`,
+      `brand:    ${info.brandId}`,
+      `scopes:   ${info.scopes.join(", ")}`,
+      `expires:  ${isoOrNever(info.expiresAt)}`,
+      `limit:    ${limitOf(info)}`
+    ].join("\n"))
+  })).pipe(Command.withDescription("Create an API key and print it once."))
+
+const list = Command.make("list", {
+  brand: Options.text("brand").pipe(
+    Options.withSchema(BrandId.annotations({ message: () => "--brand takes the brand's UUID" })),
+    Options.optional,
+    Options.withDescription("Only this brand's keys (a UUID).")
+  ),
+  json
+}, (options) =>
+  Effect.gen(function*() {
+    const all = yield* (yield* ApiKeys).list
+    const keys = Option.match(options.brand, {
+      onNone: () => all,
+      onSome: (brand) => all.filter((key) => key.brandId === brand.toLowerCase())
+    })
+    const now = yield* DateTime.now
+    if (options.json) return yield* Console.log(JSON.stringify(keys.map((key) => jsonRow(key, now))))
+    if (keys.length === 0) {
+      return yield* Console.log(
+        Option.isSome(options.brand)
+          ? "No API keys for this brand."
+          : "No API keys yet: create one with `keys create`."
+      )
+    }
+    yield* Console.log(table(keys.map((key) => ({ key, status: status(key, now) })), yield* outputWidth))
+  })).pipe(Command.withDescription("List API keys (never their secrets), with when each was last used and its rate limit."))
+
+const noActiveKey = (keyId: string) => failWith(1, `No active API key with id ${keyId}.`)
+
+/** When a change reaches the servers (README, Running several instances). */
+const takesEffect = "from the next request on (within 1 s on PostgreSQL)"
+
+const revoke = Command.make("revoke", { keyId: keyIdArg("revoke", "revoked") }, ({ keyId }) =>
+  Effect.flatMap(ApiKeys, (keys) => keys.revoke(keyId)).pipe(
+    Effect.flatMap((revoked) => revoked ? Console.log(`Revoked API key ${keyId}: it is refused ${takesEffect}.`) : noActiveKey(keyId))
+  )).pipe(Command.withDescription("Revoke an API key at once."))
+
+const show = Command.make("show", { keyId: keyIdArg("show", "shown"), json }, ({ json, keyId }) =>
+  Effect.gen(function*() {
+    const key = (yield* (yield* ApiKeys).list).find((key) => key.keyId === keyId)
+    if (key === undefined) return yield* failWith(1, `No API key with id ${keyId}.`)
+    const now = yield* DateTime.now
+    if (json) return yield* Console.log(JSON.stringify(jsonRow(key, now)))
+    const lines: Array<readonly [string, string]> = [
+      ["key id", key.keyId],
+      ["brand", key.brandId],
+      ["name", shownName(key.name)],
+      ["scopes", key.scopes.join(", ")],
+      ["status", status(key, now)],
+      ["created", DateTime.formatIso(key.createdAt)],
+      ["expires", isoOrNever(key.expiresAt)],
+      ...(key.revokedAt === null ? [] : [["revoked", DateTime.formatIso(key.revokedAt)] as const]),
+      ...(key.previousSecretEndsAt === null
+        ? []
+        : [[
+          "previous secret",
+          `works until ${DateTime.formatIso(key.previousSecretEndsAt)}, last used ${
+            key.previousSecretLastUsedAt === null ? "never" : minuteOf(key.previousSecretLastUsedAt)
+          }`
+        ] as const]),
+      ["rate limit", key.rateLimit === null ? "default (the server's)" : `${limitOf(key)} (requests/seconds)`],
+      ["last used", key.lastUsedAt === null ? "never" : minuteOf(key.lastUsedAt)]
+    ]
+    yield* Console.log(lines.map(([label, value]) => `${`${label}:`.padEnd(17)}${value}`).join("\n"))
+  })).pipe(Command.withDescription(
+    "Show one API key (never its secret): its state, rate limit, when it was last used, and while a rolled key's previous secret works, when that one was."
+  ))
+
+const roll = Command.make("roll", {
+  keyId: keyIdArg("roll", "given a new secret"),
+  grace: Options.text("grace").pipe(
+    Options.withSchema(GraceText),
+    Options.withDefault(Duration.hours(24)),
+    Options.withDescription(
+      "How long the key's present secret keeps working: 0 (it stops at once), 90m, 24h, 7d; at most 30 days, never past the key's expiry. Default 24h."
+    )
+  ),
+  json
+}, ({ grace, json, keyId }) =>
+  Effect.gen(function*() {
+    const rolled = yield* (yield* ApiKeys).roll(keyId, grace)
+    if (rolled === undefined) return yield* noActiveKey(keyId)
+    const endsAt = DateTime.formatIso(rolled.previousSecretEndsAt)
+    if (json) return yield* Console.log(JSON.stringify({ apiKey: rolled.apiKey, keyId: rolled.keyId, previousSecretEndsAt: endsAt }))
+    const ended = DateTime.lessThanOrEqualTo(rolled.previousSecretEndsAt, yield* DateTime.now)
+    yield* Console.log([
+      "API key rolled. Store the new key now: it is shown only this once.",
+      "",
+      `  ${rolled.apiKey}`,
+      "",
+      `key id:           ${rolled.keyId}`,
+      ended
+        ? "previous secret:  refused from the next request on"
+        : `previous secret:  works until ${endsAt}, then is refused`
+    ].join("\n"))
+  })).pipe(
+    Command.withDescription(
+      "Give a key a new secret, printed once; its key id, brand, scopes, name and limit stay, and its present secret keeps working for --grace."
+    )
+  )
+
+const update = Command.make("update", {
+  keyId: keyIdArg("update", "changed"),
+  scopes: Options.optional(scopesOption),
+  name: nameOption,
+  rateLimit: rateLimitOrDefault
+}, ({ keyId, ...options }) => {
+  const changes: KeyChangesRequested = {
+    ...Option.match(options.scopes, { onNone: () => ({}), onSome: (scopes) => ({ scopes }) }),
+    ...Option.match(options.name, { onNone: () => ({}), onSome: (name) => ({ name }) }),
+    ...Option.match(options.rateLimit, {
+      onNone: () => ({}),
+      onSome: (limit) => ({ rateLimit: limit === "default" ? null : limit })
+    })
+  }
+  const said = [
+    ...(changes.scopes === undefined ? [] : [`scopes ${changes.scopes.join(", ")}`]),
+    ...(changes.name === undefined ? [] : [`name ${shownName(changes.name)}`]),
+    ...(changes.rateLimit === undefined
+      ? []
+      : [`rate limit ${changes.rateLimit === null ? "default" : `${changes.rateLimit.max}/${changes.rateLimit.windowSeconds}`}`])
+  ]
+  if (said.length === 0) return failWith(2, "keys update changes --scopes, --name or --rate-limit: give at least one (see campaign-api keys update --help).")
+  return Effect.flatMap(ApiKeys, (keys) => keys.update(keyId, changes)).pipe(
+    Effect.flatMap((updated) =>
+      updated ? Console.log(`Updated API key ${keyId}: ${said.join("; ")}. It applies ${takesEffect}.`) : noActiveKey(keyId)
+    )
+  )
+}).pipe(Command.withDescription("Change an active key's scopes, name or rate limit; its secret and key id stay."))
+
+// Every variable the key commands read, read first: a bad one is named with the others, not alone.
+const keysAnnounced = <E, R>(keys: Layer.Layer<ApiKeys, E, R>) =>
+  Layer.unwrapEffect(Effect.map(KeysConfig, ([target]) => announced(target, keys)))
+
+// Only `keys create` makes a database: a mistyped DATABASE_URL would otherwise give every command
+// an empty database of its own, and a key created in none of them would work.
+const keyCommands = [
+  create.pipe(Command.provide(keysAnnounced(KeysLive))),
+  list.pipe(Command.provide(keysAnnounced(KeysOfExistingLive))),
+  show.pipe(Command.provide(keysAnnounced(KeysOfExistingLive))),
+  roll.pipe(Command.provide(keysAnnounced(KeysOfExistingLive))),
+  update.pipe(Command.provide(keysAnnounced(KeysOfExistingLive))),
+  revoke.pipe(Command.provide(keysAnnounced(KeysOfExistingLive)))
+] as const
+
+export const keys = Command.make("keys").pipe(
+  Command.withDescription("Manage API keys in the database at DATABASE_URL."),
+  Command.withSubcommands(keyCommands)
+)
+
+/** The `keys` commands' names, from the commands themselves. */
+export const keyCommandNames: ReadonlyArray<string> = keyCommands.flatMap((command) =>
+  // Each command's own name type does not widen to `string` (its context tag is invariant in it).
+  [...Command.getNames(command as unknown as Command.Command<string, never, unknown, unknown>)]
+)
