@@ -31,7 +31,7 @@ export const canonicalJson = (value: unknown): string =>
       ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, (v as Record<string, unknown>)[k]]))
       : v)
 
-/** SHA-256, in hex, of the method, the path and the canonical body (Bun's one-shot hash: 0.25 µs, node:crypto's 0.6). */
+/** SHA-256, in hex, of the method, the path and the canonical body (Bun's one-shot hash, cheaper than node:crypto's). */
 export const fingerprintOf = (request: IdempotentRequest): string =>
   Bun.SHA256.hash(`${request.method.toUpperCase()}\n${request.path}\n${canonicalJson(request.body)}`, "hex")
 
@@ -73,8 +73,8 @@ const purgePause = Duration.millis(5)
  * Stored entries that repeats asked for lately, kept in memory (a few hundred bytes each); a
  * repeat of another is read from the database, as correct and a little slower, and kept from then
  * on. A new entry is not kept when it is stored: under fresh activations every copy outlived a
- * young-generation collection and was collected only by a full one (the copies were 15 % of what
- * each young collection kept: bench/BENCHMARKS.md, Less allocated per request), while most keys are never repeated.
+ * young-generation collection and was collected only by a full one (bench/BENCHMARKS.md, Less
+ * allocated per request), while most keys are never repeated.
  * A larger copy adds to the garbage-collected heap's headroom.
  */
 const recentLimit = 1_000

@@ -3,8 +3,7 @@ import { Context, Effect, Layer } from "effect"
 /**
  * Where fresh identifiers and secrets come from; tests swap in a predictable source. A new
  * record's id is a UUID of version 7 (time first): a batch's rows go to the end of the id index,
- * not each to a random page, so each commit writes fewer pages to the log (bench/BENCHMARKS.md:
- * fresh activations about 2,370 → 2,520–2,990 req/s).
+ * not each to a random page, so each commit writes fewer pages to the log (bench/BENCHMARKS.md).
  */
 export class Ids extends Context.Tag("Ids")<Ids, {
   readonly uuid: Effect.Effect<string>

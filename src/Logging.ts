@@ -90,7 +90,7 @@ export class AccessLogOutput extends Context.Tag("AccessLogOutput")<
 
 /**
  * Lines for stderr, written together once per turn of the event loop: a write per line (what
- * `console.error` does) cost a third of a whoami's throughput at the default level. Whatever is
+ * `console.error` does) cost much of a whoami's throughput at the default level. Whatever is
  * still buffered is written when the process exits, so no line is lost to a failed start.
  */
 const bufferedStderr = (() => {
@@ -195,8 +195,8 @@ const jsonLines = Logger.make((options) => bufferedStderr(jsonLine(options)))
 
 /**
  * The access line exactly as `jsonLine` writes it, from one object of a fixed shape: no text parts
- * to sort out, no spread, no `Date` unless the millisecond changed. Whoami at info, side by side with
- * the same server writing its lines with `jsonLine`, went 2 % faster (bench/BENCHMARKS.md, The access log side by side).
+ * to sort out, no spread, no `Date` unless the millisecond changed (bench/BENCHMARKS.md, The access log
+ * side by side).
  */
 export const accessLine = (
   annotations: HashMap.HashMap<string, unknown>,

@@ -4,10 +4,10 @@ import { commandLine } from "./Cli/CommandLine.ts"
 /**
  * The garbage-collected heap's sizing, set before anything else loads.
  *
- * JavaScriptCore sizes its heap from the machine's memory: on a machine of 24 GiB it let the heap
- * grow to about three times what was live before collecting, and the server peaked at ~200 MB of
- * RSS under fresh activations. Told the machine has 1 GiB (`BUN_JSC_forceRAMSize`), it collects
- * sooner: about 135 MB (bench/BENCHMARKS.md, Fewer operations per activation, the heap sized by the binary). It is a sizing hint, not a limit. JavaScriptCore
+ * JavaScriptCore sizes its heap from the machine's memory: on a machine of many gigabytes it let the
+ * heap grow to several times what was live before collecting. Told the machine has 1 GiB
+ * (`BUN_JSC_forceRAMSize`), it collects sooner (README, Operating it: Memory; bench/BENCHMARKS.md).
+ * It is a sizing hint, not a limit. JavaScriptCore
  * reads it only from the environment, when the runtime starts, so `serve` sets it by replacing
  * itself (`execve`: the same process id and command line, the environment it was started with
  * plus this one variable) before its modules run. A value the operator set, in the environment or

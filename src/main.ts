@@ -1,7 +1,7 @@
 /**
  * The entry point. `serve` may first replace its own process to size the garbage-collected heap
- * (Memory.ts), so the program is loaded only after that: loaded before, it was loaded twice
- * (from source, 0.4 s more to start). A bare `serve` loads the server alone (Serve.ts).
+ * (Memory.ts), so the program is loaded only after that: loaded before, it was loaded twice.
+ * A bare `serve` loads the server alone (Serve.ts).
  */
 import "./Memory.ts"
 import { commandLine } from "./Cli/CommandLine.ts"

@@ -18,8 +18,8 @@ const maxBatch = 256
 
 /**
  * How long a batch goes on taking in work after its first piece. Unbounded, a steady trickle of
- * writes among other requests kept a batch open until nearly every connection waited on it: in
- * the benchmark's 90/10 mix, p99 was 54–57 ms, and 22–23 ms with this bound.
+ * writes among other requests kept a batch open until nearly every connection waited on it, and
+ * the benchmark's 90/10 mix's p99 with it (bench/BENCHMARKS.md).
  */
 const gatherForNanos = 5_000_000n
 
@@ -92,7 +92,7 @@ const writeCollected = (collected: Collected) =>
  * (`insertBatched`). Nobody is answered before the shared commit is durable.
  * When a piece of work fails, the batch is rolled back and run again with each piece in
  * its own savepoint, so the failure undoes only its own writes (a savepoint per piece
- * every time cost a sixth of an activation's CPU). Work may therefore run more than once,
+ * every time was a large part of an activation's CPU: README, Performance). Work may therefore run more than once,
  * as it already may when the database is busy: it must do nothing outside the transaction.
  */
 export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit, {

@@ -48,8 +48,8 @@ const outsideWindow = `plannedPostAt must be a date from ${plannedPostWindow.fir
 
 /**
  * The request's fields are one refinement each, returning the message of the first rule a value
- * breaks: each refinement of a chain is a decoding step of its own, and decoding the payload
- * allocated 9 KB per request with chains, 2.7 KB so (bench/BENCHMARKS.md, Less allocated per request).
+ * breaks: each refinement of a chain is a decoding step of its own, and chains allocated several
+ * times as much per request (bench/BENCHMARKS.md, Less allocated per request).
  */
 export const PlannedPostDate = Schema.String.annotations(message("plannedPostAt must be a date string YYYY-MM-DD"))
   .pipe(Schema.filter((value) =>
@@ -111,8 +111,8 @@ export const SocialUsername = Schema.String.annotations(message("socialUsername 
 
 export const ActivateRequest = Schema.Struct({
   socialUsername: SocialUsername,
-  // Omitted is null (`withDefaults`, applied by the handler), not a schema transformation: that
-  // cost a third of the payload's decode.
+  // Omitted is null (`withDefaults`, applied by the handler), not a schema transformation, which
+  // cost much of the payload's decode (bench/BENCHMARKS.md).
   plannedPostAt: Schema.optional(Schema.NullOr(PlannedPostDate))
 }).annotations({
   identifier: "ActivateRequest",

@@ -8,7 +8,7 @@ export const maxBodyBytes = 16 * 1024
 export const bodyTimeoutMs = 10_000
 /**
  * A chunked body in more pieces than this is refused: each piece costs a read of its own, and a
- * body trickled a byte at a time cost 30 times the same body in one piece.
+ * body trickled a byte at a time costs many times the same body in one piece.
  */
 export const maxBodyChunks = 256
 

@@ -42,7 +42,8 @@ const compress = (coding: Encoded["coding"], plain: Uint8Array<ArrayBuffer>): Ef
       const done = (error: Error | null, result: Buffer) =>
         error === null ? resolve({ coding, bytes: new Uint8Array(result) }) : reject(error)
       if (coding === "gzip") gzipAsync(plain, { level: 9 }, done)
-      // Quality 9, not brotli's default 11: on Scalar's script 11 takes 5 s of CPU, for 9% fewer bytes.
+      // Quality 9, not brotli's default 11: on Scalar's script 11 takes seconds of CPU for a few
+      // percent fewer bytes (bench/BENCHMARKS.md).
       else {
         brotliCompress(plain, {
           params: { [zlib.BROTLI_PARAM_QUALITY]: 9, [zlib.BROTLI_PARAM_SIZE_HINT]: plain.length }
@@ -106,7 +107,7 @@ const scriptEnd = "</script>"
 /**
  * The platform's page ends with Scalar's script inlined, `<script>…</script>`, after the
  * document's and the configuration's (an inlined script holds no `</script>`). It is most of
- * the page's 3 MB: served apart, the page is a few kilobytes and the browser keeps the script.
+ * the page: served apart, the page is a few kilobytes and the browser keeps the script.
  */
 const splitScript = (page: string) => {
   const end = page.lastIndexOf(scriptEnd)

@@ -93,7 +93,7 @@ export interface Edge {
   /**
    * Names the port the server listens on: the documents name `PUBLIC_URL` or, by default, this
    * server at that port. Each document is made by the first request that asks for it and served
-   * from its bytes from then on (the docs page, 3 MB, is never held by a server nobody reads it from).
+   * from its bytes from then on (the docs page, megabytes, is never held by a server nobody reads it from).
    */
   readonly listening: (port: number) => void
 }
@@ -211,7 +211,7 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, synch
 
     /**
      * A GET reads no body: on SQLite with the rate limits in memory its program never waits, and
-     * answering it synchronously, without a promise or a scheduler turn, is a sixth of its cost.
+     * answering it synchronously, without a promise or a scheduler turn, saves much of its cost.
      * Should it wait after all, it goes on in its fiber, joined; that costs more than a promise from
      * the start, which is why a POST (always a body to read), and every request when the rate limits
      * are on Redis (a round trip each) or the reads on PostgreSQL (its pool), starts with one.
