@@ -1,7 +1,13 @@
 import type { HttpApi } from "@effect/platform"
 import { Context, Option } from "effect"
 import { scopeOf } from "./ApiKeys/Api.ts"
-import { declaredEndpoints, middlewareOf, OptionalRequestHeaders, type SuccessHeader, SuccessHeaders } from "./Declaration.ts"
+import {
+  declaredEndpoints,
+  middlewareOf,
+  OptionalRequestHeaders,
+  type SuccessHeader,
+  SuccessHeaders
+} from "./Declaration.ts"
 import { grantedBy, type Scope } from "./Domain/ApiKey.ts"
 import { RequireIdempotencyKey } from "./Idempotency/Api.ts"
 
@@ -49,7 +55,9 @@ const afterTheKey = new Set(["200", "304", "400", "403", "409", "413", "415", "4
 const rateLimitHeadersFor = (status: string): Json => {
   if (status === "401" || status === "405") return {}
   if (afterTheKey.has(status)) return rateLimitHeaders
-  return Object.fromEntries(Object.entries<Json>(rateLimitHeaders).map(([name, { required: _, ...optional }]) => [name, optional]))
+  return Object.fromEntries(
+    Object.entries<Json>(rateLimitHeaders).map(([name, { required: _, ...optional }]) => [name, optional])
+  )
 }
 
 const headersFor = (status: string, secured: boolean, replays: boolean): Json => ({
@@ -64,7 +72,13 @@ const headersFor = (status: string, secured: boolean, replays: boolean): Json =>
     : status === "405"
     ? { "Allow": { ...header("The methods the route takes, e.g. `GET, HEAD`."), required: true } }
     : status === "409"
-    ? { "Retry-After": header("`1`, with `IDEMPOTENCY_IN_PROGRESS` only.", { type: "integer", format: "int32", minimum: 1 }) }
+    ? {
+      "Retry-After": header("`1`, with `IDEMPOTENCY_IN_PROGRESS` only.", {
+        type: "integer",
+        format: "int32",
+        minimum: 1
+      })
+    }
     : status === "200" && replays
     ? {
       "Idempotent-Replayed": header("Present, as `true`, when this is the stored response of an earlier request.", {
@@ -110,7 +124,10 @@ export const finishDocument = (api: HttpApi.HttpApi.Any) => {
         scope: Option.fromNullable(scopeOf(middlewareOf(declared))),
         replays: middlewareOf(declared).some((tag) => tag.key === RequireIdempotencyKey.key),
         successHeaders: Option.getOrElse(Context.getOption(declared.endpoint.annotations, SuccessHeaders), () => ({})),
-        optionalHeaders: Option.getOrElse(Context.getOption(declared.endpoint.annotations, OptionalRequestHeaders), () => ({}))
+        optionalHeaders: Option.getOrElse(
+          Context.getOption(declared.endpoint.annotations, OptionalRequestHeaders),
+          () => ({})
+        )
       }
     ])
   )
@@ -133,7 +150,9 @@ const finish = (spec: Json, declarations: ReadonlyMap<string, Declaration>): Jso
       }
       // Answered on every GET route, and said here rather than as operations of their own.
       if (method === "get") {
-        operation.description = `${operation.description ?? ""} \`HEAD ${path}\` is answered as this GET, headers included, without the body.`.trim()
+        operation.description = `${
+          operation.description ?? ""
+        } \`HEAD ${path}\` is answered as this GET, headers included, without the body.`.trim()
       }
       for (const [name, description] of Object.entries(declaration?.optionalHeaders ?? {})) {
         operation.parameters.push({ name, in: "header", required: false, description, schema: { type: "string" } })

@@ -1,7 +1,14 @@
 import { Clock, Context, DateTime, Deferred, Duration, Effect, FiberId, Layer, Option } from "effect"
 import { timingSafeEqual } from "node:crypto"
-import { ApiKeysRepo, type ApiKeyRow, type KeyChangesRequested, type SecretUse } from "./ApiKeys/ApiKeysRepo.ts"
-import { ApiKeyInfo, type Authenticated, type BrandId, type KeyId, type RateLimitPolicy, type Scope } from "./Domain/ApiKey.ts"
+import { type ApiKeyRow, ApiKeysRepo, type KeyChangesRequested, type SecretUse } from "./ApiKeys/ApiKeysRepo.ts"
+import {
+  ApiKeyInfo,
+  type Authenticated,
+  type BrandId,
+  type KeyId,
+  type RateLimitPolicy,
+  type Scope
+} from "./Domain/ApiKey.ts"
 import { KeyRefused, type RefusalReason } from "./Domain/Errors.ts"
 import { Ids } from "./Ids.ts"
 import { spans } from "./Spans.ts"
@@ -49,7 +56,10 @@ const dateOrNull = (millis: number | null) => millis === null ? null : DateTime.
 const toInfo = (row: ApiKeyRow, uses: ReadonlyArray<SecretUse>, now: number): ApiKeyInfo => {
   const previousWorks = row.previousSecretEndsAt !== null && row.previousSecretEndsAt > now && row.revokedAt === null
   const previousUse = previousWorks ? uses.find((use) => use.secretSha256 === row.previousSecretSha256) : undefined
-  const lastUse = uses.reduce<number | null>((latest, use) => latest === null || use.at > latest ? use.at : latest, null)
+  const lastUse = uses.reduce<number | null>(
+    (latest, use) => latest === null || use.at > latest ? use.at : latest,
+    null
+  )
   return new ApiKeyInfo({
     keyId: row.keyId as KeyId,
     brandId: row.brandId as BrandId,
@@ -110,11 +120,17 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
       }
       const toCached = (stored: ApiKeyRow): Cached => {
         const row = { ...stored, rateLimit: sameLimit(stored.rateLimit) }
-        const identity = { keyId: row.keyId as KeyId, brandId: row.brandId as BrandId, scopes: row.scopes as ReadonlyArray<Scope> }
+        const identity = {
+          keyId: row.keyId as KeyId,
+          brandId: row.brandId as BrandId,
+          scopes: row.scopes as ReadonlyArray<Scope>
+        }
         return {
           ...row,
           digest: Buffer.from(row.secretSha256, "hex"),
-          previousDigest: row.previousSecretSha256 === null ? decoyDigest : Buffer.from(row.previousSecretSha256, "hex"),
+          previousDigest: row.previousSecretSha256 === null
+            ? decoyDigest
+            : Buffer.from(row.previousSecretSha256, "hex"),
           current: { identity, endsAt: row.expiresAt, rateLimit: row.rateLimit, secretSha256: row.secretSha256 },
           previous: {
             identity,
@@ -133,7 +149,9 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
       // One load at a time for a generation, whatever the number of requests that find the keys
       // changed at once (a flood of made-up ids, say). It runs on its own, so a request that gives
       // up waiting for it (its client gone) never interrupts it for the others.
-      let loading: { readonly generation: number; readonly keys: Deferred.Deferred<ReadonlyMap<string, Cached>> } | undefined
+      let loading:
+        | { readonly generation: number; readonly keys: Deferred.Deferred<ReadonlyMap<string, Cached>> }
+        | undefined
       const load = (generation: number) =>
         Effect.suspend(() => {
           if (loading !== undefined && loading.generation >= generation) return Deferred.await(loading.keys)
@@ -159,29 +177,34 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
 
       // The clock of the layer (a test's TestClock, in tests): read with no effect of its own.
       const clock = yield* Effect.clock
-      const check = (keyId: KeyId, secret: string) => (stored: Cached | undefined): Effect.Effect<Authenticated, KeyRefused> => {
-        // Every case costs one digest and two comparisons before the reason is told apart: an
-        // unknown key id and a key never rolled are compared against a decoy, so neither whether
-        // a key id exists nor which of a rolled key's two secrets was sent shows in the timing.
-        const digest = sha256(secret)
-        const currentMatches = timingSafeEqual(digest, stored === undefined ? decoyDigest : stored.digest)
-        const previousMatches = timingSafeEqual(digest, stored === undefined ? decoyDigest : stored.previousDigest)
-        if (stored === undefined) return refused("unknown key", keyId, null)
-        const brandId = stored.brandId as BrandId
-        const now = clock.unsafeCurrentTimeMillis()
-        // Named before the key's state: whoever sent a wrong secret does not hold the key, revoked or not.
-        const matched = currentMatches
-          ? stored.current
-          : previousMatches && stored.previousSecretSha256 !== null
-          ? stored.previous
-          : undefined
-        if (matched === undefined) return refused("wrong secret", keyId, brandId)
-        if (stored.revokedAt !== null) return refused("revoked", keyId, brandId)
-        if (matched.endsAt !== null && matched.endsAt <= now) {
-          return refused(matched === stored.current || stored.expiresAt === matched.endsAt ? "expired" : "grace ended", keyId, brandId)
+      const check =
+        (keyId: KeyId, secret: string) => (stored: Cached | undefined): Effect.Effect<Authenticated, KeyRefused> => {
+          // Every case costs one digest and two comparisons before the reason is told apart: an
+          // unknown key id and a key never rolled are compared against a decoy, so neither whether
+          // a key id exists nor which of a rolled key's two secrets was sent shows in the timing.
+          const digest = sha256(secret)
+          const currentMatches = timingSafeEqual(digest, stored === undefined ? decoyDigest : stored.digest)
+          const previousMatches = timingSafeEqual(digest, stored === undefined ? decoyDigest : stored.previousDigest)
+          if (stored === undefined) return refused("unknown key", keyId, null)
+          const brandId = stored.brandId as BrandId
+          const now = clock.unsafeCurrentTimeMillis()
+          // Named before the key's state: whoever sent a wrong secret does not hold the key, revoked or not.
+          const matched = currentMatches
+            ? stored.current
+            : previousMatches && stored.previousSecretSha256 !== null
+            ? stored.previous
+            : undefined
+          if (matched === undefined) return refused("wrong secret", keyId, brandId)
+          if (stored.revokedAt !== null) return refused("revoked", keyId, brandId)
+          if (matched.endsAt !== null && matched.endsAt <= now) {
+            return refused(
+              matched === stored.current || stored.expiresAt === matched.endsAt ? "expired" : "grace ended",
+              keyId,
+              brandId
+            )
+          }
+          return Effect.succeed(matched)
         }
-        return Effect.succeed(matched)
-      }
       const authenticateSpan = span("ApiKeys.authenticate")
       const authenticate = (token: string) => {
         const match = keyFormat.exec(token)
@@ -194,27 +217,27 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
 
       const create = (options: CreateOptions) =>
         Effect.gen(function*() {
-        const idBytes = yield* ids.randomBytes(16)
-        const keyId = Array.from(idBytes, (byte) => idAlphabet[byte % idAlphabet.length]).join("")
-        const secret = yield* newSecret
-        const now = yield* Clock.currentTimeMillis
-        const row: ApiKeyRow = {
-          keyId,
-          brandId: options.brandId.toLowerCase(),
-          name: Option.getOrNull(options.name),
-          scopes: Array.from(new Set(options.scopes)),
-          secretSha256: Buffer.from(sha256(secret)).toString("hex"),
-          createdAt: now,
-          expiresAt: Option.getOrNull(Option.map(options.expiresIn, (d) => now + Duration.toMillis(d))),
-          revokedAt: null,
-          previousSecretSha256: null,
-          previousSecretEndsAt: null,
-          rateLimit: options.rateLimit ?? null
-        }
-        const info = toInfo(row, [], now)
-        yield* repo.insert(row)
-        return { apiKey: `cak_${keyId}_${secret}`, info }
-      }).pipe(span("ApiKeys.create"))
+          const idBytes = yield* ids.randomBytes(16)
+          const keyId = Array.from(idBytes, (byte) => idAlphabet[byte % idAlphabet.length]).join("")
+          const secret = yield* newSecret
+          const now = yield* Clock.currentTimeMillis
+          const row: ApiKeyRow = {
+            keyId,
+            brandId: options.brandId.toLowerCase(),
+            name: Option.getOrNull(options.name),
+            scopes: Array.from(new Set(options.scopes)),
+            secretSha256: Buffer.from(sha256(secret)).toString("hex"),
+            createdAt: now,
+            expiresAt: Option.getOrNull(Option.map(options.expiresIn, (d) => now + Duration.toMillis(d))),
+            revokedAt: null,
+            previousSecretSha256: null,
+            previousSecretEndsAt: null,
+            rateLimit: options.rateLimit ?? null
+          }
+          const info = toInfo(row, [], now)
+          yield* repo.insert(row)
+          return { apiKey: `cak_${keyId}_${secret}`, info }
+        }).pipe(span("ApiKeys.create"))
 
       const roll = (keyId: string, grace: Duration.Duration) =>
         Effect.gen(function*() {

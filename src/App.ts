@@ -18,8 +18,8 @@ import { DatabaseInUse, SqlExistingLive, SqlLive, SqlServerLive } from "./Databa
 import { Draining } from "./Draining.ts"
 import type { EdgeOptions } from "./Edge/Edge.ts"
 import { WebServerLive } from "./Edge/WebServer.ts"
-import { HealthHandlers, HealthLive } from "./Health/Http.ts"
 import { HealthRepo } from "./Health/HealthRepo.ts"
+import { HealthHandlers, HealthLive } from "./Health/Http.ts"
 import { Idempotency } from "./Idempotency.ts"
 import { RequireIdempotencyKeyLive } from "./Idempotency/Http.ts"
 import { IdempotencyRepo } from "./Idempotency/IdempotencyRepo.ts"
@@ -56,11 +56,16 @@ export const ServicesLive = servicesWith(Ids.Live)
  * Configuration); once the server listens, so that a start refused for its address or port says
  * that one sentence and nothing else.
  */
-const DatabaseAnnounced = Layer.effectDiscard(Effect.flatMap(DatabaseInUse, ({ created, createdDirectory, name }) =>
-  logAtStart(created ? "created a new database" : "database", {
-    database: name,
-    ...(createdDirectory === undefined ? {} : { createdDirectory })
-  })))
+const DatabaseAnnounced = Layer.effectDiscard(
+  Effect.flatMap(
+    DatabaseInUse,
+    ({ created, createdDirectory, name }) =>
+      logAtStart(created ? "created a new database" : "database", {
+        database: name,
+        ...(createdDirectory === undefined ? {} : { createdDirectory })
+      })
+  )
+)
 
 /** The implementation of every middleware the definition declares, on the services. */
 export const MiddlewareLive = Layer.mergeAll(ApiKeysMiddlewareLive, RequireIdempotencyKeyLive, JsonBodyLive)

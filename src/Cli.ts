@@ -17,7 +17,9 @@ const serve = Command.make("serve", {}, () => Layer.launch(ServerLive)).pipe(
 
 const backup = Command.make("backup", {
   file: Args.text({ name: "file" }).pipe(
-    Args.withDescription("The new file to write the copy to; an existing file is never overwritten. The copy serves as DATABASE_URL as it is.")
+    Args.withDescription(
+      "The new file to write the copy to; an existing file is never overwritten. The copy serves as DATABASE_URL as it is."
+    )
   )
 }, ({ file }) =>
   databaseToBackUp.pipe(

@@ -47,13 +47,21 @@ export const settings = {
   DATABASE_URL: {
     secret: true,
     default: "data/campaign-api.sqlite",
-    meaning: "a SQLite file path (sqlite: prefix allowed; relative to the working directory), or a postgres:// or postgresql:// URL"
+    meaning:
+      "a SQLite file path (sqlite: prefix allowed; relative to the working directory), or a postgres:// or postgresql:// URL"
   },
   DATABASE_POOL_MAX: { default: "10", meaning: "PostgreSQL only: connections in this instance's pool, at least 2" },
-  REDIS_URL: { secret: true, meaning: "a redis:// or rediss:// URL: the rate limits' store, shared by every instance; unset: this instance's memory" },
+  REDIS_URL: {
+    secret: true,
+    meaning:
+      "a redis:// or rediss:// URL: the rate limits' store, shared by every instance; unset: this instance's memory"
+  },
   RATE_LIMIT_MAX: { default: "120", meaning: "requests per window for each API key without a limit of its own" },
   RATE_LIMIT_WINDOW_SECONDS: { default: "60", meaning: "the rate limit's window" },
-  IDEMPOTENCY_TTL_HOURS: { default: "24", meaning: "how long an Idempotency-Key is remembered (fractions allowed: 0.5 is 30 minutes)" },
+  IDEMPOTENCY_TTL_HOURS: {
+    default: "24",
+    meaning: "how long an Idempotency-Key is remembered (fractions allowed: 0.5 is 30 minutes)"
+  },
   SHUTDOWN_DELAY_SECONDS: {
     default: "5",
     meaning: "on SIGTERM, how long requests are still served (/readyz 503) before the listener closes, 0-300"
@@ -61,9 +69,14 @@ export const settings = {
   LOG_LEVEL: { default: "info", meaning: `the log's level: ${Object.keys(logLevels).join(", ")}` },
   DOCS_ENABLED: { default: "true", meaning: `serve the docs page at /docs: ${switchChoices}` },
   PUBLIC_URL: { meaning: "the base URL the OpenAPI document names in servers; unset: http://localhost:<PORT>" },
-  OTEL_EXPORTER_OTLP_ENDPOINT: { secret: true, meaning: "the OTLP/HTTP collector's base URL for spans and metrics; unset: no tracing" },
+  OTEL_EXPORTER_OTLP_ENDPOINT: {
+    secret: true,
+    meaning: "the OTLP/HTTP collector's base URL for spans and metrics; unset: no tracing"
+  },
   OTEL_SERVICE_NAME: { default: "campaign-api", meaning: "the service name on exported spans and metrics" },
-  METRICS_PORT: { meaning: "serve Prometheus metrics at GET /metrics on this port, never the API's; unset: no listener" },
+  METRICS_PORT: {
+    meaning: "serve Prometheus metrics at GET /metrics on this port, never the API's; unset: no listener"
+  },
   METRICS_HOST: { default: "127.0.0.1", meaning: "the metrics listener's address (127.0.0.1: this machine only)" },
   TRUSTED_PROXIES: {
     meaning:
@@ -78,7 +91,6 @@ export const settingsList: ReadonlyArray<Setting & { readonly name: Name }> = Ob
   [name, setting]
 ) => ({ name: name as Name, ...setting }))
 
-
 /** What an unset variable gives: its default read as a value, or, when it has none, `unset`. */
 type Unset<N extends Name, A> = (typeof settings)[N] extends { readonly default: string } ? { readonly unset?: never }
   : { readonly unset: A }
@@ -89,13 +101,18 @@ type Unset<N extends Name, A> = (typeof settings)[N] extends { readonly default:
  * Configuration): `NAME=value: what is wrong; what to do.` A variable that may hold a password
  * (`secret` in `settings`) is named without its value: `NAME is what is wrong; what to do.`
  */
-const variable = <N extends Name, A>(name: N, options: {
-  readonly parse: (text: string) => Either.Either<A, string>
-} & Unset<N, A>): Config.Config<A> => {
+const variable = <N extends Name, A>(
+  name: N,
+  options: {
+    readonly parse: (text: string) => Either.Either<A, string>
+  } & Unset<N, A>
+): Config.Config<A> => {
   const { default: fallback, secret } = settings[name] as Setting
   const read = (text: string) =>
-    Either.mapLeft(options.parse(text), (problem) =>
-      ConfigError.InvalidData([], `${name}${secret === true ? " " : `=${shown(text)}: `}${problem}.`))
+    Either.mapLeft(
+      options.parse(text),
+      (problem) => ConfigError.InvalidData([], `${name}${secret === true ? " " : `=${shown(text)}: `}${problem}.`)
+    )
   return Config.string(name).pipe(
     Config.option,
     Config.mapOrFail(Option.match({
@@ -184,7 +201,9 @@ const databaseUrl = variable(
       if (scheme === "sqlite") {
         const filename = text.replace(/^sqlite:(\/\/)?/i, "")
         return filename.trim() === ""
-          ? Either.left("names no file after sqlite:; give the SQLite file's path, e.g. sqlite:/var/lib/campaign-api/data.sqlite")
+          ? Either.left(
+            "names no file after sqlite:; give the SQLite file's path, e.g. sqlite:/var/lib/campaign-api/data.sqlite"
+          )
           : Either.right({ _tag: "sqlite", filename })
       }
       if (scheme === "postgres" || scheme === "postgresql") {
@@ -205,7 +224,9 @@ export const DatabaseConfig: Config.Config<DatabaseTarget> = Config.all({
       const n = wholeNumber(text)
       return n !== undefined && n >= 2
         ? Either.right(n)
-        : Either.left(`not a whole number of at least 2 (one connection holds the migration lock); ${unsetFor("DATABASE_POOL_MAX")}`)
+        : Either.left(
+          `not a whole number of at least 2 (one connection holds the migration lock); ${unsetFor("DATABASE_POOL_MAX")}`
+        )
     }
   })
 }).pipe(Config.map(({ poolSize, url }): DatabaseTarget =>
@@ -233,7 +254,9 @@ export const RedisConfig = variable("REDIS_URL", {
       ? Either.right(Option.none())
       : isUrlWithHost(text, /^rediss?:$/)
       ? Either.right(Option.some(Redacted.make(text.trim())))
-      : Either.left("is not a redis:// or rediss:// URL with a host; correct it, or leave it unset to keep rate limits in memory")
+      : Either.left(
+        "is not a redis:// or rediss:// URL with a host; correct it, or leave it unset to keep rate limits in memory"
+      )
 })
 
 /** A port, 0 to 65535 (0 asks the system for a free one); undefined when `text` is none. */
@@ -272,7 +295,9 @@ export const MetricsConfig = Config.all({
     parse: (text) => {
       if (text.trim() === "") return Either.right(Option.none())
       const port = portOf(text)
-      return port === undefined ? Either.left(`${notAPort}, or leave it unset for no metrics`) : Either.right(Option.some(port))
+      return port === undefined
+        ? Either.left(`${notAPort}, or leave it unset for no metrics`)
+        : Either.right(Option.some(port))
     }
   }),
   host: variable("METRICS_HOST", {
@@ -281,11 +306,18 @@ export const MetricsConfig = Config.all({
         ? Either.left("names no address; use 127.0.0.1 (this machine only), 0.0.0.0 or one of this machine's addresses")
         : Either.right(text.trim())
   })
-}).pipe(Config.mapOrFail(({ host, port, server }) =>
-  Option.isSome(port) && port.value !== 0 && port.value === server.port
-    ? Either.left(ConfigError.InvalidData([], `METRICS_PORT=${port.value}: the API's own PORT; give the metrics a port of their own.`))
-    : Either.right({ port, host })
-))
+}).pipe(
+  Config.mapOrFail(({ host, port, server }) =>
+    Option.isSome(port) && port.value !== 0 && port.value === server.port
+      ? Either.left(
+        ConfigError.InvalidData(
+          [],
+          `METRICS_PORT=${port.value}: the API's own PORT; give the metrics a port of their own.`
+        )
+      )
+      : Either.right({ port, host })
+  )
+)
 
 const seconds = (name: "SHUTDOWN_DELAY_SECONDS", max: number) =>
   variable(name, {
@@ -344,7 +376,9 @@ export const TracingConfig = Config.all({
         ? Either.right(Option.none())
         : isUrlWithHost(text, /^https?:$/)
         ? Either.right(Option.some(new URL(text.trim())))
-        : Either.left("is not an http:// or https:// URL; give the OTLP/HTTP collector's base URL, or leave it unset for no tracing")
+        : Either.left(
+          "is not an http:// or https:// URL; give the OTLP/HTTP collector's base URL, or leave it unset for no tracing"
+        )
   }),
   serviceName: variable("OTEL_SERVICE_NAME", { parse: Either.right })
 })
@@ -390,7 +424,9 @@ const cidrOf = (text: string): Cidr | undefined => {
   if (version === 0 || rest.length > 0) return undefined
   const bits = version === 4 ? 32 : 128
   const length = prefix === undefined ? bits : /^\d{1,3}$/.test(prefix) ? Number(prefix) : Number.NaN
-  return length >= 0 && length <= bits ? { address, prefix: length, family: version === 4 ? "ipv4" : "ipv6" } : undefined
+  return length >= 0 && length <= bits
+    ? { address, prefix: length, family: version === 4 ? "ipv4" : "ipv6" }
+    : undefined
 }
 
 /**
@@ -404,7 +440,9 @@ export const TrustedProxiesConfig = variable("TRUSTED_PROXIES", {
     const bad = entries.find((entry) => cidrOf(entry) === undefined)
     return bad !== undefined
       ? Either.left(
-        `${shown(bad)} is not an address or a CIDR; give them separated by commas (127.0.0.1,10.0.0.0/8,fd00::/8), or leave it unset to trust none`
+        `${
+          shown(bad)
+        } is not an address or a CIDR; give them separated by commas (127.0.0.1,10.0.0.0/8,fd00::/8), or leave it unset to trust none`
       )
       : Either.right(entries.map((entry) => cidrOf(entry)!))
   }

@@ -17,7 +17,11 @@ export interface Declared {
 export const declaredEndpoints = (definition: HttpApi.HttpApi.Any): ReadonlyArray<Declared> => {
   const api = definition as HttpApi.HttpApi.AnyWithProps
   return Object.values(api.groups).flatMap((group) =>
-    Object.values(group.endpoints).map((endpoint: HttpApiEndpoint.HttpApiEndpoint.AnyWithProps) => ({ api, group, endpoint }))
+    Object.values(group.endpoints).map((endpoint: HttpApiEndpoint.HttpApiEndpoint.AnyWithProps) => ({
+      api,
+      group,
+      endpoint
+    }))
   )
 }
 
@@ -46,7 +50,9 @@ export interface SuccessHeader {
  * Headers an endpoint's 200 carries beyond the ones every operation's answers do (a read's `ETag`,
  * a page's `Link`), by name: an annotation, so that the OpenAPI document lists them (`ApiDocument.ts`).
  */
-export class SuccessHeaders extends Context.Tag("SuccessHeaders")<SuccessHeaders, Readonly<Record<string, SuccessHeader>>>() {}
+export class SuccessHeaders
+  extends Context.Tag("SuccessHeaders")<SuccessHeaders, Readonly<Record<string, SuccessHeader>>>()
+{}
 
 /**
  * Request headers an endpoint reads when they are sent, beyond what its schemas decode (a read's

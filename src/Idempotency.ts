@@ -140,7 +140,11 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
 
       // The operation's writes and its stored response commit together, or neither does. A pipeline,
       // not `Effect.gen`, as every step a request runs (README, Layout: the request path).
-      const attempt = <E>(request: IdempotentRequest, fingerprint: string, operation: Effect.Effect<StoredResponse, E>) =>
+      const attempt = <E>(
+        request: IdempotentRequest,
+        fingerprint: string,
+        operation: Effect.Effect<StoredResponse, E>
+      ) =>
         Effect.flatMap(operation, (response) => {
           const now = clock.unsafeCurrentTimeMillis()
           const row: IdempotencyRow = {
@@ -153,7 +157,8 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
             createdAt: now,
             expiresAt: now + ttlMillis
           }
-          return Effect.flatMap(repo.insert(row), (inserted) => inserted ? Effect.succeed(row) : Effect.fail(new LostRace()))
+          return Effect.flatMap(repo.insert(row), (inserted) =>
+            inserted ? Effect.succeed(row) : Effect.fail(new LostRace()))
         }).pipe(groupCommit.transaction)
 
       const runOnce = <E>(
@@ -179,29 +184,32 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
               if (Option.isSome(found)) remember(slot, found.value)
               return found
             })
-          return Effect.flatMap(lookup, Option.match({
-            // A stored key is answered from a read alone: replays never queue behind writes.
-            onSome: (stored) => replayOrConflict(stored, fingerprint),
-            onNone: () =>
-              Effect.suspend(() => {
-                if (inFlight.has(slot)) return runOnce(request, fingerprint, operation, lostRaces)
-                const done = Deferred.unsafeMake<void>(FiberId.none)
-                inFlight.set(slot, done)
-                return attempt(request, fingerprint, operation).pipe(
-                  // Committed: the entry is durable, and the response is what was stored.
-                  Effect.map((row) => answerOf(row, false)),
-                  Effect.ensuring(Effect.suspend(() => {
-                    inFlight.delete(slot)
-                    return Deferred.succeed(done, undefined)
-                  })),
-                  // Rolled back: answer from what the other writer stored, as a replay or a conflict.
-                  Effect.catchIf(isLostRace, () =>
-                    lostRaces + 1 < maxLostRaces
-                      ? runOnce(request, fingerprint, operation, lostRaces + 1)
-                      : Effect.die("idempotency insert kept losing races"))
-                )
-              })
-          }))
+          return Effect.flatMap(
+            lookup,
+            Option.match({
+              // A stored key is answered from a read alone: replays never queue behind writes.
+              onSome: (stored) => replayOrConflict(stored, fingerprint),
+              onNone: () =>
+                Effect.suspend(() => {
+                  if (inFlight.has(slot)) return runOnce(request, fingerprint, operation, lostRaces)
+                  const done = Deferred.unsafeMake<void>(FiberId.none)
+                  inFlight.set(slot, done)
+                  return attempt(request, fingerprint, operation).pipe(
+                    // Committed: the entry is durable, and the response is what was stored.
+                    Effect.map((row) => answerOf(row, false)),
+                    Effect.ensuring(Effect.suspend(() => {
+                      inFlight.delete(slot)
+                      return Deferred.succeed(done, undefined)
+                    })),
+                    // Rolled back: answer from what the other writer stored, as a replay or a conflict.
+                    Effect.catchIf(isLostRace, () =>
+                      lostRaces + 1 < maxLostRaces
+                        ? runOnce(request, fingerprint, operation, lostRaces + 1)
+                        : Effect.die("idempotency insert kept losing races"))
+                  )
+                })
+            })
+          )
         })
 
       const run = <E>(request: IdempotentRequest, operation: Effect.Effect<StoredResponse, E>) =>

@@ -9,7 +9,13 @@ import { configProblems, StartupError } from "./Config.ts"
 export const withConfigurationExit = <A, E, R>(self: Effect.Effect<A, E, R>) =>
   self.pipe(
     Effect.catchIf(ConfigError.isConfigError, (error) =>
-      Effect.zipRight(Console.error(configProblems(error as ConfigError.ConfigError).join("\n")), Effect.sync(() => process.exit(78)))),
+      Effect.zipRight(
+        Console.error(configProblems(error as ConfigError.ConfigError).join("\n")),
+        Effect.sync(() => process.exit(78))
+      )),
     Effect.catchIf((error) => error instanceof StartupError, (error) =>
-      Effect.zipRight(Console.error((error as StartupError).message), Effect.sync(() => process.exit(78))))
+      Effect.zipRight(
+        Console.error((error as StartupError).message),
+        Effect.sync(() => process.exit(78))
+      ))
   )

@@ -1,4 +1,19 @@
-import { Cause, Config, Context, Effect, type Fiber, FiberId, FiberRef, HashMap, Inspectable, Layer, List, Logger, LogLevel, type LogSpan } from "effect"
+import {
+  Cause,
+  Config,
+  Context,
+  Effect,
+  type Fiber,
+  FiberId,
+  FiberRef,
+  HashMap,
+  Inspectable,
+  Layer,
+  List,
+  Logger,
+  LogLevel,
+  type LogSpan
+} from "effect"
 import { writeSync } from "node:fs"
 import { LogLevelConfig } from "./Config.ts"
 import type { RefusalReason } from "./Domain/Errors.ts"
@@ -49,7 +64,10 @@ export const keyNoteSlot = (): KeyNoteSlot => ({ note: noKey })
  * `noteKey` on the fiber that serves the request: into the slot the server made for this request,
  * with no write of the fiber's state, or else what to run to give the fiber a slot of its own.
  */
-export const noteKeyOn = (fiber: Fiber.RuntimeFiber<unknown, unknown>, note: KeyNote): Effect.Effect<void> | undefined => {
+export const noteKeyOn = (
+  fiber: Fiber.RuntimeFiber<unknown, unknown>,
+  note: KeyNote
+): Effect.Effect<void> | undefined => {
   const slot = fiber.getFiberRef(currentKeyNote)
   if (slot === noSlot) return FiberRef.set(currentKeyNote, { note })
   slot.note = note
@@ -153,7 +171,7 @@ const isoTimestamp = (() => {
 /** A line's log spans: each label with the milliseconds since it began. */
 const spansObject = (spans: List.List<LogSpan.LogSpan>, now: number): Record<string, number> => {
   const object: Record<string, number> = {}
-  if (List.isCons(spans)) for (const span of spans) object[span.label] = now - span.startTime
+  if (List.isCons(spans)) { for (const span of spans) object[span.label] = now - span.startTime }
   return object
 }
 

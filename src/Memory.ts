@@ -57,7 +57,10 @@ const againWith = (commandLine: ReadonlyArray<string>): Array<string> => {
 if (commandLine.command === "serve") {
   const environment = startingEnvironment()
   const commandLine = procEntries("cmdline")
-  if (environment !== undefined && environment[variable] === undefined && commandLine !== undefined && commandLine.length > 0) {
+  if (
+    environment !== undefined && environment[variable] === undefined && commandLine !== undefined &&
+    commandLine.length > 0
+  ) {
     try {
       process.execve?.(process.execPath, againWith(commandLine), {
         ...environment,

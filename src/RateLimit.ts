@@ -2,8 +2,8 @@ import { RateLimiter } from "@effect/experimental"
 import { Context, Duration, Effect, Layer, Option } from "effect"
 import { AppConfig, RedisConfig } from "./Config.ts"
 import type { RateLimitPolicy } from "./Domain/ApiKey.ts"
-import { spans } from "./Spans.ts"
 import { RateLimitStore } from "./RateLimit/Store.ts"
+import { spans } from "./Spans.ts"
 
 /** What one request's charge left over, in the terms of the RateLimit headers. */
 export interface RateLimitDecision {
@@ -36,7 +36,10 @@ export class RateLimit extends Context.Tag("RateLimit")<RateLimit, {
       const store = yield* RateLimitStore
       const { rateLimit } = yield* AppConfig
       const clock = yield* Effect.clock
-      const policy: RateLimitPolicy = { max: rateLimit.max, windowSeconds: Math.round(Duration.toSeconds(rateLimit.window)) }
+      const policy: RateLimitPolicy = {
+        max: rateLimit.max,
+        windowSeconds: Math.round(Duration.toSeconds(rateLimit.window))
+      }
 
       /**
        * How one limit charges: the library's token bucket under its numbers. A key's own limit has
@@ -54,14 +57,22 @@ export class RateLimit extends Context.Tag("RateLimit")<RateLimit, {
         const emptied = (bucket: string, allowed: boolean) =>
           Effect.map(
             store.untilNextToken(bucket, refillMillis, clock.unsafeCurrentTimeMillis()),
-            (millis): RateLimitDecision => ({ allowed, remaining: 0, retryAfterSeconds: Math.max(1, Math.ceil(millis / 1000)) })
+            (millis): RateLimitDecision => ({
+              allowed,
+              remaining: 0,
+              retryAfterSeconds: Math.max(1, Math.ceil(millis / 1000))
+            })
           ).pipe(Effect.orElseSucceed(() => unlimited))
         return (keyId: string) => {
           const bucket = bucketOf(keyId)
           return Effect.matchEffect(limiter.consume({ ...charge, key: bucket }), {
             onSuccess: (result) =>
               result.remaining > 0
-                ? Effect.succeed<RateLimitDecision>({ allowed: true, remaining: result.remaining, retryAfterSeconds: 0 })
+                ? Effect.succeed<RateLimitDecision>({
+                  allowed: true,
+                  remaining: result.remaining,
+                  retryAfterSeconds: 0
+                })
                 : emptied(bucket, true),
             // Exceeded: refused. Otherwise the store does not answer (its outage is logged once,
             // by the store): fail open.
@@ -93,9 +104,12 @@ export class RateLimit extends Context.Tag("RateLimit")<RateLimit, {
   /** The library's RateLimiter on the store REDIS_URL selects: Redis, or this process's memory. */
   static readonly Live = RateLimit.layer.pipe(
     Layer.provide(RateLimiter.layer),
-    Layer.provide(Layer.unwrapEffect(Effect.map(RedisConfig, Option.match({
-      onNone: () => RateLimitStore.memory,
-      onSome: RateLimitStore.redis
-    }))))
+    Layer.provide(Layer.unwrapEffect(Effect.map(
+      RedisConfig,
+      Option.match({
+        onNone: () => RateLimitStore.memory,
+        onSome: RateLimitStore.redis
+      })
+    )))
   )
 }

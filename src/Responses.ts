@@ -10,8 +10,12 @@ export interface HeadersHandler extends HttpApp.PreResponseHandler {
 }
 
 const headersHandler = (headers: Record<string, string>, collecting = false): HeadersHandler => {
-  const handler = ((_: unknown, response: HttpServerResponse.HttpServerResponse) =>
-    Effect.succeed(HttpServerResponse.setHeaders(response, headers))) as unknown as HeadersHandler & { headers: typeof headers; collecting: boolean }
+  const handler =
+    ((_: unknown, response: HttpServerResponse.HttpServerResponse) =>
+      Effect.succeed(HttpServerResponse.setHeaders(response, headers))) as unknown as HeadersHandler & {
+        headers: typeof headers
+        collecting: boolean
+      }
   handler.headers = headers
   handler.collecting = collecting
   return handler
@@ -20,7 +24,8 @@ const headersHandler = (headers: Record<string, string>, collecting = false): He
 export const isHeadersHandler = (handler: HttpApp.PreResponseHandler): handler is HeadersHandler => "headers" in handler
 
 /** A headers handler a server made for one request's fiber alone, which takes more headers in place. */
-const isCollecting = (handler: HeadersHandler): boolean => (handler as HeadersHandler & { collecting: boolean }).collecting
+const isCollecting = (handler: HeadersHandler): boolean =>
+  (handler as HeadersHandler & { collecting: boolean }).collecting
 
 /**
  * The pre-response handler a server may start a request's fiber with, made for that request alone:
@@ -38,7 +43,9 @@ const withHeaders = (
   const previous = current.value
   if (isHeadersHandler(previous)) return Option.some(headersHandler({ ...previous.headers, ...headers }))
   const next = headersHandler(headers)
-  return Option.some((request, response) => Effect.flatMap(previous(request, response), (response) => next(request, response)))
+  return Option.some((request, response) =>
+    Effect.flatMap(previous(request, response), (response) => next(request, response))
+  )
 }
 
 /**
@@ -70,8 +77,10 @@ export const addResponseHeaders = (headers: Readonly<Record<string, string>>): E
  * JSON already written (a stored answer replayed byte for byte, a read's record): the library's
  * raw body, which neither server encodes again.
  */
-export const jsonText = (body: string, options?: { readonly status?: number; readonly headers?: Readonly<Record<string, string>> }) =>
-  HttpServerResponse.raw(body, { ...options, contentType: "application/json" })
+export const jsonText = (
+  body: string,
+  options?: { readonly status?: number; readonly headers?: Readonly<Record<string, string>> }
+) => HttpServerResponse.raw(body, { ...options, contentType: "application/json" })
 
 /** A strong validator of a response body (RFC 9110 §8.8.3): its SHA-256, quoted. */
 export const etagOf = (body: string): string => `"${Bun.SHA256.hash(body, "base64url").slice(0, 27)}"`

@@ -5,7 +5,6 @@
  */
 import "./Memory.ts"
 import { commandLine } from "./Cli/CommandLine.ts"
-
 ;(commandLine.bareServe ? import("./Serve.ts") : import("./Program.ts")).catch((error: unknown) => {
   console.error(error)
   process.exit(1)

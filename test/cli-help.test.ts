@@ -9,7 +9,8 @@ const brandId = "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f"
 const plain = (text: string) => text.replace(/\x1b\[[0-9;]*m/g, "")
 
 /** What @effect/cli prints under every entry whatever it is: the type, not what it is for. */
-const generic = /^(A user-defined piece of text\.|An integer\.|A true or false value\.|One of the following: .*|This setting is optional\.)$/
+const generic =
+  /^(A user-defined piece of text\.|An integer\.|A true or false value\.|One of the following: .*|This setting is optional\.)$/
 
 /** The lines describing `entry` (an option or argument) in a help text, its generic type lines left out. */
 const describedAs = (help: string, entry: string): Array<string> => {
@@ -41,7 +42,11 @@ describe("the command line's reading", () => {
     // The heap is sized for this serve too (README, Operating it: Memory): the level is not the command.
     expect(read("--log-level", "debug", "serve")).toEqual({ bareServe: false, command: "serve", words: [] })
     expect(read("--completions", "bash")).toEqual({ bareServe: false, command: undefined, words: [] })
-    expect(read("keys", "create", "--brand", brandId, "--json")).toEqual({ bareServe: false, command: "keys", words: ["keys", "create"] })
+    expect(read("keys", "create", "--brand", brandId, "--json")).toEqual({
+      bareServe: false,
+      command: "keys",
+      words: ["keys", "create"]
+    })
     expect(read()).toEqual({ bareServe: false, command: undefined, words: [] })
   })
 })
@@ -51,7 +56,8 @@ describe("--help", () => {
     for (const args of [[], ["keys"], ["keys", "create"]]) {
       const result = await runCli([...args, "--help"], { DATABASE_URL: tempDatabase() })
       expect(result.stdout).not.toMatch(/\x1b\[/)
-      expect(result.stdout.split("\n").filter((line) => generic.test(line.trim()) && !/optional|One of/.test(line))).toEqual([])
+      expect(result.stdout.split("\n").filter((line) => generic.test(line.trim()) && !/optional|One of/.test(line)))
+        .toEqual([])
     }
   })
 
@@ -75,7 +81,14 @@ describe("--help", () => {
   })
 
   it.each([
-    [["keys", "create"], "Create an API key", ["--brand", "--scopes", "--name", "--expires-in", "--rate-limit", "--json"]],
+    [["keys", "create"], "Create an API key", [
+      "--brand",
+      "--scopes",
+      "--name",
+      "--expires-in",
+      "--rate-limit",
+      "--json"
+    ]],
     [["keys", "list"], "List API keys", ["--brand", "--json"]],
     [["keys", "show"], "Show one API key", ["<keyId>", "--json"]],
     [["keys", "roll"], "Give a key a new secret", ["<keyId>", "--grace", "--json"]],
@@ -95,7 +108,15 @@ describe("--help", () => {
     expect(text).toContain("Start the HTTP API")
     const listed = (name: string) => describedAs(text.slice(text.indexOf("ENVIRONMENT")), name)
     // The table itself is held to what the configuration reads (config.test.ts): these are some of its names.
-    for (const name of ["PORT=3000", "SHUTDOWN_DELAY_SECONDS=5", "METRICS_PORT (unset)", "DOCS_ENABLED=true", "OTEL_SERVICE_NAME=campaign-api"]) {
+    for (
+      const name of [
+        "PORT=3000",
+        "SHUTDOWN_DELAY_SECONDS=5",
+        "METRICS_PORT (unset)",
+        "DOCS_ENABLED=true",
+        "OTEL_SERVICE_NAME=campaign-api"
+      ]
+    ) {
       expect({ name, described: listed(name).length > 0 }).toEqual({ name, described: true })
     }
     for (const { default: fallback, meaning, name } of settingsList) {
@@ -105,18 +126,24 @@ describe("--help", () => {
 })
 
 describe("help pages", () => {
-  it.each(["revoke", "show", "roll", "update"])("keys %s asks for the key id, never the whole key, whose secret would stay in the shell's history", async (command) => {
-    const text = await help(["keys", command])
-    expect(describedAs(text, "<keyId>").join(" ")).toContain("never the whole API key")
-    expect(text).not.toContain("cak_")
-  })
+  it.each(["revoke", "show", "roll", "update"])(
+    "keys %s asks for the key id, never the whole key, whose secret would stay in the shell's history",
+    async (command) => {
+      const text = await help(["keys", command])
+      expect(describedAs(text, "<keyId>").join(" ")).toContain("never the whole API key")
+      expect(text).not.toContain("cak_")
+    }
+  )
 
   it.each([[["keys"], "$ campaign-api keys"], [["keys", "create"], "$ campaign-api keys create --brand"], [
     ["keys", "revoke"],
     "$ campaign-api keys revoke <keyId>"
-  ], [["backup"], "$ campaign-api backup <file>"]])("%j names the program and its commands in the usage line", async (args, usage) => {
-    expect(await help(args)).toContain(usage)
-  })
+  ], [["backup"], "$ campaign-api backup <file>"]])(
+    "%j names the program and its commands in the usage line",
+    async (args, usage) => {
+      expect(await help(args)).toContain(usage)
+    }
+  )
 
   it("prints help whatever words come before --help (they are not read as a pattern)", async () => {
     const result = await runCli(["a(b", "--help"], { DATABASE_URL: tempDatabase() })
@@ -151,7 +178,18 @@ describe("usage errors say what to do", () => {
   })
 
   it.each(["--brand", "--scopes", "--name", "--expires-in"])("%s without its value says so", async (option) => {
-    const args = ["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--name", "x", "--expires-in", "3"]
+    const args = [
+      "keys",
+      "create",
+      "--brand",
+      brandId,
+      "--scopes",
+      "campaigns:read",
+      "--name",
+      "x",
+      "--expires-in",
+      "3"
+    ]
     const at = args.indexOf(option)
     const result = await runCli([...args.slice(0, at), ...args.slice(at + 2), option], { DATABASE_URL: tempDatabase() })
     expect(result.code).toBe(2)
@@ -168,7 +206,11 @@ describe("serve takes no options", () => {
     [["--bogus"], "--bogus names none of its variables"]
   ])("serve %j is a usage error naming the environment variable to use instead", async (options, sentence) => {
     const result = await runCli(["serve", ...options], { DATABASE_URL: tempDatabase() })
-    expect({ code: result.code, timedOut: result.timedOut, stdout: result.stdout }).toEqual({ code: 2, timedOut: false, stdout: "" })
+    expect({ code: result.code, timedOut: result.timedOut, stdout: result.stdout }).toEqual({
+      code: 2,
+      timedOut: false,
+      stdout: ""
+    })
     expect(result.stderr.trim().split("\n")).toEqual([expect.stringContaining(sentence)])
     expect(result.stderr).not.toContain("s3cret-word")
   })
@@ -181,23 +223,38 @@ describe("a PostgreSQL DATABASE_URL that cannot be reached", () => {
   ])("stops the start with 78 and one sentence that never shows the password: %s", async (url) => {
     const result = await runCli(["serve"], { DATABASE_URL: url })
     expect({ code: result.code, timedOut: result.timedOut }).toEqual({ code: 78, timedOut: false })
-    expect(result.stderr.trim().split("\n")).toEqual([expect.stringMatching(/^DATABASE_URL=postgres(ql)?:\/\/app.*cannot be reached/)])
+    expect(result.stderr.trim().split("\n")).toEqual([
+      expect.stringMatching(/^DATABASE_URL=postgres(ql)?:\/\/app.*cannot be reached/)
+    ])
     expect(`${result.stdout}${result.stderr}`).not.toContain("s3cret-word")
   })
 
-  it.skipIf(sharedSkipped !== undefined)("that names a database the server does not have says how to create it, for serve and the key commands alike", async () => {
-    const url = new URL(await postgres.database())
-    const name = `${runDatabasePrefix()}never_created`
-    url.pathname = `/${name}`
-    url.password = "s3cret-word"
-    for (const args of [["serve"], ["keys", "create", "--brand", brandId, "--scopes", "campaigns:read"], ["keys", "list"]]) {
-      const result = await runCli(args, { DATABASE_URL: url.toString() })
-      expect({ args, code: result.code, timedOut: result.timedOut, stdout: result.stdout }).toEqual({ args, code: 78, timedOut: false, stdout: "" })
-      expect(result.stderr.trim().split("\n")).toEqual([
-        `DATABASE_URL=postgres://${url.username}:***@${url.host}/${name} names a database that does not exist on that server: create it (createdb -h ${url.hostname} -p ${url.port} -U ${url.username} ${name}) or correct the URL.`
-      ])
+  it.skipIf(sharedSkipped !== undefined)(
+    "that names a database the server does not have says how to create it, for serve and the key commands alike",
+    async () => {
+      const url = new URL(await postgres.database())
+      const name = `${runDatabasePrefix()}never_created`
+      url.pathname = `/${name}`
+      url.password = "s3cret-word"
+      for (
+        const args of [["serve"], ["keys", "create", "--brand", brandId, "--scopes", "campaigns:read"], [
+          "keys",
+          "list"
+        ]]
+      ) {
+        const result = await runCli(args, { DATABASE_URL: url.toString() })
+        expect({ args, code: result.code, timedOut: result.timedOut, stdout: result.stdout }).toEqual({
+          args,
+          code: 78,
+          timedOut: false,
+          stdout: ""
+        })
+        expect(result.stderr.trim().split("\n")).toEqual([
+          `DATABASE_URL=postgres://${url.username}:***@${url.host}/${name} names a database that does not exist on that server: create it (createdb -h ${url.hostname} -p ${url.port} -U ${url.username} ${name}) or correct the URL.`
+        ])
+      }
     }
-  })
+  )
 })
 
 describe("a REDIS_URL that cannot be reached at start", () => {
@@ -208,9 +265,15 @@ describe("a REDIS_URL that cannot be reached at start", () => {
     "redis://:s3cret-word@127.0.0.1:1/0"
   ])("stops the start with 78 and one sentence that never shows the password: %s", async (url) => {
     const result = await runCli(["serve"], { DATABASE_URL: tempDatabase(), REDIS_URL: url })
-    expect({ code: result.code, timedOut: result.timedOut, stdout: result.stdout }).toEqual({ code: 78, timedOut: false, stdout: "" })
+    expect({ code: result.code, timedOut: result.timedOut, stdout: result.stdout }).toEqual({
+      code: 78,
+      timedOut: false,
+      stdout: ""
+    })
     expect(result.stderr.trim().split("\n")).toEqual([
-      expect.stringMatching(/^REDIS_URL=redis:\/\/.*127\.0\.0\.1:1.* cannot be reached \(connect ECONNREFUSED 127\.0\.0\.1:1\): start Redis or correct the URL\.$/)
+      expect.stringMatching(
+        /^REDIS_URL=redis:\/\/.*127\.0\.0\.1:1.* cannot be reached \(connect ECONNREFUSED 127\.0\.0\.1:1\): start Redis or correct the URL\.$/
+      )
     ])
     expect(`${result.stdout}${result.stderr}`).not.toContain("s3cret-word")
   })
@@ -234,7 +297,16 @@ describe("exit codes", () => {
     ["an unknown scope", ["keys", "create", "--brand", brandId, "--scopes", "campaigns:delete"]],
     ["a missing key id", ["keys", "revoke"]],
     ["a missing backup file", ["backup"]],
-    ["a name over 200 characters", ["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--name", "n".repeat(201)]]
+    ["a name over 200 characters", [
+      "keys",
+      "create",
+      "--brand",
+      brandId,
+      "--scopes",
+      "campaigns:read",
+      "--name",
+      "n".repeat(201)
+    ]]
   ])("2 and one line on stderr for %s", async (_, args) => {
     const result = await runCli(args, { DATABASE_URL: tempDatabase() })
     expect(result.code).toBe(2)

@@ -62,7 +62,17 @@ describe("keys command line", () => {
     const database = tempDatabase()
     const env = { DATABASE_URL: database }
     const created = JSON.parse(
-      (await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--expires-in", "30", "--json"], env))
+      (await runCli([
+        "keys",
+        "create",
+        "--brand",
+        brandId,
+        "--scopes",
+        "campaigns:read",
+        "--expires-in",
+        "30",
+        "--json"
+      ], env))
         .stdout
     )
     await runCli(["keys", "revoke", created.keyId], env)
@@ -87,9 +97,27 @@ describe("keys command line", () => {
     expect(badBrand.code).not.toBe(0)
     const badScope = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:delete"], env)
     expect(badScope.code).not.toBe(0)
-    const farFuture = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--expires-in", "100000000"], env)
+    const farFuture = await runCli([
+      "keys",
+      "create",
+      "--brand",
+      brandId,
+      "--scopes",
+      "campaigns:read",
+      "--expires-in",
+      "100000000"
+    ], env)
     expect(farFuture.code).toBe(2)
-    const days = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--expires-in", "30d"], env)
+    const days = await runCli([
+      "keys",
+      "create",
+      "--brand",
+      brandId,
+      "--scopes",
+      "campaigns:read",
+      "--expires-in",
+      "30d"
+    ], env)
     expect(days.code).toBe(2)
     expect(days.stderr + days.stdout).toContain("--expires-in takes a whole number of days from 1 to 36500")
     expect(existsSync(database)).toBe(false)
@@ -105,10 +133,14 @@ describe("keys command line", () => {
     const database = tempDatabase()
     const env = { DATABASE_URL: database }
     for (const name of ["tab\there", "日本語の名前", "", "x".repeat(190)]) {
-      expect((await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--name", name], env)).code).toBe(0)
+      expect(
+        (await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--name", name], env)).code
+      ).toBe(0)
     }
     const lines = (await runCli(["keys", "list"], { ...env, COLUMNS: "160" })).stdout.trimEnd().split("\n")
-    const scopesAt = lines.map((line) => Bun.stringWidth(line.slice(0, line.indexOf(line.startsWith("KEY ID") ? "SCOPES" : "campaigns:read"))))
+    const scopesAt = lines.map((line) =>
+      Bun.stringWidth(line.slice(0, line.indexOf(line.startsWith("KEY ID") ? "SCOPES" : "campaigns:read")))
+    )
     expect(new Set(scopesAt).size).toBe(1)
     expect(lines[1]).toContain("tab\\there")
     expect(lines[3]).toMatch(/^\S+ +\S+ +- +campaigns:read/)
@@ -124,13 +156,22 @@ describe("keys command line", () => {
     const secret = apiKey.split("_")[2]
     const stored = () => inspect(database, (db) => db.query("SELECT * FROM api_keys").all())
     const before = stored()
-    for (const args of [["revoke", apiKey], ["show", apiKey], ["roll", apiKey, "--grace", "0"], ["update", apiKey, "--name", "x"]]) {
+    for (
+      const args of [["revoke", apiKey], ["show", apiKey], ["roll", apiKey, "--grace", "0"], [
+        "update",
+        apiKey,
+        "--name",
+        "x"
+      ]]
+    ) {
       const refused = await runCli(["keys", ...args], env)
       expect({ args: args[0], code: refused.code, stdout: refused.stdout, stderr: refused.stderr.trim() }).toEqual({
         args: args[0],
         code: 2,
         stdout: "",
-        stderr: `keys ${args[0]} takes the key id alone, here ${keyId}, never the API key: its secret would stay in the shell's history.`
+        stderr: `keys ${
+          args[0]
+        } takes the key id alone, here ${keyId}, never the API key: its secret would stay in the shell's history.`
       })
     }
     const garbled = await runCli(["keys", "revoke", `x${apiKey}`], env)
@@ -172,14 +213,20 @@ describe("keys command line", () => {
         expect({ host, code: taken.code, stderr: taken.stderr.trim() }).toEqual({
           host,
           code: 78,
-          stderr: `PORT=${port}: another process on this machine is listening on port ${port}; stop it or choose another PORT.`
+          stderr:
+            `PORT=${port}: another process on this machine is listening on port ${port}; stop it or choose another PORT.`
         })
         // The metrics' listener the same (README, Operating it: Metrics).
-        const metricsTaken = await runCli(["serve"], { DATABASE_URL: tempDatabase(), METRICS_PORT: port, METRICS_HOST: host })
+        const metricsTaken = await runCli(["serve"], {
+          DATABASE_URL: tempDatabase(),
+          METRICS_PORT: port,
+          METRICS_HOST: host
+        })
         expect({ host, code: metricsTaken.code, stderr: metricsTaken.stderr.trim() }).toEqual({
           host,
           code: 78,
-          stderr: `METRICS_PORT=${port}: another process on this machine is listening on port ${port}; stop it or choose another METRICS_PORT.`
+          stderr:
+            `METRICS_PORT=${port}: another process on this machine is listening on port ${port}; stop it or choose another METRICS_PORT.`
         })
       }
     } finally {
@@ -188,7 +235,12 @@ describe("keys command line", () => {
   })
 
   it("stops the server at start on a bad configuration value, naming the variable", async () => {
-    for (const [name, value] of [["PORT", "abc"], ["RATE_LIMIT_MAX", "0"], ["IDEMPOTENCY_TTL_HOURS", "x"], ["LOG_LEVEL", "loud"]]) {
+    for (
+      const [name, value] of [["PORT", "abc"], ["RATE_LIMIT_MAX", "0"], ["IDEMPOTENCY_TTL_HOURS", "x"], [
+        "LOG_LEVEL",
+        "loud"
+      ]]
+    ) {
       const result = await runCli(["serve"], { DATABASE_URL: tempDatabase(), [name!]: value! })
       expect(result.code).toBe(78)
       expect(result.stderr).toContain(name)
@@ -229,7 +281,18 @@ describe("keys list fits the width it is shown in", () => {
     const database = tempDatabase()
     const env = { DATABASE_URL: database }
     const named = await runCli(
-      ["keys", "create", "--brand", brandId, "--scopes", "campaigns:read,campaigns:write,analytics:read", "--name", "n".repeat(100), "--expires-in", "30"],
+      [
+        "keys",
+        "create",
+        "--brand",
+        brandId,
+        "--scopes",
+        "campaigns:read,campaigns:write,analytics:read",
+        "--name",
+        "n".repeat(100),
+        "--expires-in",
+        "30"
+      ],
       env
     )
     expect(named.code).toBe(0)
@@ -255,7 +318,17 @@ describe("keys list fits the width it is shown in", () => {
   const expectWide = (lines: ReadonlyArray<string>, listed: Awaited<ReturnType<typeof listedKeys>>["listed"]) => {
     const table = lines.filter((line) => !line.startsWith("Database: "))
     expect(table.map((line) => Bun.stringWidth(line)).filter((width) => width > 200)).toEqual([])
-    expect(table[0]!.split(/ {2,}/)).toEqual(["KEY ID", "BRAND", "NAME", "SCOPES", "STATUS", "CREATED", "EXPIRES", "LAST USED", "LIMIT"])
+    expect(table[0]!.split(/ {2,}/)).toEqual([
+      "KEY ID",
+      "BRAND",
+      "NAME",
+      "SCOPES",
+      "STATUS",
+      "CREATED",
+      "EXPIRES",
+      "LAST USED",
+      "LIMIT"
+    ])
     for (const key of listed) {
       const row = table.find((line) => line.startsWith(key.keyId))
       expect(row).toContain(key.brandId)
@@ -303,7 +376,11 @@ describe("the database a key command uses", () => {
 
     for (const args of [["keys", "list"], ["keys", "list", "--json"], ["keys", "revoke", keyId]]) {
       const result = await runCli(args, env)
-      expect({ args, code: result.code, stderr: result.stderr }).toEqual({ args, code: 0, stderr: `Database: ${database}\n` })
+      expect({ args, code: result.code, stderr: result.stderr }).toEqual({
+        args,
+        code: 0,
+        stderr: `Database: ${database}\n`
+      })
     }
   })
 
@@ -311,18 +388,29 @@ describe("the database a key command uses", () => {
     const directory = join(dirname(tempDatabase()), "mistyped")
     const database = join(directory, "db.sqlite")
     const env = { DATABASE_URL: relative(root, database) }
-    for (const args of [["list"], ["list", "--json"], ["show", "aaaaaaaaaaaaaaaa"], ["roll", "aaaaaaaaaaaaaaaa"], ["update", "aaaaaaaaaaaaaaaa", "--name", "x"], ["revoke", "aaaaaaaaaaaaaaaa"]]) {
+    for (
+      const args of [["list"], ["list", "--json"], ["show", "aaaaaaaaaaaaaaaa"], ["roll", "aaaaaaaaaaaaaaaa"], [
+        "update",
+        "aaaaaaaaaaaaaaaa",
+        "--name",
+        "x"
+      ], ["revoke", "aaaaaaaaaaaaaaaa"]]
+    ) {
       const result = await runCli(["keys", ...args], env)
       expect({ args, code: result.code, stdout: result.stdout, stderr: result.stderr }).toEqual({
         args,
         code: 1,
         stdout: "",
-        stderr: `There is no database at ${database}: set DATABASE_URL to the server's database (only serve and keys create make a new one).\n`
+        stderr:
+          `There is no database at ${database}: set DATABASE_URL to the server's database (only serve and keys create make a new one).\n`
       })
       expect(existsSync(directory)).toBe(false)
     }
     const created = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--json"], env)
-    expect({ code: created.code, stderr: created.stderr }).toEqual({ code: 0, stderr: `Database: ${database} (new: no database was there)\n` })
+    expect({ code: created.code, stderr: created.stderr }).toEqual({
+      code: 0,
+      stderr: `Database: ${database} (new: no database was there)\n`
+    })
     expect(JSON.parse((await runCli(["keys", "list", "--json"], env)).stdout)).toEqual([
       expect.objectContaining({ keyId: JSON.parse(created.stdout).keyId })
     ])
@@ -336,23 +424,26 @@ describe("the database a key command uses", () => {
     expect(shown.raw.split("\r\n").find((line) => line.includes("Database: "))).toBe(`Database: ${env.DATABASE_URL}`)
   })
 
-  it.skipIf(sharedSkipped !== undefined)("on PostgreSQL is named by host, port and database, never with its user or password", async () => {
-    const url = new URL(await postgres.database())
-    url.password = "s3cret-word"
-    const env = { DATABASE_URL: url.toString() }
-    const named = `Database: postgres://${url.host}${url.pathname}\n`
-    const created = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--json"], env)
-    expect(created).toMatchObject({ code: 0, stderr: named })
-    expect(created.stdout.trimEnd().split("\n")).toHaveLength(1)
-    expect(JSON.parse(created.stdout).brandId).toBe(brandId)
-    const listed = await runCli(["keys", "list", "--json"], env)
-    expect(listed).toMatchObject({ code: 0, stderr: named })
-    expect(JSON.parse(listed.stdout)).toHaveLength(1)
-    for (const { stdout, stderr } of [created, listed]) {
-      expect(`${stdout}${stderr}`).not.toContain("s3cret-word")
-      expect(stderr).not.toContain("@")
+  it.skipIf(sharedSkipped !== undefined)(
+    "on PostgreSQL is named by host, port and database, never with its user or password",
+    async () => {
+      const url = new URL(await postgres.database())
+      url.password = "s3cret-word"
+      const env = { DATABASE_URL: url.toString() }
+      const named = `Database: postgres://${url.host}${url.pathname}\n`
+      const created = await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--json"], env)
+      expect(created).toMatchObject({ code: 0, stderr: named })
+      expect(created.stdout.trimEnd().split("\n")).toHaveLength(1)
+      expect(JSON.parse(created.stdout).brandId).toBe(brandId)
+      const listed = await runCli(["keys", "list", "--json"], env)
+      expect(listed).toMatchObject({ code: 0, stderr: named })
+      expect(JSON.parse(listed.stdout)).toHaveLength(1)
+      for (const { stdout, stderr } of [created, listed]) {
+        expect(`${stdout}${stderr}`).not.toContain("s3cret-word")
+        expect(stderr).not.toContain("@")
+      }
     }
-  })
+  )
 })
 
 describe("backup", () => {
@@ -360,7 +451,9 @@ describe("backup", () => {
     const database = tempDatabase()
     const key = await createKey(database)
     const server = await startServer(database, { RATE_LIMIT_MAX: "1000000" })
-    const answered: Array<{ readonly idempotencyKey: string; readonly body: { socialUsername: string }; readonly answer: Answer }> = []
+    const answered: Array<
+      { readonly idempotencyKey: string; readonly body: { socialUsername: string }; readonly answer: Answer }
+    > = []
     const load = runLoops(8, async (loop) => {
       const attempt = { key: uniqueKey(), body: { socialUsername: `@backup-${loop}` } }
       const answer = await activate(server.url, { apiKey: key.apiKey, ...attempt })
@@ -417,9 +510,17 @@ describe("backup", () => {
     const refusals: ReadonlyArray<readonly [Environment, string, RegExp]> = [
       [{ DATABASE_URL: database }, existing, /already exists: a backup never overwrites a file/],
       [{ DATABASE_URL: database }, missingDirectory, /does not exist: make the directory first/],
-      [{ DATABASE_URL: join(dirname(database), "absent.sqlite") }, join(dirname(database), "a.sqlite"), /There is no database at/],
+      [
+        { DATABASE_URL: join(dirname(database), "absent.sqlite") },
+        join(dirname(database), "a.sqlite"),
+        /There is no database at/
+      ],
       [{ DATABASE_URL: ":memory:" }, join(dirname(database), "b.sqlite"), /no file to back up/],
-      [{ DATABASE_URL: "postgres://app:s3cret-word@127.0.0.1:5432/x" }, join(dirname(database), "c.sqlite"), /use pg_dump/]
+      [
+        { DATABASE_URL: "postgres://app:s3cret-word@127.0.0.1:5432/x" },
+        join(dirname(database), "c.sqlite"),
+        /use pg_dump/
+      ]
     ]
     for (const [env, file, sentence] of refusals) {
       const result = await runCli(["backup", file], env)
@@ -450,7 +551,18 @@ describe.each(backends)("a key's life through the command line, against a runnin
     const server = await startServer(database, backend.env)
     try {
       const created = await cliJson(
-        ["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--rate-limit", "3/60", "--expires-in", "2"],
+        [
+          "keys",
+          "create",
+          "--brand",
+          brandId,
+          "--scopes",
+          "campaigns:read",
+          "--rate-limit",
+          "3/60",
+          "--expires-in",
+          "2"
+        ],
         env
       )
       const { expiresAt } = await cliJson(["keys", "show", created.keyId], env)
@@ -458,7 +570,10 @@ describe.each(backends)("a key's life through the command line, against a runnin
       const answers = [await whoami(server.url, created.apiKey), await whoami(server.url, created.apiKey)]
       expect(answers.map((answer) => answer.status)).toEqual([200, 200])
       expect(answers[0]!.headers.get("ratelimit-policy")).toBe(`"default";q=3;w=60`)
-      expect(answers.map((answer) => answer.headers.get("ratelimit"))).toEqual([`"default";r=2;t=0`, `"default";r=1;t=0`])
+      expect(answers.map((answer) => answer.headers.get("ratelimit"))).toEqual([
+        `"default";r=2;t=0`,
+        `"default";r=1;t=0`
+      ])
       expect(answers[0]!.headers.get("api-key-expires")).toBe(imfDate(expiresAt))
       expect((await whoami(server.url, created.apiKey)).status).toBe(200)
       const limited = await whoami(server.url, created.apiKey)
@@ -466,7 +581,15 @@ describe.each(backends)("a key's life through the command line, against a runnin
       expect(limited.json.message).toContain("3 requests per 60 seconds for this API key")
       expect(limited.headers.get("api-key-expires")).toBe(imfDate(expiresAt))
 
-      const updated = await runCli(["keys", "update", created.keyId, "--rate-limit", "default", "--scopes", "campaigns:write"], env)
+      const updated = await runCli([
+        "keys",
+        "update",
+        created.keyId,
+        "--rate-limit",
+        "default",
+        "--scopes",
+        "campaigns:write"
+      ], env)
       expect(updated.code, updated.stderr).toBe(0)
       await backend.afterKeyChange()
       const afterUpdate = await whoami(server.url, created.apiKey)
@@ -497,7 +620,16 @@ describe.each(backends)("a key's life through the command line, against a runnin
       expect(await server.stop()).toBe(0)
       const shown = await cliJson(["keys", "show", created.keyId], env)
       expect(Object.keys(shown)).toEqual([
-        "keyId", "brandId", "name", "scopes", "status", "createdAt", "expiresAt", "revokedAt", "lastUsedAt", "rateLimit"
+        "keyId",
+        "brandId",
+        "name",
+        "scopes",
+        "status",
+        "createdAt",
+        "expiresAt",
+        "revokedAt",
+        "lastUsedAt",
+        "rateLimit"
       ])
       expect([minuteOf(usedFrom), minuteOf(usedUntil)]).toContain(Date.parse(shown.lastUsedAt))
       expect(shown).toMatchObject({ scopes: ["campaigns:write"], rateLimit: null, status: "active", expiresAt })
@@ -525,10 +657,13 @@ describe.each(backends)("a key's life through the command line, against a runnin
     const shown = await runCli(["keys", "show", created.keyId], env)
     expect(shown.code).toBe(0)
     const line = shown.stdout.split("\n").find((line) => line.startsWith("previous secret:"))
-    const minutes = [usedFrom, usedUntil].map((millis) => `${new Date(millis - (millis % 60_000)).toISOString().slice(0, 16)}Z`)
-    expect(minutes.map((minute) => `previous secret: works until ${rolled.previousSecretEndsAt}, last used ${minute}`)).toContain(
-      line!.replace(/ +/, " ")
+    const minutes = [usedFrom, usedUntil].map((millis) =>
+      `${new Date(millis - (millis % 60_000)).toISOString().slice(0, 16)}Z`
     )
+    expect(minutes.map((minute) => `previous secret: works until ${rolled.previousSecretEndsAt}, last used ${minute}`))
+      .toContain(
+        line!.replace(/ +/, " ")
+      )
     // The new secret unused: the previous one's use is the key's last use.
     expect(shown.stdout).toMatch(new RegExp(`last used: +(${minutes.join("|")})`))
   })
@@ -536,14 +671,27 @@ describe.each(backends)("a key's life through the command line, against a runnin
   it("refuses bad input with one sentence, exit 2 for usage and 1 for an unknown key, and changes nothing", async () => {
     const database = await backend.database()
     const env = { DATABASE_URL: database }
-    const created = await cliJson(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read", "--rate-limit", "10/60"], env)
+    const created = await cliJson([
+      "keys",
+      "create",
+      "--brand",
+      brandId,
+      "--scopes",
+      "campaigns:read",
+      "--rate-limit",
+      "10/60"
+    ], env)
     const before = await cliJson(["keys", "show", created.keyId], env)
     const refusals: ReadonlyArray<readonly [ReadonlyArray<string>, 1 | 2, string]> = [
       [["roll", created.keyId, "--grace", "31d"], 2, "--grace takes 0 or a whole number of minutes, hours or days"],
       [["roll", created.keyId, "--grace", "x"], 2, "--grace takes 0 or a whole number of minutes, hours or days"],
       [["update", created.keyId, "--rate-limit", "0/60"], 2, "--rate-limit takes <requests>/<seconds>"],
       [["update", created.keyId, "--rate-limit", "5"], 2, "--rate-limit takes <requests>/<seconds>"],
-      [["create", "--brand", brandId, "--scopes", "campaigns:read", "--rate-limit", "5/0"], 2, "--rate-limit takes <requests>/<seconds>"],
+      [
+        ["create", "--brand", brandId, "--scopes", "campaigns:read", "--rate-limit", "5/0"],
+        2,
+        "--rate-limit takes <requests>/<seconds>"
+      ],
       [["update", created.keyId, "--scopes", "nope"], 2, "--scopes takes a comma-separated list"],
       [["update", created.keyId], 2, "give at least one"],
       [["update", "aaaaaaaaaaaaaaaa", "--name", "x"], 1, "No active API key with id aaaaaaaaaaaaaaaa."],

@@ -2,13 +2,23 @@ import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, Either } from "effect"
 import { existsSync, readFileSync } from "node:fs"
 import { dirname, join, relative } from "node:path"
-import { configProblems, databaseName, DatabaseConfig, KeysConfig, ServeConfig, settingsList, TrustedProxiesConfig } from "../src/Config.ts"
-import { logLines } from "./support/telemetry.ts"
+import {
+  configProblems,
+  DatabaseConfig,
+  databaseName,
+  KeysConfig,
+  ServeConfig,
+  settingsList,
+  TrustedProxiesConfig
+} from "../src/Config.ts"
 import { root, runCli, startServer, tempDatabase } from "./support/server.ts"
+import { logLines } from "./support/telemetry.ts"
 
 /** What reading `config` from exactly these variables says: its value, or one sentence per bad variable. */
 const read = <A>(config: Effect.Effect<A, unknown>, variables: Record<string, string>) =>
-  Effect.runSync(Effect.either(Effect.withConfigProvider(config, ConfigProvider.fromMap(new Map(Object.entries(variables)))))).pipe(
+  Effect.runSync(
+    Effect.either(Effect.withConfigProvider(config, ConfigProvider.fromMap(new Map(Object.entries(variables)))))
+  ).pipe(
     Either.mapLeft((error) => configProblems(error as Parameters<typeof configProblems>[0]))
   )
 
@@ -17,15 +27,47 @@ describe("configuration (README, Configuration)", () => {
     ["PORT", "abc", "PORT=abc: not a port number; use one from 0 to 65535 (0 picks a free port)."],
     ["PORT", "70000", "PORT=70000: not a port number; use one from 0 to 65535 (0 picks a free port)."],
     ["RATE_LIMIT_MAX", "0", "RATE_LIMIT_MAX=0: not a whole number above 0; give one, or leave it unset for 120."],
-    ["LOG_LEVEL", "verbose", "LOG_LEVEL=verbose: not a log level; use one of all, trace, debug, info, warn, warning, error, fatal, none."],
-    ["PUBLIC_URL", "localhost:3000", "PUBLIC_URL=localhost:3000: not an http:// or https:// URL; give the base URL clients call, e.g. https://api.example.com."],
-    ["DATABASE_URL", "", "DATABASE_URL is empty; give a SQLite file path (sqlite: prefix allowed), or a postgres:// or postgresql:// URL, or leave it unset for data/campaign-api.sqlite."],
-    ["SHUTDOWN_DELAY_SECONDS", "soon", "SHUTDOWN_DELAY_SECONDS=soon: not a number of seconds from 0 to 300; leave it unset for 5."],
-    ["DOCS_ENABLED", "maybe", "DOCS_ENABLED=maybe: neither true nor false; use true or false (or yes/no, on/off, 1/0)."],
-    ["HOST", " ", "HOST= : names no address; use 0.0.0.0 (every interface), 127.0.0.1 or one of this machine's addresses."],
-    ["METRICS_PORT", "metrics", "METRICS_PORT=metrics: not a port number; use one from 0 to 65535 (0 picks a free port), or leave it unset for no metrics."],
+    [
+      "LOG_LEVEL",
+      "verbose",
+      "LOG_LEVEL=verbose: not a log level; use one of all, trace, debug, info, warn, warning, error, fatal, none."
+    ],
+    [
+      "PUBLIC_URL",
+      "localhost:3000",
+      "PUBLIC_URL=localhost:3000: not an http:// or https:// URL; give the base URL clients call, e.g. https://api.example.com."
+    ],
+    [
+      "DATABASE_URL",
+      "",
+      "DATABASE_URL is empty; give a SQLite file path (sqlite: prefix allowed), or a postgres:// or postgresql:// URL, or leave it unset for data/campaign-api.sqlite."
+    ],
+    [
+      "SHUTDOWN_DELAY_SECONDS",
+      "soon",
+      "SHUTDOWN_DELAY_SECONDS=soon: not a number of seconds from 0 to 300; leave it unset for 5."
+    ],
+    [
+      "DOCS_ENABLED",
+      "maybe",
+      "DOCS_ENABLED=maybe: neither true nor false; use true or false (or yes/no, on/off, 1/0)."
+    ],
+    [
+      "HOST",
+      " ",
+      "HOST= : names no address; use 0.0.0.0 (every interface), 127.0.0.1 or one of this machine's addresses."
+    ],
+    [
+      "METRICS_PORT",
+      "metrics",
+      "METRICS_PORT=metrics: not a port number; use one from 0 to 65535 (0 picks a free port), or leave it unset for no metrics."
+    ],
     ["METRICS_PORT", "3000", "METRICS_PORT=3000: the API's own PORT; give the metrics a port of their own."],
-    ["METRICS_HOST", "", "METRICS_HOST=: names no address; use 127.0.0.1 (this machine only), 0.0.0.0 or one of this machine's addresses."]
+    [
+      "METRICS_HOST",
+      "",
+      "METRICS_HOST=: names no address; use 127.0.0.1 (this machine only), 0.0.0.0 or one of this machine's addresses."
+    ]
   ])("%s=%j is one sentence naming the variable, its value and what to do", (name, value, sentence) => {
     expect(read(ServeConfig, { [name]: value })).toEqual(Either.left([sentence]))
   })
@@ -52,7 +94,9 @@ describe("configuration (README, Configuration)", () => {
     "postgres:///s3cret-word"
   ])("a DATABASE_URL of another scheme or without a host is refused, never taken as a file name: %s", (url) => {
     const problems = read(KeysConfig, { DATABASE_URL: url })
-    expect(problems).toEqual(Either.left([expect.stringMatching(/^DATABASE_URL (has the scheme|is a PostgreSQL URL without a host)/)]))
+    expect(problems).toEqual(
+      Either.left([expect.stringMatching(/^DATABASE_URL (has the scheme|is a PostgreSQL URL without a host)/)])
+    )
     expect(JSON.stringify(problems)).not.toContain("s3cret-word")
   })
 
@@ -66,7 +110,9 @@ describe("configuration (README, Configuration)", () => {
   })
 
   it("names the database without a password: the SQLite file's absolute path, PostgreSQL's host and database", () => {
-    const postgres = read(DatabaseConfig, { DATABASE_URL: "postgresql://app:s3cret-word@db.internal:5433/campaigns?sslmode=require" })
+    const postgres = read(DatabaseConfig, {
+      DATABASE_URL: "postgresql://app:s3cret-word@db.internal:5433/campaigns?sslmode=require"
+    })
     expect(Either.map(postgres, databaseName)).toEqual(Either.right("postgres://db.internal:5433/campaigns"))
     const sqlite = read(DatabaseConfig, { DATABASE_URL: "data/x.sqlite" })
     expect(Either.map(sqlite, databaseName)).toEqual(Either.right(join(process.cwd(), "data/x.sqlite")))
@@ -97,7 +143,10 @@ describe("the table of variables (README, Configuration)", () => {
 
   it("is the README's table: the same variables, in the same order, with the same defaults", () => {
     const readme = readFileSync(join(root, "README.md"), "utf8")
-    const section = readme.slice(readme.indexOf("### Configuration"), readme.indexOf("\n### ", readme.indexOf("### Configuration") + 1))
+    const section = readme.slice(
+      readme.indexOf("### Configuration"),
+      readme.indexOf("\n### ", readme.indexOf("### Configuration") + 1)
+    )
     const rows = section.split("\n").filter((line) => /^\| `[A-Z_]+` \|/.test(line)).map((line) => {
       const [name, fallback] = line.split("|").slice(1, 3).map((cell) => cell.trim().replaceAll("`", ""))
       return [name, fallback]
@@ -115,7 +164,11 @@ describe("serve with a bad configuration", () => {
       LOG_LEVEL: "verbose",
       PUBLIC_URL: "localhost:3000"
     })
-    expect({ code: result.code, timedOut: result.timedOut, stdout: result.stdout }).toEqual({ code: 78, timedOut: false, stdout: "" })
+    expect({ code: result.code, timedOut: result.timedOut, stdout: result.stdout }).toEqual({
+      code: 78,
+      timedOut: false,
+      stdout: ""
+    })
     expect(result.stderr.trim().split("\n").map((line) => line.split("=")[0]).sort()).toEqual(
       ["LOG_LEVEL", "PORT", "PUBLIC_URL", "RATE_LIMIT_MAX"]
     )
@@ -155,8 +208,16 @@ describe("the start-up log", () => {
 describe("TRUSTED_PROXIES (README, Configuration)", () => {
   it.each([
     ["127.0.0.1", [{ address: "127.0.0.1", prefix: 32, family: "ipv4" }]],
-    ["10.0.0.0/8, fd00::/8", [{ address: "10.0.0.0", prefix: 8, family: "ipv4" }, { address: "fd00::", prefix: 8, family: "ipv6" }]],
-    ["::1 192.168.0.0/16", [{ address: "::1", prefix: 128, family: "ipv6" }, { address: "192.168.0.0", prefix: 16, family: "ipv4" }]]
+    ["10.0.0.0/8, fd00::/8", [{ address: "10.0.0.0", prefix: 8, family: "ipv4" }, {
+      address: "fd00::",
+      prefix: 8,
+      family: "ipv6"
+    }]],
+    ["::1 192.168.0.0/16", [{ address: "::1", prefix: 128, family: "ipv6" }, {
+      address: "192.168.0.0",
+      prefix: 16,
+      family: "ipv4"
+    }]]
   ])("takes addresses and CIDRs: %s", (value, proxies) => {
     expect(read(TrustedProxiesConfig, { TRUSTED_PROXIES: value })).toEqual(Either.right(proxies))
   })
@@ -169,7 +230,11 @@ describe("TRUSTED_PROXIES (README, Configuration)", () => {
     "refuses %j with one sentence naming it",
     (value) => {
       const problems = read(ServeConfig, { TRUSTED_PROXIES: `127.0.0.1,${value}` })
-      expect(problems).toEqual(Either.left([expect.stringMatching(/^TRUSTED_PROXIES=.*: .* is not an address or a CIDR; give them separated by commas/)]))
+      expect(problems).toEqual(
+        Either.left([
+          expect.stringMatching(/^TRUSTED_PROXIES=.*: .* is not an address or a CIDR; give them separated by commas/)
+        ])
+      )
     }
   )
 })

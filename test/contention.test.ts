@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { backends } from "./support/backends.ts"
 import { activate, type Answer, uniqueKey, whoami } from "./support/client.ts"
 import { expectEnvelope } from "./support/contract.ts"
-import { backends } from "./support/backends.ts"
-import { shuffle } from "./support/load.ts"
 import { type InProcessServer, serveInProcess } from "./support/inProcess.ts"
+import { shuffle } from "./support/load.ts"
 import { createKey } from "./support/server.ts"
 
 describe.each(backends)("on $name", (backend) => {
@@ -52,7 +52,9 @@ describe.each(backends)("on $name", (backend) => {
         }
       }
       expect(await backend.count(database, "SELECT 1 FROM activations WHERE brand_id = ?", brandId)).toBe(keys.length)
-      expect(await backend.count(database, "SELECT 1 FROM idempotency_keys WHERE brand_id = ?", brandId)).toBe(keys.length)
+      expect(await backend.count(database, "SELECT 1 FROM idempotency_keys WHERE brand_id = ?", brandId)).toBe(
+        keys.length
+      )
     })
   })
 
@@ -63,7 +65,11 @@ describe.each(backends)("on $name", (backend) => {
 
     beforeAll(async () => {
       database = await backend.database()
-      server = await serveInProcess(database, { ...backend.env, RATE_LIMIT_MAX: String(limit), RATE_LIMIT_WINDOW_SECONDS: "3600" })
+      server = await serveInProcess(database, {
+        ...backend.env,
+        RATE_LIMIT_MAX: String(limit),
+        RATE_LIMIT_WINDOW_SECONDS: "3600"
+      })
     })
     afterAll(async () => {
       await server?.stop()
@@ -77,7 +83,9 @@ describe.each(backends)("on $name", (backend) => {
         ...Array.from({ length: limit }, () => quiet.apiKey)
       ])
 
-      const answers = await Promise.all(calls.map(async (apiKey) => ({ apiKey, answer: await whoami(server.url, apiKey) })))
+      const answers = await Promise.all(
+        calls.map(async (apiKey) => ({ apiKey, answer: await whoami(server.url, apiKey) }))
+      )
 
       const ofBusy = answers.filter((a) => a.apiKey === busy.apiKey).map((a) => a.answer)
       const allowed = ofBusy.filter((answer) => answer.status === 200)

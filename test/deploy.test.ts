@@ -25,7 +25,10 @@ describe("the systemd unit in deploy/ (README, Deployment)", () => {
   it.skipIf(missing !== undefined && !process.env["CI"])("passes systemd-analyze verify without a warning", () => {
     // Its ExecStart pointed at a program that exists here: systemd checks that the command is executable.
     const copy = join(dirname(tempDatabase()), "campaign-api.service")
-    writeFileSync(copy, unit.replace(/^ExecStart=.*$/m, `ExecStart=${program.map((word) => Bun.which(word) ?? word).join(" ")} serve`))
+    writeFileSync(
+      copy,
+      unit.replace(/^ExecStart=.*$/m, `ExecStart=${program.map((word) => Bun.which(word) ?? word).join(" ")} serve`)
+    )
     const verified = spawnSync([systemdAnalyze || "systemd-analyze", "verify", copy])
     expect({ exitCode: verified.exitCode, stderr: verified.stderr.toString(), stdout: verified.stdout.toString() })
       .toEqual({ exitCode: 0, stderr: "", stdout: "" })
@@ -41,7 +44,12 @@ describe("the systemd unit in deploy/ (README, Deployment)", () => {
     // Every value the unit sets is one the server takes: it starts on them (its own database and port aside).
     const database = tempDatabase()
     const key = await createKey(database)
-    const server = await startServer(database, { ...environment, DATABASE_URL: database, PORT: "0", SHUTDOWN_DELAY_SECONDS: "0" })
+    const server = await startServer(database, {
+      ...environment,
+      DATABASE_URL: database,
+      PORT: "0",
+      SHUTDOWN_DELAY_SECONDS: "0"
+    })
     try {
       expect((await whoami(server.url, key.apiKey)).status).toBe(200)
     } finally {

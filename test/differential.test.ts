@@ -76,7 +76,9 @@ const Adapter = HttpApiBuilder.middleware((app) =>
       const tag = typeof error === "object" && error !== null && "_tag" in error ? error._tag : undefined
       if (tag === "RouteNotFound") return Effect.fail(new NotFound({ message: `${libraryDecoding}no route` }))
       if (tag === "HttpApiDecodeError") {
-        return Effect.fail(new ValidationError({ message: `${libraryDecoding}${(error as { message: string }).message}` }))
+        return Effect.fail(
+          new ValidationError({ message: `${libraryDecoding}${(error as { message: string }).message}` })
+        )
       }
       return Effect.fail(error)
     })
@@ -96,12 +98,13 @@ const instance = async (database: string): Promise<Instance> => {
     new Map([["DATABASE_URL", database], ["RATE_LIMIT_MAX", "1000000"], ["PORT", "0"], ["DOCS_ENABLED", "false"]])
   )
   const scope = Effect.runSync(Scope.make())
-  const context = await Layer.buildWithScope(servicesWith(predictableIds()).pipe(Layer.provideMerge(MetricsOff)), scope).pipe(
-    Effect.withClock(standingClock),
-    Effect.withConfigProvider(config),
-    Logger.withMinimumLogLevel(LogLevel.None),
-    Effect.runPromise
-  )
+  const context = await Layer.buildWithScope(servicesWith(predictableIds()).pipe(Layer.provideMerge(MetricsOff)), scope)
+    .pipe(
+      Effect.withClock(standingClock),
+      Effect.withConfigProvider(config),
+      Logger.withMinimumLogLevel(LogLevel.None),
+      Effect.runPromise
+    )
   return { context, scope, config }
 }
 
@@ -178,7 +181,15 @@ describe.each(backends)("HttpApiBuilder's server and the edge on $name", (backen
       Effect.runPromise
     )
     // The same keys in both, made in the same order from the same ids.
-    const made: ReadonlyArray<readonly [string, BrandId, ReadonlyArray<KeyScope>, { readonly max: number; readonly windowSeconds: number } | null, number | null]> = [
+    const made: ReadonlyArray<
+      readonly [
+        string,
+        BrandId,
+        ReadonlyArray<KeyScope>,
+        { readonly max: number; readonly windowSeconds: number } | null,
+        number | null
+      ]
+    > = [
       ["writer", brand, ["campaigns:write"], null, null],
       ["reader", brand, ["campaigns:read"], null, null],
       ["analyst", brand, ["analytics:read"], null, null],
@@ -208,7 +219,9 @@ describe.each(backends)("HttpApiBuilder's server and the edge on $name", (backen
 
   afterAll(async () => {
     await disposeLibrary?.()
-    for (const made of [library, edgeInstance]) if (made !== undefined) await Effect.runPromise(Scope.close(made.scope, Exit.void))
+    for (const made of [library, edgeInstance]) {
+      if (made !== undefined) await Effect.runPromise(Scope.close(made.scope, Exit.void))
+    }
   })
 
   /** Both answers to one request, the edge's first; the mismatches are collected, not thrown. */
@@ -227,15 +240,26 @@ describe.each(backends)("HttpApiBuilder's server and the edge on $name", (backen
       if (edgeSays[0] !== probe.own.expected[0] || edgeSays[1] !== probe.own.expected[1]) {
         wrong.push(`${probe.name}: the edge answered ${edgeSays.join(" ")}, not ${probe.own.expected.join(" ")}`)
       }
-      if (probe.own.library === "equivalent" && (lib.status !== edge.status || codeOf(lib.body) !== codeOf(edge.body))) {
-        wrong.push(`${probe.name}: the library answered ${lib.status} ${codeOf(lib.body)}, the edge ${edge.status} ${codeOf(edge.body)}`)
+      if (
+        probe.own.library === "equivalent" && (lib.status !== edge.status || codeOf(lib.body) !== codeOf(edge.body))
+      ) {
+        wrong.push(
+          `${probe.name}: the library answered ${lib.status} ${codeOf(lib.body)}, the edge ${edge.status} ${
+            codeOf(edge.body)
+          }`
+        )
       }
       return wrong
     }
     if (lib.body.includes(libraryDecoding)) {
-      return lib.status === edge.status && codeOf(lib.body) === codeOf(edge.body) && codeOf(edge.body) === "VALIDATION_ERROR"
+      return lib.status === edge.status && codeOf(lib.body) === codeOf(edge.body) &&
+          codeOf(edge.body) === "VALIDATION_ERROR"
         ? []
-        : [`${probe.name}: decoding refused it as ${lib.status} ${codeOf(lib.body)}, the edge answered ${edge.status} ${edge.body}`]
+        : [
+          `${probe.name}: decoding refused it as ${lib.status} ${
+            codeOf(lib.body)
+          }, the edge answered ${edge.status} ${edge.body}`
+        ]
     }
     return JSON.stringify(edge) === JSON.stringify(lib)
       ? []
@@ -243,7 +267,9 @@ describe.each(backends)("HttpApiBuilder's server and the edge on $name", (backen
   }
 
   const get = (path: string, key?: string, headers: Record<string, string> = {}) => () =>
-    new Request(`${base}${path}`, { headers: { ...(key === undefined ? {} : { authorization: `Bearer ${keys[key]}` }), ...headers } })
+    new Request(`${base}${path}`, {
+      headers: { ...(key === undefined ? {} : { authorization: `Bearer ${keys[key]}` }), ...headers }
+    })
   const post = (path: string, key: string | undefined, body: string, headers: Record<string, string> = json) => () =>
     new Request(`${base}${path}`, {
       method: "POST",
@@ -261,48 +287,107 @@ describe.each(backends)("HttpApiBuilder's server and the edge on $name", (backen
     const keyed = (key: string) => ({ ...json, "idempotency-key": key })
     const probes: Array<Probe> = [
       // whoami: each key, every refusal, a key's own limit, a secret's end
-      ...["writer", "reader", "analyst", "everything", "other", "ending"].map((key) => ({ name: `whoami ${key}`, request: get("/v1/whoami", key) })),
+      ...["writer", "reader", "analyst", "everything", "other", "ending"].map((key) => ({
+        name: `whoami ${key}`,
+        request: get("/v1/whoami", key)
+      })),
       { name: "whoami without a key", request: get("/v1/whoami") },
       { name: "whoami Basic", request: get("/v1/whoami", undefined, { authorization: "Basic dXNlcjpwYXNz" }) },
       { name: "whoami two tokens", request: get("/v1/whoami", undefined, { authorization: "Bearer a b" }) },
       { name: "whoami bare Bearer", request: get("/v1/whoami", undefined, { authorization: "Bearer" }) },
-      { name: "whoami scheme in another case", request: get("/v1/whoami", undefined, { authorization: `bEaReR ${"x"}` }) },
+      {
+        name: "whoami scheme in another case",
+        request: get("/v1/whoami", undefined, { authorization: `bEaReR ${"x"}` })
+      },
       { name: "whoami malformed", request: get("/v1/whoami", undefined, { authorization: "Bearer not-a-key" }) },
-      { name: "whoami unknown id", request: get("/v1/whoami", undefined, { authorization: `Bearer cak_zzzzzzzzzzzzzzzz_${"0".repeat(64)}` }) },
+      {
+        name: "whoami unknown id",
+        request: get("/v1/whoami", undefined, { authorization: `Bearer cak_zzzzzzzzzzzzzzzz_${"0".repeat(64)}` })
+      },
       ...[1, 2, 3, 4].map((n) => ({ name: `whoami limited ${n}`, request: get("/v1/whoami", "limited") })),
       // activate: created, replayed (keys in another order), conflicts, every refusal in order
       { name: "activate", request: post(activatePath(), "writer", body, keyed("d-1")) },
       {
         name: "activate replayed",
-        request: post(activatePath(), "writer", JSON.stringify({ plannedPostAt: "2026-12-01", socialUsername: "@jane" }), keyed("d-1"))
+        request: post(
+          activatePath(),
+          "writer",
+          JSON.stringify({ plannedPostAt: "2026-12-01", socialUsername: "@jane" }),
+          keyed("d-1")
+        )
       },
-      { name: "activate by another key of the brand, replayed", request: post(activatePath(), "everything", body, keyed("d-1")) },
+      {
+        name: "activate by another key of the brand, replayed",
+        request: post(activatePath(), "everything", body, keyed("d-1"))
+      },
       { name: "activate by another brand, its own", request: post(activatePath(), "other", body, keyed("d-1")) },
-      { name: "activate conflict: another body", request: post(activatePath(), "writer", JSON.stringify({ socialUsername: "@joe" }), keyed("d-1")) },
-      { name: "activate conflict: another path", request: post(activatePath(campaign, creator), "writer", body, keyed("d-1")) },
+      {
+        name: "activate conflict: another body",
+        request: post(activatePath(), "writer", JSON.stringify({ socialUsername: "@joe" }), keyed("d-1"))
+      },
+      {
+        name: "activate conflict: another path",
+        request: post(activatePath(campaign, creator), "writer", body, keyed("d-1"))
+      },
       { name: "activate quoted key", request: post(activatePath(), "writer", body, keyed(`"d-\\"2"`)) },
-      { name: "activate without plannedPostAt", request: post(activatePath(), "writer", JSON.stringify({ socialUsername: "@x" }), keyed("d-3")) },
-      { name: "activate plannedPostAt null", request: post(activatePath(), "writer", JSON.stringify({ socialUsername: "@x", plannedPostAt: null }), keyed("d-3")) },
+      {
+        name: "activate without plannedPostAt",
+        request: post(activatePath(), "writer", JSON.stringify({ socialUsername: "@x" }), keyed("d-3"))
+      },
+      {
+        name: "activate plannedPostAt null",
+        request: post(
+          activatePath(),
+          "writer",
+          JSON.stringify({ socialUsername: "@x", plannedPostAt: null }),
+          keyed("d-3")
+        )
+      },
       { name: "activate without a key", request: post(activatePath(), undefined, body, keyed("d-4")) },
       { name: "activate as a reader", request: post(activatePath(), "reader", body, keyed("d-4")) },
       { name: "activate without Idempotency-Key", request: post(activatePath(), "writer", body) },
       { name: "activate empty Idempotency-Key", request: post(activatePath(), "writer", body, keyed("")) },
-      { name: "activate Idempotency-Key too long", request: post(activatePath(), "writer", body, keyed("k".repeat(256))) },
-      { name: "activate text/plain", request: post(activatePath(), "writer", body, { "content-type": "text/plain", "idempotency-key": "d-5" }) },
+      {
+        name: "activate Idempotency-Key too long",
+        request: post(activatePath(), "writer", body, keyed("k".repeat(256)))
+      },
+      {
+        name: "activate text/plain",
+        request: post(activatePath(), "writer", body, { "content-type": "text/plain", "idempotency-key": "d-5" })
+      },
       { name: "activate no Content-Type", request: post(activatePath(), "writer", body, { "idempotency-key": "d-6" }) },
       {
         name: "activate over 16 KiB",
-        request: post(activatePath(), "writer", JSON.stringify({ socialUsername: `@${"a".repeat(17 * 1024)}` }), keyed("d-7"))
+        request: post(
+          activatePath(),
+          "writer",
+          JSON.stringify({ socialUsername: `@${"a".repeat(17 * 1024)}` }),
+          keyed("d-7")
+        )
       },
       { name: "activate malformed JSON", request: post(activatePath(), "writer", "{", keyed("d-8")) },
       { name: "activate empty body", request: post(activatePath(), "writer", "", keyed("d-8")) },
-      { name: "activate rejected, then the key used again", request: post(activatePath(), "writer", body, keyed("d-8")) },
+      {
+        name: "activate rejected, then the key used again",
+        request: post(activatePath(), "writer", body, keyed("d-8"))
+      },
       { name: "activate a JSON array", request: post(activatePath(), "writer", "[]", keyed("d-9")) },
-      { name: "activate without @", request: post(activatePath(), "writer", JSON.stringify({ socialUsername: "jane" }), keyed("d-9")) },
-      { name: "activate unknown field", request: post(activatePath(), "writer", JSON.stringify({ socialUsername: "@j", extra: 1 }), keyed("d-9")) },
+      {
+        name: "activate without @",
+        request: post(activatePath(), "writer", JSON.stringify({ socialUsername: "jane" }), keyed("d-9"))
+      },
+      {
+        name: "activate unknown field",
+        request: post(activatePath(), "writer", JSON.stringify({ socialUsername: "@j", extra: 1 }), keyed("d-9"))
+      },
       {
         name: "activate plannedPostAt outside the window",
-        request: post(activatePath(), "writer", JSON.stringify({ socialUsername: "@j", plannedPostAt: "2100-01-01" }), keyed("d-9"))
+        request: post(
+          activatePath(),
+          "writer",
+          JSON.stringify({ socialUsername: "@j", plannedPostAt: "2100-01-01" }),
+          keyed("d-9")
+        )
       },
       { name: "activate bad path id", request: post(activatePath("nope"), "writer", body, keyed("d-9")) },
       // the reads
@@ -319,14 +404,29 @@ describe.each(backends)("HttpApiBuilder's server and the edge on $name", (backen
       { name: "get a bad id", request: get("/v1/activations/nope", "reader") },
       { name: "list", request: get("/v1/activations", "reader") },
       { name: "list a page of 1, with its Link", request: get("/v1/activations?limit=1", "reader") },
-      { name: "list after a cursor", request: get(`/v1/activations?limit=1&startingAfter=${activationId(3)}`, "reader") },
-      { name: "list by creator and campaign", request: get(`/v1/activations?creatorId=${creator.toUpperCase()}&campaignId=${campaign}`, "reader") },
+      {
+        name: "list after a cursor",
+        request: get(`/v1/activations?limit=1&startingAfter=${activationId(3)}`, "reader")
+      },
+      {
+        name: "list by creator and campaign",
+        request: get(`/v1/activations?creatorId=${creator.toUpperCase()}&campaignId=${campaign}`, "reader")
+      },
       { name: "list limit 0", request: get("/v1/activations?limit=0", "reader") },
       { name: "list an unknown parameter", request: get("/v1/activations?sort=asc", "reader") },
-      { name: "list a parameter twice", request: get(`/v1/activations?creatorId=${creator}&creatorId=${campaign}`, "reader") },
+      {
+        name: "list a parameter twice",
+        request: get(`/v1/activations?creatorId=${creator}&creatorId=${campaign}`, "reader")
+      },
       { name: "analytics", request: get(`/v1/campaigns/${campaign}/analytics`, "analyst") },
-      { name: "analytics in a range", request: get(`/v1/campaigns/${campaign}/analytics?from=2026-11-26&to=2026-11-26`, "analyst") },
-      { name: "analytics from after to", request: get(`/v1/campaigns/${campaign}/analytics?from=2026-12-02&to=2026-12-01`, "analyst") },
+      {
+        name: "analytics in a range",
+        request: get(`/v1/campaigns/${campaign}/analytics?from=2026-11-26&to=2026-11-26`, "analyst")
+      },
+      {
+        name: "analytics from after to",
+        request: get(`/v1/campaigns/${campaign}/analytics?from=2026-12-02&to=2026-12-01`, "analyst")
+      },
       { name: "analytics not a date", request: get(`/v1/campaigns/${campaign}/analytics?from=2026-02-30`, "analyst") },
       { name: "analytics as a reader", request: get(`/v1/campaigns/${campaign}/analytics`, "reader") },
       { name: "analytics of another brand", request: get(`/v1/campaigns/${campaign}/analytics`, "other") },
@@ -334,9 +434,21 @@ describe.each(backends)("HttpApiBuilder's server and the edge on $name", (backen
       { name: "ready", request: get("/readyz") },
       // what the edge answers itself
       { name: "no such route", request: get("/v1/nope"), own: { library: "equivalent", expected: [404, "NOT_FOUND"] } },
-      { name: "another method", request: post("/v1/whoami", undefined, "{}"), own: { library: "none", expected: [405, "METHOD_NOT_ALLOWED"] } },
-      { name: "another letter case", request: get("/V1/WHOAMI", "apart"), own: { library: "none", expected: [404, "NOT_FOUND"] } },
-      { name: "a query on whoami", request: get("/v1/whoami?verbose=1", "apart"), own: { library: "none", expected: [400, "VALIDATION_ERROR"] } }
+      {
+        name: "another method",
+        request: post("/v1/whoami", undefined, "{}"),
+        own: { library: "none", expected: [405, "METHOD_NOT_ALLOWED"] }
+      },
+      {
+        name: "another letter case",
+        request: get("/V1/WHOAMI", "apart"),
+        own: { library: "none", expected: [404, "NOT_FOUND"] }
+      },
+      {
+        name: "a query on whoami",
+        request: get("/v1/whoami?verbose=1", "apart"),
+        own: { library: "none", expected: [400, "VALIDATION_ERROR"] }
+      }
     ]
     const found: Array<string> = []
     for (const probe of probes) found.push(...(await differences(probe)))
@@ -345,13 +457,30 @@ describe.each(backends)("HttpApiBuilder's server and the edge on $name", (backen
 
   it("answer 1,200 requests generated from the endpoints' schemas alike", async () => {
     const uuids = fc.constantFrom(creator, campaign, creator.toUpperCase(), "7c1f0a2e-9b3d-4e5f-8a6b-1c2d3e4f5a6b")
-    const someKey = fc.constantFrom<string | undefined>("writer", "reader", "analyst", "everything", "other", "ending", undefined)
+    const someKey = fc.constantFrom<string | undefined>(
+      "writer",
+      "reader",
+      "analyst",
+      "everything",
+      "other",
+      "ending",
+      undefined
+    )
     /** Mostly keys that may activate, so that most activations get past the key to their body and their Idempotency-Key. */
-    const writers = fc.oneof({ weight: 5, arbitrary: fc.constantFrom("writer", "everything", "other") }, { weight: 1, arbitrary: someKey })
+    const writers = fc.oneof({ weight: 5, arbitrary: fc.constantFrom("writer", "everything", "other") }, {
+      weight: 1,
+      arbitrary: someKey
+    })
     const notJson = fc.oneof(fc.json(), fc.string({ maxLength: 30 }), fc.constant("{\"socialUsername\": \"@a\","))
     const payload = fc.oneof(
       { weight: 6, arbitrary: Arbitrary.make(ActivateRequest).map((request) => JSON.stringify(request)) },
-      { weight: 2, arbitrary: fc.record({ socialUsername: fc.string({ maxLength: 12 }), plannedPostAt: fc.oneof(fc.constant(null), fc.string({ maxLength: 12 })) }).map((r) => JSON.stringify(r)) },
+      {
+        weight: 2,
+        arbitrary: fc.record({
+          socialUsername: fc.string({ maxLength: 12 }),
+          plannedPostAt: fc.oneof(fc.constant(null), fc.string({ maxLength: 12 }))
+        }).map((r) => JSON.stringify(r))
+      },
       { weight: 1, arbitrary: notJson }
     )
     const idempotencyKey = fc.oneof(
@@ -360,9 +489,16 @@ describe.each(backends)("HttpApiBuilder's server and the edge on $name", (backen
       { weight: 1, arbitrary: fc.constant(undefined) }
     )
     const query = (schema: typeof ListActivationsQuery | typeof AnalyticsQuery) =>
-      fc.tuple(Arbitrary.make(schema as typeof ListActivationsQuery), fc.option(fc.constantFrom("x=1", "limit=0", "limit=abc", "from=2026-13-01", "creatorId=nope"), { nil: undefined }))
+      fc.tuple(
+        Arbitrary.make(schema as typeof ListActivationsQuery),
+        fc.option(fc.constantFrom("x=1", "limit=0", "limit=abc", "from=2026-13-01", "creatorId=nope"), {
+          nil: undefined
+        })
+      )
         .map(([params, extra]) => {
-          const text = new URLSearchParams(Object.entries(params).filter((entry): entry is [string, string] => entry[1] !== undefined)).toString()
+          const text = new URLSearchParams(
+            Object.entries(params).filter((entry): entry is [string, string] => entry[1] !== undefined)
+          ).toString()
           const all = [text, extra].filter((part) => part !== undefined && part !== "").join("&")
           return all === "" ? "" : `?${all}`
         })
@@ -370,23 +506,39 @@ describe.each(backends)("HttpApiBuilder's server and the edge on $name", (backen
       { weight: 1, arbitrary: someKey.map((key) => ({ name: `whoami ${key}`, request: get("/v1/whoami", key) })) },
       {
         weight: 5,
-        arbitrary: fc.tuple(writers, uuids, uuids, idempotencyKey, payload, fc.constantFrom(json, {}, { "content-type": "application/json; charset=utf-8" })).map(
+        arbitrary: fc.tuple(
+          writers,
+          uuids,
+          uuids,
+          idempotencyKey,
+          payload,
+          fc.constantFrom(json, {}, { "content-type": "application/json; charset=utf-8" })
+        ).map(
           ([key, c, k, idempotency, body, headers]) => ({
             name: `activate ${key} ${c} ${k} ${idempotency} ${body}`,
-            request: post(activatePath(c, k), key, body, { ...headers, ...(idempotency === undefined ? {} : { "idempotency-key": idempotency }) })
+            request: post(activatePath(c, k), key, body, {
+              ...headers,
+              ...(idempotency === undefined ? {} : { "idempotency-key": idempotency })
+            })
           })
         )
       },
       {
         weight: 2,
-        arbitrary: fc.tuple(someKey, fc.oneof(fc.integer({ min: 1, max: 60 }).map(activationId), fc.uuid(), fc.constant("nope"))).map(([key, id]) => ({
+        arbitrary: fc.tuple(
+          someKey,
+          fc.oneof(fc.integer({ min: 1, max: 60 }).map(activationId), fc.uuid(), fc.constant("nope"))
+        ).map(([key, id]) => ({
           name: `get ${key} ${id}`,
           request: get(`/v1/activations/${id}`, key)
         }))
       },
       {
         weight: 2,
-        arbitrary: fc.tuple(someKey, query(ListActivationsQuery)).map(([key, q]) => ({ name: `list ${key} ${q}`, request: get(`/v1/activations${q}`, key) }))
+        arbitrary: fc.tuple(someKey, query(ListActivationsQuery)).map(([key, q]) => ({
+          name: `list ${key} ${q}`,
+          request: get(`/v1/activations${q}`, key)
+        }))
       },
       {
         weight: 2,
@@ -395,7 +547,10 @@ describe.each(backends)("HttpApiBuilder's server and the edge on $name", (backen
           request: get(`/v1/campaigns/${k}/analytics${q}`, key)
         }))
       },
-      { weight: 1, arbitrary: fc.constantFrom("/healthz", "/readyz").map((path) => ({ name: path, request: get(path) })) }
+      {
+        weight: 1,
+        arbitrary: fc.constantFrom("/healthz", "/readyz").map((path) => ({ name: path, request: get(path) }))
+      }
     )
     const probes = fc.sample(probe, { numRuns: 1_200, seed: 20261126 })
     const found: Array<string> = []

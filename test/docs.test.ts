@@ -158,8 +158,8 @@ describe("GET /docs and its script", () => {
     // The document is not inlined (it grows with every endpoint): Scalar fetches /openapi.json.
     expect(html.bytes.length).toBeLessThan(4 * 1024)
     const text = new TextDecoder().decode(html.bytes)
-    expect(text).toContain('<script id="api-reference" data-url="/openapi.json"></script>')
-    expect(text).not.toContain('"openapi":"3.1.0"')
+    expect(text).toContain("<script id=\"api-reference\" data-url=\"/openapi.json\"></script>")
+    expect(text).not.toContain("\"openapi\":\"3.1.0\"")
     const path = await scriptPath()
     const script = await raw(path)
     expect(script.status).toBe(200)

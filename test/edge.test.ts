@@ -23,8 +23,8 @@ import type { ApiKeyIdentity, Authenticated, BrandId, KeyId } from "../src/Domai
 import { IdempotencyInProgress, KeyRefused } from "../src/Domain/Errors.ts"
 import { Draining } from "../src/Draining.ts"
 import { makeEdge } from "../src/Edge/Edge.ts"
-import { HealthHandlers } from "../src/Health/Http.ts"
 import { HealthRepo } from "../src/Health/HealthRepo.ts"
+import { HealthHandlers } from "../src/Health/Http.ts"
 import { Idempotency } from "../src/Idempotency.ts"
 import { RequireIdempotencyKeyLive } from "../src/Idempotency/Http.ts"
 import { IdentityHandlers } from "../src/Identity/Http.ts"
@@ -39,7 +39,12 @@ const writer: ApiKeyIdentity = {
   scopes: ["campaigns:write"]
 }
 const reader: ApiKeyIdentity = { ...writer, keyId: "r3ader0000000000" as KeyId, scopes: ["campaigns:read"] }
-const endless = (identity: ApiKeyIdentity): Authenticated => ({ identity, endsAt: null, rateLimit: null, secretSha256: "00".repeat(32) })
+const endless = (identity: ApiKeyIdentity): Authenticated => ({
+  identity,
+  endsAt: null,
+  rateLimit: null,
+  secretSha256: "00".repeat(32)
+})
 /** A rolled key's previous secret, in its grace, on a key with a limit of its own. */
 const ending: Authenticated = {
   identity: { ...reader, keyId: "end1ng0000000000" as KeyId },
@@ -47,7 +52,11 @@ const ending: Authenticated = {
   rateLimit: { max: 5, windowSeconds: 30 },
   secretSha256: "ee".repeat(32)
 }
-const tokens: Record<string, Authenticated> = { "cak_writer": endless(writer), "cak_reader": endless(reader), "cak_ending": ending }
+const tokens: Record<string, Authenticated> = {
+  "cak_writer": endless(writer),
+  "cak_reader": endless(reader),
+  "cak_ending": ending
+}
 
 interface Doubles {
   /** What the rate limit decides for every request. */
@@ -97,7 +106,11 @@ const makeDoubles = (doubles: Doubles) =>
     makeTestLayer(Idempotency)({
       run: (_, operation) =>
         doubles.inProgress
-          ? Effect.fail(new IdempotencyInProgress({ message: "A request with this Idempotency-Key is still being processed; retry shortly." }))
+          ? Effect.fail(
+            new IdempotencyInProgress({
+              message: "A request with this Idempotency-Key is still being processed; retry shortly."
+            })
+          )
           : Effect.map(operation, ({ body, status }) => ({ status, body, replayed: false }))
     })
   )
@@ -152,16 +165,26 @@ const activation = (passing: ReadonlyArray<"key" | "scope" | "idempotencyKey" | 
   new Request(`http://localhost${activatePath()}`, {
     method: "POST",
     headers: {
-      ...(passing.includes("key") ? { authorization: `Bearer ${passing.includes("scope") ? "cak_writer" : "cak_reader"}` } : {}),
+      ...(passing.includes("key")
+        ? { authorization: `Bearer ${passing.includes("scope") ? "cak_writer" : "cak_reader"}` }
+        : {}),
       ...(passing.includes("idempotencyKey") ? { "idempotency-key": "order-1" } : {}),
       "content-type": passing.includes("mediaType") ? "application/json" : "text/plain"
     },
-    body: !passing.includes("json") ? "{" : passing.includes("valid") ? `{"socialUsername":"@jane"}` : `{"socialUsername":"jane"}`
+    body: !passing.includes("json")
+      ? "{"
+      : passing.includes("valid")
+      ? `{"socialUsername":"@jane"}`
+      : `{"socialUsername":"jane"}`
   })
 
 const answer = async (response: Response | Promise<Response>) => {
   const resolved = await response
-  return { status: resolved.status, headers: resolved.headers.toJSON() as Record<string, string>, json: await resolved.json() }
+  return {
+    status: resolved.status,
+    headers: resolved.headers.toJSON() as Record<string, string>,
+    json: await resolved.json()
+  }
 }
 
 const servers = [
@@ -195,7 +218,12 @@ describe.each(servers)("$name, in process on test doubles", ({ on }) => {
     const doubles = fresh()
     const { fetch } = await on(doubles)
     const request = (path: string, init: RequestInit = {}) =>
-      fetch(new Request(`http://localhost${path}`, { ...init, headers: { authorization: "Bearer cak_ending", ...init.headers } }))
+      fetch(
+        new Request(`http://localhost${path}`, {
+          ...init,
+          headers: { authorization: "Bearer cak_ending", ...init.headers }
+        })
+      )
     const expires = "Tue, 01 Dec 2026 09:30:00 GMT"
     const ok = await answer(request("/v1/whoami"))
     expect(ok.status).toBe(200)
@@ -207,11 +235,19 @@ describe.each(servers)("$name, in process on test doubles", ({ on }) => {
     doubles.decision = { allowed: false, remaining: 0, retryAfterSeconds: 6 }
     const limited = await answer(request("/v1/whoami"))
     expect(limited.status).toBe(429)
-    expect(limited.json.message).toBe("Rate limit exceeded: 5 requests per 30 seconds for this API key. Retry after 6 seconds.")
-    expect(limited.headers).toMatchObject({ "api-key-expires": expires, "ratelimit-policy": `"default";q=5;w=30`, "retry-after": "6" })
+    expect(limited.json.message).toBe(
+      "Rate limit exceeded: 5 requests per 30 seconds for this API key. Retry after 6 seconds."
+    )
+    expect(limited.headers).toMatchObject({
+      "api-key-expires": expires,
+      "ratelimit-policy": `"default";q=5;w=30`,
+      "retry-after": "6"
+    })
     // A secret without an end says nothing of one; the server's limit is the policy's.
     doubles.decision = { allowed: true, remaining: 119, retryAfterSeconds: 0 }
-    const endless = await answer(fetch(new Request("http://localhost/v1/whoami", { headers: { authorization: "Bearer cak_writer" } })))
+    const endless = await answer(
+      fetch(new Request("http://localhost/v1/whoami", { headers: { authorization: "Bearer cak_writer" } }))
+    )
     expect(endless.headers["api-key-expires"]).toBeUndefined()
     expect(endless.headers["ratelimit-policy"]).toBe(`"default";q=120;w=60`)
     expect(doubles.used).toEqual(["ee".repeat(32), "ee".repeat(32), "ee".repeat(32), "00".repeat(32)])
@@ -240,15 +276,24 @@ describe.each(servers)("$name, in process on test doubles", ({ on }) => {
 
   it("answers whoami from the key its middleware gave the handler", async () => {
     const { fetch } = await on(fresh())
-    const response = fetch(new Request("http://localhost/v1/whoami", { headers: { authorization: "Bearer cak_reader" } }))
-    expect((await answer(response)).json).toStrictEqual({ ok: true, keyId: reader.keyId, brandId: reader.brandId, scopes: ["campaigns:read"] })
+    const response = fetch(
+      new Request("http://localhost/v1/whoami", { headers: { authorization: "Bearer cak_reader" } })
+    )
+    expect((await answer(response)).json).toStrictEqual({
+      ok: true,
+      keyId: reader.keyId,
+      brandId: reader.brandId,
+      scopes: ["campaigns:read"]
+    })
   })
 
   it("turns the idempotency service's plain answer into HTTP: a duplicate still in progress is 409 with Retry-After: 1", async () => {
     const doubles = fresh()
     doubles.inProgress = true
     const { fetch } = await on(doubles)
-    const { headers, json, status } = await answer(fetch(activation(["key", "scope", "idempotencyKey", "mediaType", "json", "valid"])))
+    const { headers, json, status } = await answer(
+      fetch(activation(["key", "scope", "idempotencyKey", "mediaType", "json", "valid"]))
+    )
     expect({ status, code: json.code }).toEqual({ status: 409, code: "IDEMPOTENCY_IN_PROGRESS" })
     expect(headers["retry-after"]).toBe("1")
   })
@@ -258,12 +303,17 @@ describe("the edge's own", () => {
   it("answers a valid body's failed validation as VALIDATION_ERROR naming the field (the library's own server says HttpApiDecodeError)", async () => {
     const { fetch } = await edgeOn(fresh())
     const { json, status } = await answer(fetch(activation(["key", "scope", "idempotencyKey", "mediaType", "json"])))
-    expect({ status, json }).toEqual({ status: 400, json: { ok: false, code: "VALIDATION_ERROR", message: `socialUsername must start with "@"` } })
+    expect({ status, json }).toEqual({
+      status: 400,
+      json: { ok: false, code: "VALIDATION_ERROR", message: `socialUsername must start with "@"` }
+    })
   })
 
   it("answers whoami synchronously: nothing it runs waits", async () => {
     const { fetch } = await edgeOn(fresh())
-    const response = fetch(new Request("http://localhost/v1/whoami", { headers: { authorization: "Bearer cak_reader" } }))
+    const response = fetch(
+      new Request("http://localhost/v1/whoami", { headers: { authorization: "Bearer cak_reader" } })
+    )
     expect(response).toBeInstanceOf(Response)
   })
 

@@ -22,7 +22,14 @@ import {
   orphans
 } from "./support/database.ts"
 import { connectionLoad, eventually, randomInt, runLoops, serverHasRead } from "./support/load.ts"
-import { createKey, type CreatedTestKey, runCli, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
+import {
+  type CreatedTestKey,
+  createKey,
+  runCli,
+  type RunningServer,
+  startServer,
+  tempDatabase
+} from "./support/server.ts"
 
 const unlimited = { RATE_LIMIT_MAX: "1000000" }
 
@@ -44,53 +51,57 @@ describe("crash safety", () => {
     readonly body: { readonly socialUsername: string }
   }
 
-  it("keeps every answered activation, replayable byte for byte, and never half of one, across SIGKILLs at random moments", async () => {
-    const database = tempDatabase()
-    const key = await createKey(database)
-    let server = await startServer(database, unlimited)
-    let attempted = 0
-    try {
-      for (let round = 0; round < 4; round++) {
-        const answered: Array<Attempt & { readonly answer: Answer }> = []
-        const unanswered: Array<Attempt> = []
-        const load = runLoops(8, async (loop) => {
-          const attempt = { key: uniqueKey(), body: { socialUsername: `@crash-${round}-${loop}` } }
-          attempted++
-          try {
-            answered.push({ ...attempt, answer: await activate(server.url, { apiKey: key.apiKey, ...attempt }) })
-          } catch (error) {
-            unanswered.push(attempt)
-            throw error
+  it(
+    "keeps every answered activation, replayable byte for byte, and never half of one, across SIGKILLs at random moments",
+    async () => {
+      const database = tempDatabase()
+      const key = await createKey(database)
+      let server = await startServer(database, unlimited)
+      let attempted = 0
+      try {
+        for (let round = 0; round < 4; round++) {
+          const answered: Array<Attempt & { readonly answer: Answer }> = []
+          const unanswered: Array<Attempt> = []
+          const load = runLoops(8, async (loop) => {
+            const attempt = { key: uniqueKey(), body: { socialUsername: `@crash-${round}-${loop}` } }
+            attempted++
+            try {
+              answered.push({ ...attempt, answer: await activate(server.url, { apiKey: key.apiKey, ...attempt }) })
+            } catch (error) {
+              unanswered.push(attempt)
+              throw error
+            }
+          })
+          await eventually("activations to be answered", () => answered.length >= 16)
+          await Bun.sleep(randomInt(0, 300))
+          await server.stop("SIGKILL")
+          load.stop()
+          await load.done
+
+          server = await startServer(database, unlimited)
+          expect(answered.map(({ answer }) => answer.status).filter((status) => status !== 200)).toEqual([])
+          for (const { answer, body, key: idempotencyKey } of answered) {
+            expect(activationExists(database, answer.json.activation.id)).toBe(true)
+            const replay = await activate(server.url, { apiKey: key.apiKey, key: idempotencyKey, body })
+            expect(replay.status).toBe(200)
+            expect(replay.text).toBe(answer.text)
+            expect(replay.headers.get("idempotent-replayed")).toBe("true")
           }
-        })
-        await eventually("activations to be answered", () => answered.length >= 16)
-        await Bun.sleep(randomInt(0, 300))
-        await server.stop("SIGKILL")
-        load.stop()
-        await load.done
+          expect(orphans(database)).toEqual({ activations: 0, idempotencyKeys: 0 })
 
-        server = await startServer(database, unlimited)
-        expect(answered.map(({ answer }) => answer.status).filter((status) => status !== 200)).toEqual([])
-        for (const { answer, body, key: idempotencyKey } of answered) {
-          expect(activationExists(database, answer.json.activation.id)).toBe(true)
-          const replay = await activate(server.url, { apiKey: key.apiKey, key: idempotencyKey, body })
-          expect(replay.status).toBe(200)
-          expect(replay.text).toBe(answer.text)
-          expect(replay.headers.get("idempotent-replayed")).toBe("true")
+          // A client retrying what got no answer ends with exactly one record per key.
+          for (const attempt of unanswered) {
+            expect((await activate(server.url, { apiKey: key.apiKey, ...attempt })).status).toBe(200)
+          }
+          expect(countRows(database, "activations")).toBe(attempted)
+          expect(countRows(database, "idempotency_keys")).toBe(attempted)
         }
-        expect(orphans(database)).toEqual({ activations: 0, idempotencyKeys: 0 })
-
-        // A client retrying what got no answer ends with exactly one record per key.
-        for (const attempt of unanswered) {
-          expect((await activate(server.url, { apiKey: key.apiKey, ...attempt })).status).toBe(200)
-        }
-        expect(countRows(database, "activations")).toBe(attempted)
-        expect(countRows(database, "idempotency_keys")).toBe(attempted)
+      } finally {
+        await server.stop()
       }
-    } finally {
-      await server.stop()
-    }
-  }, 60_000)
+    },
+    60_000
+  )
 })
 
 describe("graceful shutdown", () => {
@@ -222,7 +233,11 @@ describe("database faults", () => {
     const idempotencyKey = uniqueKey()
     const release = lockDatabase(database, "writes")
     try {
-      expectEnvelope(await activate(server.url, { apiKey: key.apiKey, key: idempotencyKey }), 503, "SERVICE_UNAVAILABLE")
+      expectEnvelope(
+        await activate(server.url, { apiKey: key.apiKey, key: idempotencyKey }),
+        503,
+        "SERVICE_UNAVAILABLE"
+      )
       expect(rows()).toEqual(before)
       expect((await whoami(server.url, key.apiKey)).status).toBe(200)
     } finally {
@@ -258,19 +273,26 @@ describe("database faults", () => {
   const limitFileSize = (pid: number, soft: number | "unlimited") =>
     expect(Bun.spawnSync(["prlimit", `--pid=${pid}`, `--fsize=${soft}:`]).exitCode).toBe(0)
 
-  it.skipIf(!hasPrlimit)("answers 503 while the database cannot be written (I/O error), writes nothing, and recovers by itself", async () => {
-    const before = rows()
-    const idempotencyKey = uniqueKey()
-    limitFileSize(server.process.pid, statSync(`${database}-wal`).size)
-    try {
-      expectEnvelope(await activate(server.url, { apiKey: key.apiKey, key: idempotencyKey }), 503, "SERVICE_UNAVAILABLE")
-      expect(rows()).toEqual(before)
-      expect((await whoami(server.url, key.apiKey)).status).toBe(200)
-    } finally {
-      limitFileSize(server.process.pid, "unlimited")
+  it.skipIf(!hasPrlimit)(
+    "answers 503 while the database cannot be written (I/O error), writes nothing, and recovers by itself",
+    async () => {
+      const before = rows()
+      const idempotencyKey = uniqueKey()
+      limitFileSize(server.process.pid, statSync(`${database}-wal`).size)
+      try {
+        expectEnvelope(
+          await activate(server.url, { apiKey: key.apiKey, key: idempotencyKey }),
+          503,
+          "SERVICE_UNAVAILABLE"
+        )
+        expect(rows()).toEqual(before)
+        expect((await whoami(server.url, key.apiKey)).status).toBe(200)
+      } finally {
+        limitFileSize(server.process.pid, "unlimited")
+      }
+      await expectFreshActivation(idempotencyKey, before)
     }
-    await expectFreshActivation(idempotencyKey, before)
-  })
+  )
 
   it("answers 503 while the database file is gone from its path, writes nothing, and recovers when it is back", async () => {
     const before = rows()
@@ -290,23 +312,29 @@ describe("database faults", () => {
 })
 
 describe("the database's -wal and -shm files", () => {
-  it.each(["-wal", "-shm"])("once %s is deleted under the running server, writes and /readyz answer 503 and nothing more is acknowledged", async (suffix) => {
-    const database = tempDatabase()
-    const server = await startServer(database)
-    const key = await createKey(database)
-    try {
-      const before = await activate(server.url, { apiKey: key.apiKey, key: uniqueKey() })
-      expect(before.status).toBe(200)
-      expect((await call(server.url, { path: "/readyz" })).status).toBe(200)
-      rmSync(`${database}${suffix}`)
-      expectEnvelope(await activate(server.url, { apiKey: key.apiKey, key: uniqueKey() }), 503, "SERVICE_UNAVAILABLE")
-      // Readiness asks the database at most once a second (README, Operating it: Health).
-      await eventually("/readyz to answer 503", async () => (await call(server.url, { path: "/readyz" })).status === 503)
-      expectEnvelope(await call(server.url, { path: "/readyz" }), 503, "SERVICE_UNAVAILABLE")
-    } finally {
-      await server.stop("SIGKILL")
+  it.each(["-wal", "-shm"])(
+    "once %s is deleted under the running server, writes and /readyz answer 503 and nothing more is acknowledged",
+    async (suffix) => {
+      const database = tempDatabase()
+      const server = await startServer(database)
+      const key = await createKey(database)
+      try {
+        const before = await activate(server.url, { apiKey: key.apiKey, key: uniqueKey() })
+        expect(before.status).toBe(200)
+        expect((await call(server.url, { path: "/readyz" })).status).toBe(200)
+        rmSync(`${database}${suffix}`)
+        expectEnvelope(await activate(server.url, { apiKey: key.apiKey, key: uniqueKey() }), 503, "SERVICE_UNAVAILABLE")
+        // Readiness asks the database at most once a second (README, Operating it: Health).
+        await eventually(
+          "/readyz to answer 503",
+          async () => (await call(server.url, { path: "/readyz" })).status === 503
+        )
+        expectEnvelope(await call(server.url, { path: "/readyz" }), 503, "SERVICE_UNAVAILABLE")
+      } finally {
+        await server.stop("SIGKILL")
+      }
     }
-  })
+  )
 
   it("once -shm is deleted, a key revoked with the command line is never accepted again: the server stops vouching for keys", async () => {
     const database = tempDatabase()

@@ -17,7 +17,7 @@ import {
 } from "./support/client.ts"
 import { expectClientAnswer, expectEnvelope } from "./support/contract.ts"
 import { countRows } from "./support/database.ts"
-import { createKey, type CreatedTestKey, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
+import { type CreatedTestKey, createKey, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
 
 const numRuns = 150
 
@@ -49,7 +49,9 @@ const counting = async <A>(send: () => Promise<A>): Promise<{ readonly result: A
 const daysInMonth = (year: number, month: number) =>
   month === 2
     ? year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0) ? 29 : 28
-    : [4, 6, 9, 11].includes(month) ? 30 : 31
+    : [4, 6, 9, 11].includes(month)
+    ? 30
+    : 31
 
 const isCalendarDate = (text: string) => {
   const match = /^(\d{4})-(\d{2})-(\d{2})$/.exec(text)
@@ -77,13 +79,21 @@ const isValidBody = (value: unknown): boolean => {
     [...socialUsername].length <= 100 && isWellFormed(socialUsername) &&
     !/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/.test(socialUsername) &&
     (plannedPostAt === undefined || plannedPostAt === null ||
-      (typeof plannedPostAt === "string" && isCalendarDate(plannedPostAt) && plannedPostAt >= "2000-01-01" && plannedPostAt <= "2099-12-31"))
+      (typeof plannedPostAt === "string" && isCalendarDate(plannedPostAt) && plannedPostAt >= "2000-01-01" &&
+        plannedPostAt <= "2099-12-31"))
 }
 
 const handle = fc.oneof(
   fc.string({ unit: "binary", maxLength: 110 }).map((s) => `@${s}`),
   fc.string({ unit: "binary" }),
-  fc.constantFrom("@", "@a", `@${"a".repeat(99)}`, `@${"a".repeat(100)}`, `@${"😀".repeat(99)}`, `@${"😀".repeat(100)}`),
+  fc.constantFrom(
+    "@",
+    "@a",
+    `@${"a".repeat(99)}`,
+    `@${"a".repeat(100)}`,
+    `@${"😀".repeat(99)}`,
+    `@${"😀".repeat(100)}`
+  ),
   fc.constantFrom("@\u0000", "@\ud800", "@\udfff\ud800", "@\u202e", "@\r\n", " @x", "＠x", "@a\u0000SELECT")
 )
 
@@ -108,7 +118,9 @@ const fieldValue = fc.oneof(handle, date, fc.constant(null), fc.jsonValue({ stri
 const objectText = fc.array(fc.tuple(fieldName, fieldValue), { maxLength: 4 })
   .map((fields) => `{${fields.map(([k, v]) => `${JSON.stringify(k)}:${JSON.stringify(v)}`).join(",")}}`)
 
-const validText = fc.record({ socialUsername: handle, plannedPostAt: fc.option(date) }, { requiredKeys: ["socialUsername"] })
+const validText = fc.record({ socialUsername: handle, plannedPostAt: fc.option(date) }, {
+  requiredKeys: ["socialUsername"]
+})
   .map((body) => JSON.stringify(body))
 
 const jsonText = fc.oneof(
@@ -153,11 +165,26 @@ describe("socialUsername: the document's rule is the server's", () => {
     const handles = fc.oneof(
       handle,
       fc.string({ unit: "grapheme", maxLength: 8 }).map((s) => `@${s}`),
-      fc.constantFrom("@\n", "@\r\n", "@\u2028", "@\u2029", "@\u0000", "@\t", "@\u0085", "@\ud800", "@\u00a0x", "@\u200bx", "@a b")
+      fc.constantFrom(
+        "@\n",
+        "@\r\n",
+        "@\u2028",
+        "@\u2029",
+        "@\u0000",
+        "@\t",
+        "@\u0085",
+        "@\ud800",
+        "@\u00a0x",
+        "@\u200bx",
+        "@a b"
+      )
     )
     await property(handles, async (socialUsername) => {
       const answer = await activate(server.url, { apiKey: writer.apiKey, key: uniqueKey(), body: { socialUsername } })
-      expect({ socialUsername, accepted: answer.status === 200 }).toEqual({ socialUsername, accepted: rule(socialUsername) })
+      expect({ socialUsername, accepted: answer.status === 200 }).toEqual({
+        socialUsername,
+        accepted: rule(socialUsername)
+      })
       if (answer.status !== 200) expectEnvelope(answer, 400, "VALIDATION_ERROR")
     })
   })
@@ -240,11 +267,18 @@ describe("hostile bodies", () => {
     ["two JSON values", "{\"socialUsername\":\"@x\"}{\"socialUsername\":\"@y\"}"],
     ["only whitespace", " \t\r\n"],
     ["empty", ""]
-  ])("answers a body of %s per the contract, without a record for an invalid one", (_, text) =>
-    expectBodyAnswer(encoder.encode(text)))
+  ])(
+    "answers a body of %s per the contract, without a record for an invalid one",
+    (_, text) => expectBodyAnswer(encoder.encode(text))
+  )
 
   it("is not polluted by a __proto__ or constructor body: an empty object stays invalid afterwards", async () => {
-    for (const text of ["{\"__proto__\":{\"socialUsername\":\"@proto\"}}", "{\"constructor\":{\"prototype\":{\"socialUsername\":\"@c\"}}}"]) {
+    for (
+      const text of [
+        "{\"__proto__\":{\"socialUsername\":\"@proto\"}}",
+        "{\"constructor\":{\"prototype\":{\"socialUsername\":\"@c\"}}}"
+      ]
+    ) {
       await activate(server.url, { apiKey: writer.apiKey, key: uniqueKey(), rawBody: text })
     }
     const empty = await activate(server.url, { apiKey: writer.apiKey, key: uniqueKey(), rawBody: "{}" })
@@ -255,8 +289,7 @@ describe("hostile bodies", () => {
 
 // --- headers ---------------------------------------------------------------------------
 
-const whoamiWith = (headers: HeaderLines) =>
-  exchange(server.url, rawRequest("GET", "/v1/whoami", headers))
+const whoamiWith = (headers: HeaderLines) => exchange(server.url, rawRequest("GET", "/v1/whoami", headers))
 
 const activateWith = (headers: HeaderLines) =>
   exchange(
@@ -280,7 +313,15 @@ describe("hostile headers", () => {
   it("accepts exactly `Bearer <key>` (any case, spaces) and answers every other Authorization form 401 with the envelope", () => {
     const key = writer.apiKey
     const token = fc.oneof(
-      fc.constantFrom(key, key.toUpperCase(), `${key},${key}`, `${key}, ${key}`, `${key}x`, key.slice(0, -1), `"${key}"`),
+      fc.constantFrom(
+        key,
+        key.toUpperCase(),
+        `${key},${key}`,
+        `${key}, ${key}`,
+        `${key}x`,
+        key.slice(0, -1),
+        `"${key}"`
+      ),
       fc.constantFrom(key.split("_").slice(0, 2).join("_"), `cak_${"0".repeat(16)}_${key.split("_")[2]}`, ""),
       fc.string({ unit: "grapheme-ascii" }),
       headerText({})
@@ -325,29 +366,42 @@ describe("hostile headers", () => {
       fc.constantFrom("a".repeat(255), "a".repeat(256), `"${"a".repeat(255)}"`, `"${"a".repeat(256)}"`),
       fc.constantFrom("\"\"", "\"", "\\\"", "\" \"", "\"a\\\"b\"", "\"a\\b\"", "\"a\" \"b\"")
     )
-    return property(fc.tuple(value, fc.option(fc.string({ unit: "grapheme-ascii", minLength: 1, maxLength: 8 }))), async ([first, second]) => {
-      const headers: Array<[string, string]> = [["idempotency-key", first]]
-      if (second !== null) headers.push(["idempotency-key", second])
-      const { created, result } = await counting(() => activateWith(headers))
-      const response = responseOf(result)
-      // RFC 9110 section 5.3: repeated field lines are one value joined with ", ".
-      const outcome = idempotencyKeyOutcome(second === null ? first : `${first}, ${second}`)
-      if (outcome === "valid") expect(response.status).toBe(200)
-      else expectEnvelope(response, 400, outcome === "missing" ? "IDEMPOTENCY_KEY_REQUIRED" : "VALIDATION_ERROR")
-      expect(created).toBe(response.status === 200 && response.headers["idempotent-replayed"] !== "true" ? 1 : 0)
-    })
+    return property(
+      fc.tuple(value, fc.option(fc.string({ unit: "grapheme-ascii", minLength: 1, maxLength: 8 }))),
+      async ([first, second]) => {
+        const headers: Array<[string, string]> = [["idempotency-key", first]]
+        if (second !== null) headers.push(["idempotency-key", second])
+        const { created, result } = await counting(() => activateWith(headers))
+        const response = responseOf(result)
+        // RFC 9110 section 5.3: repeated field lines are one value joined with ", ".
+        const outcome = idempotencyKeyOutcome(second === null ? first : `${first}, ${second}`)
+        if (outcome === "valid") expect(response.status).toBe(200)
+        else expectEnvelope(response, 400, outcome === "missing" ? "IDEMPOTENCY_KEY_REQUIRED" : "VALIDATION_ERROR")
+        expect(created).toBe(response.status === 200 && response.headers["idempotent-replayed"] !== "true" ? 1 : 0)
+      }
+    )
   })
 
   it("answers header values just under Bun's header limit with the envelope", async () => {
-    expectEnvelope(responseOf(await whoamiWith([["authorization", `Bearer ${"a".repeat(12 * 1024)}`]])), 401, "UNAUTHORIZED")
-    expectEnvelope(responseOf(await activateWith([["idempotency-key", "a".repeat(12 * 1024)]])), 400, "VALIDATION_ERROR")
+    expectEnvelope(
+      responseOf(await whoamiWith([["authorization", `Bearer ${"a".repeat(12 * 1024)}`]])),
+      401,
+      "UNAUTHORIZED"
+    )
+    expectEnvelope(
+      responseOf(await activateWith([["idempotency-key", "a".repeat(12 * 1024)]])),
+      400,
+      "VALIDATION_ERROR"
+    )
   })
 
   it("answers a 64 KiB Authorization or Idempotency-Key with Bun's own 431 and a closed connection, and keeps serving", async () => {
-    for (const outcome of [
-      await whoamiWith([["authorization", `Bearer ${"a".repeat(64 * 1024)}`]]),
-      await activateWith([["idempotency-key", "a".repeat(64 * 1024)]])
-    ]) {
+    for (
+      const outcome of [
+        await whoamiWith([["authorization", `Bearer ${"a".repeat(64 * 1024)}`]]),
+        await activateWith([["idempotency-key", "a".repeat(64 * 1024)]])
+      ]
+    ) {
       const response = responseOf(outcome)
       expect(response.status).toBe(431)
       expect(response.headers.connection).toBe("close")
@@ -401,28 +455,41 @@ describe("hostile paths", () => {
 
   it("answers a path id the router cannot decode (bad percent-encoding, a `;`) with 400 VALIDATION_ERROR or 404, not 405", async () => {
     for (const bad of ["%", "%zz", "%ff%fe", "%C0%AF", "a;b"]) {
-      const response = responseOf(await exchange(
-        server.url,
-        rawRequest("POST", activatePath(bad), [
-          ["authorization", `Bearer ${writer.apiKey}`],
-          ["idempotency-key", uniqueKey()],
-          ["content-type", "application/json"]
-        ], JSON.stringify({ socialUsername: "@path" }))
-      ))
-      expect([400, 404], `POST ${activatePath(bad)} answered ${response.status}: ${response.body}`).toContain(response.status)
+      const response = responseOf(
+        await exchange(
+          server.url,
+          rawRequest("POST", activatePath(bad), [
+            ["authorization", `Bearer ${writer.apiKey}`],
+            ["idempotency-key", uniqueKey()],
+            ["content-type", "application/json"]
+          ], JSON.stringify({ socialUsername: "@path" }))
+        )
+      )
+      expect([400, 404], `POST ${activatePath(bad)} answered ${response.status}: ${response.body}`).toContain(
+        response.status
+      )
       expectClientAnswer(response)
     }
   })
 
   it("answers an 8 KiB path with a 404 envelope and a 100 KiB one with Bun's 431, and keeps serving", async () => {
-    expectEnvelope(responseOf(await exchange(server.url, rawRequest("GET", `/v1/${"a".repeat(8 * 1024)}`, []))), 404, "NOT_FOUND")
-    expect(responseOf(await exchange(server.url, rawRequest("GET", `/v1/${"a".repeat(100 * 1024)}`, []))).status).toBe(431)
+    expectEnvelope(
+      responseOf(await exchange(server.url, rawRequest("GET", `/v1/${"a".repeat(8 * 1024)}`, []))),
+      404,
+      "NOT_FOUND"
+    )
+    expect(responseOf(await exchange(server.url, rawRequest("GET", `/v1/${"a".repeat(100 * 1024)}`, []))).status).toBe(
+      431
+    )
     expect((await whoami(server.url, writer.apiKey)).status).toBe(200)
   })
 
   it("closes the connection on a method Bun does not parse, never hangs, and keeps serving", async () => {
     for (const method of ["FOO", "get", "X".repeat(40)]) {
-      const outcome = await exchange(server.url, rawRequest(method, "/v1/whoami", [["authorization", `Bearer ${writer.apiKey}`]]))
+      const outcome = await exchange(
+        server.url,
+        rawRequest(method, "/v1/whoami", [["authorization", `Bearer ${writer.apiKey}`]])
+      )
       expect(outcome._tag === "Closed" || (outcome._tag === "Answered" && outcome.response.status < 500)).toBe(true)
     }
     expect((await whoami(server.url, writer.apiKey)).status).toBe(200)

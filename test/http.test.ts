@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { backends } from "./support/backends.ts"
 import {
   type Activate,
   activate,
@@ -12,11 +13,9 @@ import {
   uniqueKey
 } from "./support/client.ts"
 import { expectEnvelope } from "./support/contract.ts"
-import { eventually } from "./support/load.ts"
-import { backends } from "./support/backends.ts"
 import { type InProcessServer, serveInProcess } from "./support/inProcess.ts"
-import { createKey, type CreatedTestKey, revokeKey, startServer } from "./support/server.ts"
-
+import { eventually } from "./support/load.ts"
+import { type CreatedTestKey, createKey, revokeKey, startServer } from "./support/server.ts"
 
 describe.each(backends)("on $name", (backend) => {
   let database: string
@@ -65,7 +64,10 @@ describe.each(backends)("on $name", (backend) => {
     })
 
     it("accepts the Bearer scheme in any case (RFC 9110)", async () => {
-      const result = await call(server.url, { path: "/v1/whoami", headers: { authorization: `bEaReR ${reader.apiKey}` } })
+      const result = await call(server.url, {
+        path: "/v1/whoami",
+        headers: { authorization: `bEaReR ${reader.apiKey}` }
+      })
       expect(result.status).toBe(200)
     })
 
@@ -103,7 +105,10 @@ describe.each(backends)("on $name", (backend) => {
     it("refuses an expired key", async () => {
       const key = await createKey(database, { expiresInDays: 1 })
       expect((await call(server.url, { path: "/v1/whoami", apiKey: key.apiKey })).status).toBe(200)
-      await backend.exec(database, `UPDATE api_keys SET expires_at = ${Date.now() - 1000} WHERE key_id = '${key.keyId}'`)
+      await backend.exec(
+        database,
+        `UPDATE api_keys SET expires_at = ${Date.now() - 1000} WHERE key_id = '${key.keyId}'`
+      )
       await backend.afterKeyChange()
       expectEnvelope(await call(server.url, { path: "/v1/whoami", apiKey: key.apiKey }), 401, "UNAUTHORIZED")
     })
@@ -133,10 +138,14 @@ describe.each(backends)("on $name", (backend) => {
 
     it("answers HEAD on every GET route as GET would, headers (Date included) without the body", async () => {
       for (const path of ["/", "/healthz", "/v1/whoami", "/openapi.json", "/docs"]) {
-        const [get, head] = await Promise.all(["GET", "HEAD"].map((method) =>
-          exchange(server.url, rawRequest(method, path, [["authorization", `Bearer ${reader.apiKey}`]]), { bodyless: method === "HEAD" })
-            .then(responseOf)
-        ))
+        const [get, head] = await Promise.all(
+          ["GET", "HEAD"].map((method) =>
+            exchange(server.url, rawRequest(method, path, [["authorization", `Bearer ${reader.apiKey}`]]), {
+              bodyless: method === "HEAD"
+            })
+              .then(responseOf)
+          )
+        )
         const comparable = (headers: Record<string, string>) => {
           const { date, "x-request-id": _, ratelimit: __, ...rest } = headers
           return { ...rest, date: date === undefined ? undefined : "present" }
@@ -149,11 +158,18 @@ describe.each(backends)("on $name", (backend) => {
 
     it("says X-Content-Type-Options: nosniff on every answer: success, refusal, 304, documents", async () => {
       const made = await activateAsWriter({ key: uniqueKey() })
-      const record = await call(server.url, { path: `/v1/activations/${made.json.activation.id}`, apiKey: writer.apiKey })
+      const record = await call(server.url, {
+        path: `/v1/activations/${made.json.activation.id}`,
+        apiKey: writer.apiKey
+      })
       const answers = [
         made,
         record,
-        await call(server.url, { path: `/v1/activations/${made.json.activation.id}`, apiKey: writer.apiKey, headers: { "if-none-match": record.headers.get("etag")! } }),
+        await call(server.url, {
+          path: `/v1/activations/${made.json.activation.id}`,
+          apiKey: writer.apiKey,
+          headers: { "if-none-match": record.headers.get("etag")! }
+        }),
         await call(server.url, { path: "/v1/whoami" }),
         await call(server.url, { path: "/v1/nope" }),
         await call(server.url, { method: "DELETE", path: "/v1/whoami" }),
@@ -170,7 +186,11 @@ describe.each(backends)("on $name", (backend) => {
         await call(server.url, { path: "/v1/whoami?verbose=1", apiKey: reader.apiKey }),
         await call(server.url, { path: `/v1/activations/${crypto.randomUUID()}?expand=all`, apiKey: reader.apiKey }),
         await call(server.url, { path: "/healthz?probe=1" }),
-        await activateAsWriter({ key: uniqueKey(), path: `${activatePath()}?dryRun=true`, body: { socialUsername: "@dryrun" } })
+        await activateAsWriter({
+          key: uniqueKey(),
+          path: `${activatePath()}?dryRun=true`,
+          body: { socialUsername: "@dryrun" }
+        })
       ]
       expect(refused.map((answer) => [answer.status, answer.json.code, answer.json.message])).toEqual([
         [400, "VALIDATION_ERROR", "verbose is not a query parameter of this operation."],
@@ -185,7 +205,10 @@ describe.each(backends)("on $name", (backend) => {
     })
 
     it("names a query parameter given twice in one sentence", async () => {
-      const twice = await call(server.url, { path: `/v1/activations?creatorId=${creatorId}&creatorId=${campaignId}`, apiKey: reader.apiKey })
+      const twice = await call(server.url, {
+        path: `/v1/activations?creatorId=${creatorId}&creatorId=${campaignId}`,
+        apiKey: reader.apiKey
+      })
       expectEnvelope(twice, 400, "VALIDATION_ERROR")
       expect(twice.json.message).toBe("creatorId is given more than once; give it once.")
     })
@@ -216,8 +239,14 @@ describe.each(backends)("on $name", (backend) => {
       ]
       for (const path of spellings) {
         const method = path.toLowerCase().includes("whoami") || path.startsWith("/openapi") ? "GET" : "POST"
-        const answer = responseOf(await exchange(server.url, rawRequest(method, path, [["authorization", `Bearer ${writer.apiKey}`]])))
-        expect({ path, status: answer.status, code: answer.json?.code }).toEqual({ path, status: 404, code: "NOT_FOUND" })
+        const answer = responseOf(
+          await exchange(server.url, rawRequest(method, path, [["authorization", `Bearer ${writer.apiKey}`]]))
+        )
+        expect({ path, status: answer.status, code: answer.json?.code }).toEqual({
+          path,
+          status: 404,
+          code: "NOT_FOUND"
+        })
       }
     })
 
@@ -232,7 +261,9 @@ describe.each(backends)("on $name", (backend) => {
         ["/v1/whoami", [], 405]
       ]
       for (const [path, headers, status] of refusals) {
-        const outcome = await exchange(server.url, rawRequest("POST", path, [...headers, ...declared]), { timeoutMs: 2_000 })
+        const outcome = await exchange(server.url, rawRequest("POST", path, [...headers, ...declared]), {
+          timeoutMs: 2_000
+        })
         const answer = responseOf(outcome)
         expect({ path, status: answer.status, connection: answer.headers["connection"] })
           .toEqual({ path, status, connection: "close" })
@@ -284,7 +315,10 @@ describe.each(backends)("on $name", (backend) => {
       const omitted = await activateAsWriter({ key: uniqueKey(), body: { socialUsername: "@a" } })
       expect(omitted.json.activation.plannedPostAt).toBeNull()
       expect(omitted.text).toContain(`"plannedPostAt":null`)
-      const explicitNull = await activateAsWriter({ key: uniqueKey(), body: { socialUsername: "@a", plannedPostAt: null } })
+      const explicitNull = await activateAsWriter({
+        key: uniqueKey(),
+        body: { socialUsername: "@a", plannedPostAt: null }
+      })
       expect(explicitNull.json.activation.plannedPostAt).toBeNull()
     })
 
@@ -313,8 +347,14 @@ describe.each(backends)("on $name", (backend) => {
     describe("idempotency", () => {
       it("replays the original response byte for byte, whatever the key order and whitespace", async () => {
         const key = uniqueKey()
-        const original = await activateAsWriter({ key, rawBody: `{"socialUsername":"@sam","plannedPostAt":"2027-01-31"}` })
-        const replay = await activateAsWriter({ key, rawBody: `{ "plannedPostAt" : "2027-01-31",\n  "socialUsername": "@sam" }` })
+        const original = await activateAsWriter({
+          key,
+          rawBody: `{"socialUsername":"@sam","plannedPostAt":"2027-01-31"}`
+        })
+        const replay = await activateAsWriter({
+          key,
+          rawBody: `{ "plannedPostAt" : "2027-01-31",\n  "socialUsername": "@sam" }`
+        })
         expect(original.status).toBe(200)
         expect(replay.status).toBe(200)
         expect(replay.text).toBe(original.text)
@@ -384,8 +424,10 @@ describe.each(backends)("on $name", (backend) => {
         const key = uniqueKey()
         const creator = crypto.randomUUID()
         const results = await Promise.all(
-          Array.from({ length: 50 }, () =>
-            activateAsWriter({ key, path: activatePath(creator), body: { socialUsername: "@crowd" } }))
+          Array.from(
+            { length: 50 },
+            () => activateAsWriter({ key, path: activatePath(creator), body: { socialUsername: "@crowd" } })
+          )
         )
         expect(results.map((r) => r.status)).toEqual(Array(50).fill(200))
         expect(new Set(results.map((r) => r.text)).size).toBe(1)
@@ -413,7 +455,9 @@ describe.each(backends)("on $name", (backend) => {
         const result = await activate(server.url, { apiKey: reader.apiKey, key: uniqueKey() })
         expectEnvelope(result, 403, "FORBIDDEN")
         expect(result.json.message).toContain("campaigns:write")
-        expect(result.headers.get("www-authenticate")).toBe(`Bearer error="insufficient_scope", scope="campaigns:write"`)
+        expect(result.headers.get("www-authenticate")).toBe(
+          `Bearer error="insufficient_scope", scope="campaigns:write"`
+        )
       })
 
       it("lets any valid key call whoami", async () => {
@@ -424,13 +468,18 @@ describe.each(backends)("on $name", (backend) => {
 
     describe("body", () => {
       it("is 415 for another media type, and accepts parameters or no Content-Type", async () => {
-        expectEnvelope(await activateAsWriter({ key: uniqueKey(), contentType: "text/plain" }), 415, "UNSUPPORTED_MEDIA_TYPE")
+        expectEnvelope(
+          await activateAsWriter({ key: uniqueKey(), contentType: "text/plain" }),
+          415,
+          "UNSUPPORTED_MEDIA_TYPE"
+        )
         expectEnvelope(
           await activateAsWriter({ key: uniqueKey(), contentType: "application/x-www-form-urlencoded" }),
           415,
           "UNSUPPORTED_MEDIA_TYPE"
         )
-        expect((await activateAsWriter({ key: uniqueKey(), contentType: "application/json; charset=utf-8" })).status).toBe(200)
+        expect((await activateAsWriter({ key: uniqueKey(), contentType: "application/json; charset=utf-8" })).status)
+          .toBe(200)
         expect((await activateAsWriter({ key: uniqueKey(), contentType: "Application/JSON" })).status).toBe(200)
         expect((await activateAsWriter({ key: uniqueKey(), contentType: null })).status).toBe(200)
       })
@@ -450,16 +499,31 @@ describe.each(backends)("on $name", (backend) => {
         [{ socialUsername: "@" }, "socialUsername"],
         [{ socialUsername: "@" + "x".repeat(100) }, "socialUsername must be at most 100 characters"],
         [{ socialUsername: 42 }, "socialUsername must be a string"],
-        [{ socialUsername: "@\ud800x" }, "socialUsername must not contain control characters, line separators or unpaired surrogates"],
+        [
+          { socialUsername: "@\ud800x" },
+          "socialUsername must not contain control characters, line separators or unpaired surrogates"
+        ],
         [{ socialUsername: "@a", plannedPostAt: "2026-2-1" }, "plannedPostAt"],
         [{ socialUsername: "@a", plannedPostAt: "2026-02-30" }, "plannedPostAt must be a real calendar date"],
         [{ socialUsername: "@a", plannedPostAt: "2026-12-01T00:00:00Z" }, "plannedPostAt"],
         [{ socialUsername: "@a", plannedPostAt: 20261201 }, "plannedPostAt"],
         // Each day is an entry of the campaign's analytics: the window bounds them (README, Validation).
-        [{ socialUsername: "@a", plannedPostAt: "1999-12-31" }, "plannedPostAt must be a date from 2000-01-01 to 2099-12-31"],
-        [{ socialUsername: "@a", plannedPostAt: "2100-01-01" }, "plannedPostAt must be a date from 2000-01-01 to 2099-12-31"],
-        [{ socialUsername: "@a", plannedPostAt: "0000-01-01" }, "plannedPostAt must be a date from 2000-01-01 to 2099-12-31"],
-        [{ socialUsername: "@a", plannedPostAt: "9999-12-31" }, "plannedPostAt must be a date from 2000-01-01 to 2099-12-31"],
+        [
+          { socialUsername: "@a", plannedPostAt: "1999-12-31" },
+          "plannedPostAt must be a date from 2000-01-01 to 2099-12-31"
+        ],
+        [
+          { socialUsername: "@a", plannedPostAt: "2100-01-01" },
+          "plannedPostAt must be a date from 2000-01-01 to 2099-12-31"
+        ],
+        [
+          { socialUsername: "@a", plannedPostAt: "0000-01-01" },
+          "plannedPostAt must be a date from 2000-01-01 to 2099-12-31"
+        ],
+        [
+          { socialUsername: "@a", plannedPostAt: "9999-12-31" },
+          "plannedPostAt must be a date from 2000-01-01 to 2099-12-31"
+        ],
         [{ socialUsername: "@a", plannedPostat: "2026-12-01" }, "plannedPostat is not a known field."],
         [[], "The request body must be a JSON object."],
         [null, "The request body must be a JSON object."],
@@ -502,7 +566,11 @@ describe.each(backends)("on $name", (backend) => {
       })
 
       it("Idempotency-Key before media type", async () => {
-        expectEnvelope(await activateAsWriter({ contentType: "text/plain", rawBody: "{" }), 400, "IDEMPOTENCY_KEY_REQUIRED")
+        expectEnvelope(
+          await activateAsWriter({ contentType: "text/plain", rawBody: "{" }),
+          400,
+          "IDEMPOTENCY_KEY_REQUIRED"
+        )
       })
 
       it("media type before size", async () => {
@@ -515,7 +583,11 @@ describe.each(backends)("on $name", (backend) => {
       })
 
       it("size before JSON", async () => {
-        expectEnvelope(await activateAsWriter({ key: uniqueKey(), rawBody: "{" + "x".repeat(20_000) }), 413, "PAYLOAD_TOO_LARGE")
+        expectEnvelope(
+          await activateAsWriter({ key: uniqueKey(), rawBody: "{" + "x".repeat(20_000) }),
+          413,
+          "PAYLOAD_TOO_LARGE"
+        )
       })
 
       it("JSON before validation of body and path", async () => {
@@ -537,7 +609,11 @@ describe.each(backends)("on $name", (backend) => {
 
     beforeAll(async () => {
       limitedDb = await backend.database()
-      limited = await serveInProcess(limitedDb, { ...backend.env, RATE_LIMIT_MAX: "3", RATE_LIMIT_WINDOW_SECONDS: "3600" })
+      limited = await serveInProcess(limitedDb, {
+        ...backend.env,
+        RATE_LIMIT_MAX: "3",
+        RATE_LIMIT_WINDOW_SECONDS: "3600"
+      })
     })
     afterAll(async () => {
       await limited?.stop()
@@ -600,7 +676,10 @@ describe.each(backends)("on $name", (backend) => {
         expect(result.json.message).toBe("An unexpected error occurred.")
         expect(result.text).not.toMatch(/activations|SQL|sqlite|at /i)
         // Log lines are written once per turn of the event loop, after the answer.
-        await eventually("the cause to be logged", () => /no such table: activations|"activations\\?" does not exist/.test(local.logs()))
+        await eventually(
+          "the cause to be logged",
+          () => /no such table: activations|"activations\\?" does not exist/.test(local.logs())
+        )
       } finally {
         await local.stop()
       }

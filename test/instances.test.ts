@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { keyPropagationBound, postgres, sharedSkipped, withPostgres } from "./support/backends.ts"
 import { activate, type Answer, call, uniqueKey, whoami } from "./support/client.ts"
 import { expectEnvelope } from "./support/contract.ts"
-import { keyPropagationBound, postgres, sharedSkipped, withPostgres } from "./support/backends.ts"
 import { eventually, runLoops, shuffle } from "./support/load.ts"
 import { faultyLink } from "./support/proxy.ts"
 import { createKey, type Environment, runCli, type RunningServer, startServer } from "./support/server.ts"
@@ -92,7 +92,9 @@ describe.skipIf(skip)("two instances on one PostgreSQL + Redis", () => {
         expect(answer.status).toBe(200)
         expect(answer.json.keyId).toBe(key.keyId)
       }
-      expect((await whoami(server.url, key.apiKey)).headers.get("api-key-expires")).toBe(new Date(first.previousSecretEndsAt).toUTCString())
+      expect((await whoami(server.url, key.apiKey)).headers.get("api-key-expires")).toBe(
+        new Date(first.previousSecretEndsAt).toUTCString()
+      )
     }
     const second = await roll("0")
     await postgres.afterKeyChange()
@@ -158,7 +160,9 @@ describe.skipIf(skip)("a rate limit shared through Redis", () => {
     try {
       const key = await createKey(database, { scopes: ["campaigns:read"] })
       const answers = await Promise.all(
-        shuffle(Array.from({ length: 4 * limit }, (_, i) => i % 2 === 0 ? a : b)).map((server) => whoami(server.url, key.apiKey))
+        shuffle(Array.from({ length: 4 * limit }, (_, i) => i % 2 === 0 ? a : b)).map((server) =>
+          whoami(server.url, key.apiKey)
+        )
       )
       expect(answers.filter(ok)).toHaveLength(limit)
       for (const answer of answers.filter((answer) => !ok(answer))) {
@@ -185,12 +189,16 @@ describe.skipIf(skip)("a key's own rate limit shared through Redis", () => {
     try {
       const key = await createKey(database, { scopes: ["campaigns:read"] })
       expect((await whoami(a.url, key.apiKey)).headers.get("ratelimit-policy")).toBe(`"default";q=1000000;w=60`)
-      const updated = await runCli(["keys", "update", key.keyId, "--rate-limit", `${limit}/3600`], { DATABASE_URL: database })
+      const updated = await runCli(["keys", "update", key.keyId, "--rate-limit", `${limit}/3600`], {
+        DATABASE_URL: database
+      })
       expect(updated.code, updated.stderr).toBe(0)
       await postgres.afterKeyChange()
       const usedFrom = Date.now()
       const answers = await Promise.all(
-        shuffle(Array.from({ length: 4 * limit }, (_, i) => i % 2 === 0 ? a : b)).map((server) => whoami(server.url, key.apiKey))
+        shuffle(Array.from({ length: 4 * limit }, (_, i) => i % 2 === 0 ? a : b)).map((server) =>
+          whoami(server.url, key.apiKey)
+        )
       )
       expect(answers.filter(ok)).toHaveLength(limit)
       for (const answer of answers) expect(answer.headers.get("ratelimit-policy")).toBe(`"default";q=${limit};w=3600`)
@@ -259,7 +267,10 @@ describe.skipIf(skip)("faults of PostgreSQL and Redis", () => {
       expect(outageLines()[0]!.cause).toEqual(expect.any(String))
       expect([...statuses.keys()].sort()).toEqual([200, 503])
       // Readiness's last answer serves it for up to a second (README, Operating it: Health).
-      await eventually("/readyz to answer 200", async () => (await call(server.url, { path: "/readyz" })).status === 200)
+      await eventually(
+        "/readyz to answer 200",
+        async () => (await call(server.url, { path: "/readyz" })).status === 200
+      )
       const stored = await postgres.count(
         direct,
         `SELECT 1 FROM activations WHERE id IN (${acknowledged.map((id) => `'${id}'`).join(", ")})`
@@ -269,7 +280,11 @@ describe.skipIf(skip)("faults of PostgreSQL and Redis", () => {
       // every 503 is in the log, a line with a cause for itself and the rest as counts, and so is
       // the one readiness check the outage failed.
       expect(await server.stop()).toBe(0)
-      const logged = () => outageLines().reduce((sum, line) => sum + (line.cause === undefined ? 0 : 1) + line.annotations.moreSinceLastLine, 0)
+      const logged = () =>
+        outageLines().reduce(
+          (sum, line) => sum + (line.cause === undefined ? 0 : 1) + line.annotations.moreSinceLastLine,
+          0
+        )
       await eventually("the outage's last count to be written", () => logged() === statuses.get(503)! + 1)
       // Lines for the outage, not one per refused request.
       expect(outageLines().length).toBeLessThan(statuses.get(503)!)
@@ -293,7 +308,11 @@ describe.skipIf(skip)("faults of PostgreSQL and Redis", () => {
             `INSERT INTO idempotency_keys VALUES ($1, $2, $3, NULL, 200, '{}', $4, $5)`,
             [key.brandId, idempotencyKey, "0".repeat(64), Date.now(), Date.now() + 60_000]
           )
-          expectEnvelope(await activate(server.url, { apiKey: key.apiKey, key: idempotencyKey }), 503, "SERVICE_UNAVAILABLE")
+          expectEnvelope(
+            await activate(server.url, { apiKey: key.apiKey, key: idempotencyKey }),
+            503,
+            "SERVICE_UNAVAILABLE"
+          )
           throw rollBack
         })).catch((error) => {
           if (error !== rollBack) throw error
@@ -309,7 +328,11 @@ describe.skipIf(skip)("faults of PostgreSQL and Redis", () => {
   it("serves without limits while Redis cannot be reached, says so once and in /readyz, and limits again once it is back", async () => {
     const link = await faultyLink(postgres.env["REDIS_URL"]!)
     const database = await postgres.database()
-    const server = await startServer(database, { REDIS_URL: link.url, RATE_LIMIT_MAX: "2", RATE_LIMIT_WINDOW_SECONDS: "3600" })
+    const server = await startServer(database, {
+      REDIS_URL: link.url,
+      RATE_LIMIT_MAX: "2",
+      RATE_LIMIT_WINDOW_SECONDS: "3600"
+    })
     const readiness = async () => (await call(server.url, { path: "/readyz" })).json
     try {
       const key = await createKey(database, { scopes: ["campaigns:read"] })
@@ -322,7 +345,10 @@ describe.skipIf(skip)("faults of PostgreSQL and Redis", () => {
       expect((await readiness()).rateLimiter).toBe("redis")
 
       link.cut()
-      await eventually("readiness to report the limiter degraded", async () => (await readiness()).rateLimiter === "degraded")
+      await eventually(
+        "readiness to report the limiter degraded",
+        async () => (await readiness()).rateLimiter === "degraded"
+      )
       expect((await call(server.url, { path: "/readyz" })).status).toBe(200)
       expect(await statuses(5)).toEqual([200, 200, 200, 200, 200])
       const unlimited = await whoami(server.url, key.apiKey)

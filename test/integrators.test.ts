@@ -106,29 +106,46 @@ describe("an integrator's project outside the checkout (README, Typed client for
     expect(installed).toMatchObject({
       version: ours.version,
       type: "module",
-      peerDependencies: { "effect": ours.dependencies.effect, "@effect/platform": ours.dependencies["@effect/platform"] }
+      peerDependencies: {
+        "effect": ours.dependencies.effect,
+        "@effect/platform": ours.dependencies["@effect/platform"]
+      }
     })
     // The service's version, not its manifest: no script or dependency list of the service ships in the package.
-    expect(readFileSync(join(dir, "node_modules/campaign-api-client/index.js"), "utf8")).not.toContain(ours.scripts.build)
+    expect(readFileSync(join(dir, "node_modules/campaign-api-client/index.js"), "utf8")).not.toContain(
+      ours.scripts.build
+    )
     await expectTheServersAnswers(await compileAndRun(dir), "IdempotencyConflict")
   }, 120_000)
 
   it("generates types from /openapi.json for openapi-fetch: strict tsc, then every operation", async () => {
     const dir = await project("openapi")
-    await run([join(dir, "node_modules/.bin/openapi-typescript"), `${server.url}/openapi.json`, "-o", "schema.d.ts"], dir)
+    await run(
+      [join(dir, "node_modules/.bin/openapi-typescript"), `${server.url}/openapi.json`, "-o", "schema.d.ts"],
+      dir
+    )
     await expectTheServersAnswers(await compileAndRun(dir), "IDEMPOTENCY_CONFLICT")
   }, 120_000)
 
-  it.each(["effect", "openapi"])("the README shows the %s project the test runs: its program, tsconfig and versions", (way) => {
-    const readme = readFileSync(join(root, "README.md"), "utf8")
-    for (const file of ["main.ts", "tsconfig.json"]) {
-      const text = readFileSync(join(fixtures, way, file), "utf8")
-      expect(readme.includes(text), `README.md lacks test/integrators/${way}/${file}, verbatim`).toBe(true)
+  it.each(["effect", "openapi"])(
+    "the README shows the %s project the test runs: its program, tsconfig and versions",
+    (way) => {
+      const readme = readFileSync(join(root, "README.md"), "utf8")
+      for (const file of ["main.ts", "tsconfig.json"]) {
+        const text = readFileSync(join(fixtures, way, file), "utf8")
+        expect(readme.includes(text), `README.md lacks test/integrators/${way}/${file}, verbatim`).toBe(true)
+      }
+      const installed = readme.split("\n").filter((line) => line.startsWith("npm install ")).flatMap((line) =>
+        line.split(" ")
+      )
+      const manifest = JSON.parse(readFileSync(join(fixtures, way, "package.json"), "utf8"))
+      for (const [name, version] of Object.entries<string>({ ...manifest.dependencies, ...manifest.devDependencies })) {
+        if (!version.startsWith("file:")) {
+          expect(installed, "README.md's npm install lines").toContain(
+            `${name}@${version}`
+          )
+        }
+      }
     }
-    const installed = readme.split("\n").filter((line) => line.startsWith("npm install ")).flatMap((line) => line.split(" "))
-    const manifest = JSON.parse(readFileSync(join(fixtures, way, "package.json"), "utf8"))
-    for (const [name, version] of Object.entries<string>({ ...manifest.dependencies, ...manifest.devDependencies })) {
-      if (!version.startsWith("file:")) expect(installed, "README.md's npm install lines").toContain(`${name}@${version}`)
-    }
-  })
+  )
 })

@@ -15,7 +15,7 @@ import {
 } from "./support/client.ts"
 import { expectClientAnswer, expectEnvelope } from "./support/contract.ts"
 import { type InProcessServer, serveInProcess } from "./support/inProcess.ts"
-import { createKey, type CreatedTestKey, tempDatabase } from "./support/server.ts"
+import { type CreatedTestKey, createKey, tempDatabase } from "./support/server.ts"
 
 let server: InProcessServer
 let writer: CreatedTestKey
@@ -128,7 +128,10 @@ describe("header size", () => {
   it("answers a 100 KiB request header or closes the connection, never hangs, and keeps serving", async () => {
     const outcome = await exchange(
       server.url,
-      rawRequest("GET", "/v1/whoami", [["authorization", `Bearer ${writer.apiKey}`], ["x-padding", "a".repeat(100 * 1024)]])
+      rawRequest("GET", "/v1/whoami", [["authorization", `Bearer ${writer.apiKey}`], [
+        "x-padding",
+        "a".repeat(100 * 1024)
+      ]])
     )
     expect(outcome._tag === "Answered" || outcome._tag === "Closed", `the request ${outcome._tag}`).toBe(true)
     if (outcome._tag === "Answered") expect(outcome.response.status).toBe(431)
@@ -140,13 +143,16 @@ describe("requests per connection", () => {
   it("closes a connection after its 1000th request in a window, however many it pipelined, and keeps serving others", async () => {
     const connection = await openConnection(server.url)
     try {
-      connection.send(Buffer.from(Buffer.from(rawRequest("GET", "/healthz", [])).toString("latin1").repeat(1_200), "latin1"))
+      connection.send(
+        Buffer.from(Buffer.from(rawRequest("GET", "/healthz", [])).toString("latin1").repeat(1_200), "latin1")
+      )
       const answers = []
       for (let outcome = await connection.next(); outcome._tag === "Answered"; outcome = await connection.next()) {
         answers.push(outcome.response)
       }
       expect(answers).toHaveLength(1_000)
-      expect(answers.slice(0, -1).every((answer) => answer.status === 200 && answer.headers["connection"] !== "close")).toBe(true)
+      expect(answers.slice(0, -1).every((answer) => answer.status === 200 && answer.headers["connection"] !== "close"))
+        .toBe(true)
       expect(answers.at(-1)!.headers["connection"]).toBe("close")
     } finally {
       connection.destroy()

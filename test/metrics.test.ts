@@ -144,7 +144,13 @@ describe("the README's alerts", () => {
     const block = /```yaml\n\s*# campaign-api\.rules\.yml\n([\s\S]*?)```/.exec(readme)?.[1]
     expect(block).toBeDefined()
     const rules = block!.split("\n").map((line) => line.replace(/^ {2}/, "")).join("\n")
-    for (const name of ["http_server_request_duration_seconds_count", "http_server_request_duration_seconds_bucket", "db_unavailable_total"]) {
+    for (
+      const name of [
+        "http_server_request_duration_seconds_count",
+        "http_server_request_duration_seconds_bucket",
+        "db_unavailable_total"
+      ]
+    ) {
       expect(rules).toContain(name)
     }
     const file = join(mkdtempSync(join(testTmp(), "campaign-api-rules-")), "campaign-api.rules.yml")
@@ -178,7 +184,12 @@ describe("metrics' labels", () => {
     (_, id) => call(server.url, { path: `/v1/activations/${id}` }),
     (_, id) => whoami(server.url, `cak_${id.slice(0, 16)}_${id}${id}`),
     (apiKey) => call(server.url, { path: `/v1/activations/${crypto.randomUUID()}`, apiKey }),
-    (_, id) => activate(server.url, { apiKey: undefined, key: id, path: activatePath(crypto.randomUUID(), crypto.randomUUID()) }),
+    (_, id) =>
+      activate(server.url, {
+        apiKey: undefined,
+        key: id,
+        path: activatePath(crypto.randomUUID(), crypto.randomUUID())
+      }),
     (apiKey, id) => call(server.url, { path: `/v1/whoami?${id}=${id}`, apiKey, headers: { "x-request-id": id } })
   ]
 
@@ -234,7 +245,10 @@ describe("the database's unavailability in metrics", () => {
       const back = await delta(metricsUrl, async () => {
         expect((await activate(server.url, { apiKey, key: uniqueKey() })).status).toBe(200)
         // Readiness's last answer serves it for up to a second (README, Operating it: Health).
-        await eventually("/readyz to answer 200", async () => (await call(server.url, { path: "/readyz" })).status === 200)
+        await eventually(
+          "/readyz to answer 200",
+          async () => (await call(server.url, { path: "/readyz" })).status === 200
+        )
       })
       expect(back("db_unavailable_total")).toBe(0)
     } finally {
@@ -273,16 +287,19 @@ describe("metrics scraped by a real Prometheus", () => {
     const dir = mkdtempSync(join(testTmp(), "campaign-api-prometheus-"))
     const config = join(dir, "prometheus.yml")
     const target = new URL(metricsUrl).host
-    writeFileSync(config, [
-      "global:",
-      "  scrape_interval: 1s",
-      "  scrape_timeout: 1s",
-      "scrape_configs:",
-      "  - job_name: campaign-api",
-      "    static_configs:",
-      `      - targets: ["${target}"]`,
-      ""
-    ].join("\n"))
+    writeFileSync(
+      config,
+      [
+        "global:",
+        "  scrape_interval: 1s",
+        "  scrape_timeout: 1s",
+        "scrape_configs:",
+        "  - job_name: campaign-api",
+        "    static_configs:",
+        `      - targets: ["${target}"]`,
+        ""
+      ].join("\n")
+    )
     const port = freePort()
     prometheusUrl = `http://127.0.0.1:${port}`
     prometheus = spawn([
@@ -299,10 +316,13 @@ describe("metrics scraped by a real Prometheus", () => {
     const made = 7
     for (let i = 0; i < made; i++) expect((await whoami(server.url, apiKey)).status).toBe(200)
 
-    const query = `sum(http_server_request_duration_seconds_count{job="campaign-api",http_route="/v1/whoami",http_response_status_code="200"})`
+    const query =
+      `sum(http_server_request_duration_seconds_count{job="campaign-api",http_route="/v1/whoami",http_response_status_code="200"})`
     let answered: unknown
     await eventually("Prometheus to have scraped the requests", async () => {
-      const response = await fetch(`${prometheusUrl}/api/v1/query?query=${encodeURIComponent(query)}`).catch(() => undefined)
+      const response = await fetch(`${prometheusUrl}/api/v1/query?query=${encodeURIComponent(query)}`).catch(() =>
+        undefined
+      )
       if (response === undefined || !response.ok) return false
       const body = await response.json() as { data: { result: Array<{ value: [number, string] }> } }
       answered = body.data.result[0]?.value[1]
@@ -311,7 +331,9 @@ describe("metrics scraped by a real Prometheus", () => {
       prometheus?.kill("SIGTERM")
       await prometheus?.exited
       await Bun.sleep(100)
-      throw new Error(`${error.message}; the last answer was ${String(answered)}; Prometheus said:\n${prometheusLog.slice(-3000)}`)
+      throw new Error(
+        `${error.message}; the last answer was ${String(answered)}; Prometheus said:\n${prometheusLog.slice(-3000)}`
+      )
     })
     expect(answered).toBe(String(made))
   }, 40_000)

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { Validator } from "@seriousme/openapi-schema-validator"
-import Ajv2020 from "ajv/dist/2020"
 import addFormats from "ajv-formats"
+import Ajv2020 from "ajv/dist/2020"
 import { Option } from "effect"
 import { CampaignApi } from "../src/Api.ts"
 import { scopeOf } from "../src/ApiKeys/Api.ts"
@@ -62,14 +62,14 @@ const routeMisses = { "404": ["NOT_FOUND"], "405": ["METHOD_NOT_ALLOWED"] }
 
 /** A read's: a bad path id or query parameter, the key, its rate limit and its scope. */
 const readErrors = {
-    "400": ["VALIDATION_ERROR"],
-    "401": ["UNAUTHORIZED"],
-    "403": ["FORBIDDEN"],
-    "429": ["RATE_LIMITED"],
-    ...routeMisses,
-    "500": ["INTERNAL_ERROR"],
-    "503": ["SERVICE_UNAVAILABLE"]
-  }
+  "400": ["VALIDATION_ERROR"],
+  "401": ["UNAUTHORIZED"],
+  "403": ["FORBIDDEN"],
+  "429": ["RATE_LIMITED"],
+  ...routeMisses,
+  "500": ["INTERNAL_ERROR"],
+  "503": ["SERVICE_UNAVAILABLE"]
+}
 
 /** The README's error codes (Errors) for each operation, by status. */
 const contractErrors: Record<string, Record<string, Array<string>>> = {
@@ -102,7 +102,15 @@ const contractErrors: Record<string, Record<string, Array<string>>> = {
 const secured = ["activations.activate", "activations.get", "activations.list", "analytics.campaign", "identity.whoami"]
 
 // Sent with every answer (README, For integrators), as the HTTP ones are: not repeated on every response.
-const standardHeaders = ["content-type", "content-length", "date", "connection", "keep-alive", "allow", "x-content-type-options"]
+const standardHeaders = [
+  "content-type",
+  "content-length",
+  "date",
+  "connection",
+  "keep-alive",
+  "allow",
+  "x-content-type-options"
+]
 
 describe("GET /openapi.json", () => {
   it("is a valid OpenAPI 3.1 document", async () => {
@@ -179,10 +187,16 @@ describe("GET /openapi.json", () => {
     // Each scope that grants the one required is an alternative: a writer may read (README, Reads).
     for (const operationId of Object.keys(contractErrors)) {
       expect(operation(operationId).security).toEqual(
-        secured.includes(operationId) ? (scopes[operationId]!.length === 0 ? [{ bearer: [] }] : grantedBy(scopes[operationId]![0]!).map((scope) => ({ bearer: [scope] }))) : []
+        secured.includes(operationId)
+          ? (scopes[operationId]!.length === 0
+            ? [{ bearer: [] }]
+            : grantedBy(scopes[operationId]![0]!).map((scope) => ({ bearer: [scope] })))
+          : []
       )
     }
-    expect(operation("activations.list").security).toEqual([{ bearer: ["campaigns:read"] }, { bearer: ["campaigns:write"] }])
+    expect(operation("activations.list").security).toEqual([{ bearer: ["campaigns:read"] }, {
+      bearer: ["campaigns:write"]
+    }])
     // And those are the README's scopes (README, Reads and Analytics).
     expect(scopes).toEqual({
       "activations.activate": ["campaigns:write"],
@@ -204,16 +218,25 @@ describe("GET /openapi.json", () => {
   it("gives examples for the request, the answers and the parameters, each valid by its own schema", () => {
     const ajv = new Ajv2020({ strict: false })
     addFormats(ajv)
-    for (const [name, schema] of Object.entries<Json>(document.components.schemas)) ajv.addSchema(schema, `#/components/schemas/${name}`)
+    for (const [name, schema] of Object.entries<Json>(document.components.schemas)) {
+      ajv.addSchema(schema, `#/components/schemas/${name}`)
+    }
     const withExamples = ["ActivateRequest", "ActivateResponse", "Identity"]
     for (const name of withExamples) {
       const schema = component(`#/components/schemas/${name}`)
       expect(schema.examples, name).toEqual([expect.any(Object)])
       const validate = ajv.getSchema(`#/components/schemas/${name}`)!
-      expect({ name, valid: validate(schema.examples[0]), errors: validate.errors ?? null }).toEqual({ name, valid: true, errors: null })
+      expect({ name, valid: validate(schema.examples[0]), errors: validate.errors ?? null }).toEqual({
+        name,
+        valid: true,
+        errors: null
+      })
     }
     for (const parameter of operation("activations.activate").parameters as Array<Json>) {
-      expect({ name: parameter.name, valid: ajv.validate(parameter.schema, parameter.example) }).toEqual({ name: parameter.name, valid: true })
+      expect({ name: parameter.name, valid: ajv.validate(parameter.schema, parameter.example) }).toEqual({
+        name: parameter.name,
+        valid: true
+      })
     }
   })
 
@@ -222,10 +245,21 @@ describe("GET /openapi.json", () => {
     for (const count of [analytics.activations, analytics.creators, analytics.unscheduled]) {
       expect(count).toMatchObject({ type: "integer", minimum: 0 })
     }
-    expect(component("#/components/schemas/ActivationsOnDay").properties.activations).toMatchObject({ type: "integer", minimum: 0 })
-    expect(component("#/components/schemas/PlannedPostsOnDay").properties.posts).toMatchObject({ type: "integer", minimum: 0 })
+    expect(component("#/components/schemas/ActivationsOnDay").properties.activations).toMatchObject({
+      type: "integer",
+      minimum: 0
+    })
+    expect(component("#/components/schemas/PlannedPostsOnDay").properties.posts).toMatchObject({
+      type: "integer",
+      minimum: 0
+    })
     const list: Array<Json> = operation("activations.list").parameters
-    expect(list.find((p) => p.name === "limit")!.schema).toMatchObject({ type: "integer", minimum: 1, maximum: 100, default: 20 })
+    expect(list.find((p) => p.name === "limit")!.schema).toMatchObject({
+      type: "integer",
+      minimum: 1,
+      maximum: 100,
+      default: 20
+    })
     for (const name of ["creatorId", "campaignId", "startingAfter"]) {
       expect(list.find((p) => p.name === name)!.schema).toMatchObject({ format: "uuid", minLength: 36, maxLength: 36 })
     }
@@ -235,14 +269,22 @@ describe("GET /openapi.json", () => {
       }
     }
     for (const name of ["from", "to"]) {
-      expect(operation("analytics.campaign").parameters.find((p: Json) => p.name === name).schema).toMatchObject({ maxLength: 10 })
+      expect(operation("analytics.campaign").parameters.find((p: Json) => p.name === name).schema).toMatchObject({
+        maxLength: 10
+      })
     }
     expect(component("#/components/schemas/ActivationList").properties.activations.maxItems).toBe(100)
     expect(component("#/components/schemas/Identity").properties.scopes.maxItems).toBe(3)
     for (const { operation } of operations()) {
       for (const [status, response] of Object.entries<Json>(operation.responses)) {
         const retryAfter = response.headers?.["Retry-After"]
-        if (retryAfter !== undefined) expect(retryAfter.schema, `${operation.operationId} ${status}`).toMatchObject({ type: "integer", format: "int32", minimum: 1 })
+        if (retryAfter !== undefined) {
+          expect(retryAfter.schema, `${operation.operationId} ${status}`).toMatchObject({
+            type: "integer",
+            format: "int32",
+            minimum: 1
+          })
+        }
       }
     }
   })
@@ -263,7 +305,11 @@ describe("GET /openapi.json", () => {
 
   it("gives ids, dates and times their formats", () => {
     const activation = component("#/components/schemas/Activation").properties
-    expect([activation.id.format, activation.campaignId.format, activation.creatorId.format]).toEqual(["uuid", "uuid", "uuid"])
+    expect([activation.id.format, activation.campaignId.format, activation.creatorId.format]).toEqual([
+      "uuid",
+      "uuid",
+      "uuid"
+    ])
     expect(activation.activatedAt.format).toBe("date-time")
     expect(alternatives(activation.plannedPostAt).map((s) => s.format ?? s.type)).toEqual(["date", "null"])
     expect(component("#/components/schemas/Identity").properties.brandId.format).toBe("uuid")
@@ -280,7 +326,11 @@ describe("GET /openapi.json", () => {
     const [bare, quoted] = forms.map((form) => ajv.compile(form))
     expect([bare!("k".repeat(255)), bare!("k".repeat(256)), bare!("\"k\"")]).toEqual([true, false, false])
     // 255 escaped double quotes: 512 characters as sent, 255 once unquoted.
-    expect([quoted!(`"${"\\\"".repeat(255)}"`), quoted!(`"${"k".repeat(256)}"`), quoted!("k")]).toEqual([true, false, false])
+    expect([quoted!(`"${"\\\"".repeat(255)}"`), quoted!(`"${"k".repeat(256)}"`), quoted!("k")]).toEqual([
+      true,
+      false,
+      false
+    ])
     expect(forms.filter((form) => form.maxLength > 255)).toEqual([])
   })
 
@@ -367,7 +417,10 @@ describe("live responses against the document", () => {
     )
     const required = Object.entries<Json>(response.headers ?? {}).filter(([, header]) => header.required === true)
       .map(([name]) => name.toLowerCase())
-    expect(required.filter((name) => !answer.headers.has(name)), `${documented.operationId} ${answer.status} sends what it requires`)
+    expect(
+      required.filter((name) => !answer.headers.has(name)),
+      `${documented.operationId} ${answer.status} sends what it requires`
+    )
       .toEqual([])
   }
 

@@ -1,11 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
-import { activate, activateRoute, type Answer, call, exchange, rawRequest, responseOf } from "./support/client.ts"
-import { expectEnvelope } from "./support/contract.ts"
-import { inspect, lockDatabase } from "./support/database.ts"
 import { spawn } from "bun"
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs"
 import { request as httpRequest } from "node:http"
 import { join } from "node:path"
+import { activate, activateRoute, type Answer, call, exchange, rawRequest, responseOf } from "./support/client.ts"
+import { expectEnvelope } from "./support/contract.ts"
+import { inspect, lockDatabase } from "./support/database.ts"
 import { eventually } from "./support/load.ts"
 import {
   createKey,
@@ -19,7 +19,14 @@ import {
   tempDatabase,
   testTmp
 } from "./support/server.ts"
-import { accessLog, logLines, otlpCollector, type OtlpCollector, type OtlpSpan, spanAttribute } from "./support/telemetry.ts"
+import {
+  accessLog,
+  logLines,
+  type OtlpCollector,
+  otlpCollector,
+  type OtlpSpan,
+  spanAttribute
+} from "./support/telemetry.ts"
 
 const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
@@ -71,7 +78,11 @@ describe("the documents", () => {
   })
 
   it("names the documents at PUBLIC_URL in the index when it is set", async () => {
-    const { result } = await session(tempDatabase(), { PUBLIC_URL: "https://api.example.com/campaigns/" }, (url) => call(url, { path: "/" }))
+    const { result } = await session(
+      tempDatabase(),
+      { PUBLIC_URL: "https://api.example.com/campaigns/" },
+      (url) => call(url, { path: "/" })
+    )
     expect(result.json).toMatchObject({
       docs: "https://api.example.com/campaigns/docs",
       openApi: "https://api.example.com/campaigns/openapi.json"
@@ -115,10 +126,16 @@ describe("health", () => {
       const release = lockDatabase(lockedDatabase, "everything")
       // The database is asked at most once a second: the answer before serves until then.
       let during: Answer | undefined
-      await eventually("/readyz to answer 503", async () => (during = await call(url, { path: "/readyz" })).status === 503)
+      await eventually(
+        "/readyz to answer 503",
+        async () => (during = await call(url, { path: "/readyz" })).status === 503
+      )
         .finally(release)
       let after: Answer | undefined
-      await eventually("/readyz to answer 200", async () => (after = await call(url, { path: "/readyz" })).status === 200)
+      await eventually(
+        "/readyz to answer 200",
+        async () => (after = await call(url, { path: "/readyz" })).status === 200
+      )
       return { before, during: during!, after: after! }
     })
     expect(result.before.status).toBe(200)
@@ -136,7 +153,8 @@ describe("health", () => {
 
 describe("the heap's sizing (README, Operating it)", () => {
   /** A NUL-separated file of /proc/<pid> (`environ`, `cmdline`) as its entries (as src/Memory.ts reads its own: importing it would run it). */
-  const procEntries = (pid: number, file: "environ" | "cmdline") => readFileSync(`/proc/${pid}/${file}`, "utf8").split("\0").slice(0, -1)
+  const procEntries = (pid: number, file: "environ" | "cmdline") =>
+    readFileSync(`/proc/${pid}/${file}`, "utf8").split("\0").slice(0, -1)
   const environOf = (pid: number) => procEntries(pid, "environ")
   const commandLineOf = (pid: number) => procEntries(pid, "cmdline")
 
@@ -193,7 +211,9 @@ describe("the heap's sizing (README, Operating it)", () => {
   it("passes on a value from a .env file, which JavaScriptCore would not read there", () =>
     withOwnServer({ dotenv: "BUN_JSC_forceRAMSize=536870912\nCAMPAIGN_API_DOTENV_SECRET=from-the-file\n" }, (own) => {
       const environment = environOf(own.process.pid)
-      expect(environment.filter((entry) => entry.startsWith("BUN_JSC_forceRAMSize="))).toEqual(["BUN_JSC_forceRAMSize=536870912"])
+      expect(environment.filter((entry) => entry.startsWith("BUN_JSC_forceRAMSize="))).toEqual([
+        "BUN_JSC_forceRAMSize=536870912"
+      ])
       expect(environment.filter((entry) => entry.startsWith("CAMPAIGN_API_DOTENV_SECRET"))).toEqual([])
     }))
 
@@ -217,13 +237,16 @@ describe("X-Request-Id", () => {
     ["200 characters long", { "x-request-id": "a".repeat(200) }],
     ["with a control character", { "x-request-id": "abc\t123" }],
     ["empty", { "x-request-id": "" }]
-  ])("is a new UUID of the server's when the caller's is %s: a caller cannot make its requests collide with another's", async (_, headers: Record<string, string>) => {
-    const first = await idOf(headers)
-    const second = await idOf(headers)
-    expect(first).toMatch(uuid)
-    expect(second).toMatch(uuid)
-    expect(second).not.toBe(first)
-  })
+  ])(
+    "is a new UUID of the server's when the caller's is %s: a caller cannot make its requests collide with another's",
+    async (_, headers: Record<string, string>) => {
+      const first = await idOf(headers)
+      const second = await idOf(headers)
+      expect(first).toMatch(uuid)
+      expect(second).toMatch(uuid)
+      expect(second).not.toBe(first)
+    }
+  )
 
   it("is on 401, 404 and 405 answers too", async () => {
     const answers: Array<[Answer, number]> = [
@@ -242,39 +265,63 @@ describe("the client behind a trusted proxy (TRUSTED_PROXIES)", () => {
   const badKey = `cak_${"b".repeat(16)}_${"0".repeat(64)}`
 
   it("is the socket's peer unless the peer is a trusted proxy: then the client it names, its request id, and the 401s counted per client", async () => {
-    const { result, stderr } = await session(tempDatabase(), { TRUSTED_PROXIES: "127.0.0.1, 10.0.0.0/8" }, async (url) => {
-      const via = (localAddress: string, headers: Record<string, string>) =>
-        new Promise<{ status: number; requestId: string | undefined }>((resolve, reject) => {
-          const { hostname, port } = new URL(url)
-          const sent = httpRequest({ host: hostname, port, path: "/v1/whoami", localAddress, headers: { ...headers, authorization: `Bearer ${badKey}` } }, (response) => {
-            response.resume()
-            response.on("end", () => resolve({ status: response.statusCode!, requestId: response.headers["x-request-id"] as string | undefined }))
+    const { result, stderr } = await session(
+      tempDatabase(),
+      { TRUSTED_PROXIES: "127.0.0.1, 10.0.0.0/8" },
+      async (url) => {
+        const via = (localAddress: string, headers: Record<string, string>) =>
+          new Promise<{ status: number; requestId: string | undefined }>((resolve, reject) => {
+            const { hostname, port } = new URL(url)
+            const sent = httpRequest({
+              host: hostname,
+              port,
+              path: "/v1/whoami",
+              localAddress,
+              headers: { ...headers, authorization: `Bearer ${badKey}` }
+            }, (response) => {
+              response.resume()
+              response.on("end", () =>
+                resolve({
+                  status: response.statusCode!,
+                  requestId: response.headers["x-request-id"] as string | undefined
+                }))
+            })
+            sent.on("error", reject)
+            sent.end()
           })
-          sent.on("error", reject)
-          sent.end()
-        })
-      return {
-        // From the trusted proxy: the client it appended, not what a client wrote before it, nor a
-        // trusted hop; its own request id.
-        proxied: await via("127.0.0.1", { "x-forwarded-for": "6.6.6.6, 203.0.113.9, 10.1.2.3", "x-request-id": "proxy-1" }),
-        again: await via("127.0.0.1", { "x-forwarded-for": "203.0.113.9", "x-request-id": "proxy-2" }),
-        forwarded: await via("127.0.0.1", { forwarded: "for=198.51.100.1, for=\"[2001:db8::7]:4711\"", "x-request-id": "proxy-3" }),
-        // From an address that is not a proxy: its forwarding headers and request id are not believed.
-        direct: await via("127.0.0.2", { "x-forwarded-for": "203.0.113.50", "x-request-id": "caller-1" })
+        return {
+          // From the trusted proxy: the client it appended, not what a client wrote before it, nor a
+          // trusted hop; its own request id.
+          proxied: await via("127.0.0.1", {
+            "x-forwarded-for": "6.6.6.6, 203.0.113.9, 10.1.2.3",
+            "x-request-id": "proxy-1"
+          }),
+          again: await via("127.0.0.1", { "x-forwarded-for": "203.0.113.9", "x-request-id": "proxy-2" }),
+          forwarded: await via("127.0.0.1", {
+            forwarded: "for=198.51.100.1, for=\"[2001:db8::7]:4711\"",
+            "x-request-id": "proxy-3"
+          }),
+          // From an address that is not a proxy: its forwarding headers and request id are not believed.
+          direct: await via("127.0.0.2", { "x-forwarded-for": "203.0.113.50", "x-request-id": "caller-1" })
+        }
       }
-    })
+    )
     expect(result.proxied).toEqual({ status: 401, requestId: "proxy-1" })
     expect(result.forwarded).toEqual({ status: 401, requestId: "proxy-3" })
     expect(result.direct.requestId).toMatch(uuid)
     const entries = accessLog(stderr)
-    expect(entries.map(({ clientAddress, clientRequestId, requestId }) => ({ clientAddress, clientRequestId, requestId }))).toEqual([
+    expect(
+      entries.map(({ clientAddress, clientRequestId, requestId }) => ({ clientAddress, clientRequestId, requestId }))
+    ).toEqual([
       { clientAddress: "203.0.113.9", clientRequestId: null, requestId: "proxy-1" },
       { clientAddress: "2001:db8::7", clientRequestId: null, requestId: "proxy-3" },
       { clientAddress: "127.0.0.2", clientRequestId: "caller-1", requestId: result.direct.requestId }
     ])
     // The second 401 of 203.0.113.9 in the minute is counted under it, not under the proxy.
     const summaries = logLines(stderr).filter((line) => line.message === "repeated unauthorized requests")
-    expect(summaries.map((line) => line.annotations)).toEqual([expect.objectContaining({ clientAddress: "203.0.113.9", count: 1 })])
+    expect(summaries.map((line) => line.annotations)).toEqual([
+      expect.objectContaining({ clientAddress: "203.0.113.9", count: 1 })
+    ])
   })
 })
 
@@ -369,7 +416,10 @@ describe("structured logs", () => {
     const revoked = await createKey(logged)
     const expired = await createKey(logged, { expiresInDays: 1 })
     expect(await revokeKey(logged, revoked.keyId)).toBe(true)
-    inspect(logged, (db) => db.run("UPDATE api_keys SET expires_at = ? WHERE key_id = ?", [Date.now() - 1000, expired.keyId]))
+    inspect(
+      logged,
+      (db) => db.run("UPDATE api_keys SET expires_at = ? WHERE key_id = ?", [Date.now() - 1000, expired.keyId])
+    )
     const secret = known.apiKey.split("_")[2]!
     const wrongSecret = [...secret].map((c) => (c === "0" ? "1" : "0")).join("")
     const unknownId = "z".repeat(16)
@@ -379,17 +429,29 @@ describe("structured logs", () => {
       readonly expected: { readonly reason: string; readonly keyId: string | null; readonly brandId: string | null }
     }> = [
       { headers: {}, expected: { reason: "missing", keyId: null, brandId: null } },
-      { headers: { authorization: `Basic ${btoa(`${known.keyId}:${secret}`)}` }, expected: { reason: "missing", keyId: null, brandId: null } },
+      {
+        headers: { authorization: `Basic ${btoa(`${known.keyId}:${secret}`)}` },
+        expected: { reason: "missing", keyId: null, brandId: null }
+      },
       { headers: { authorization: "Bearer" }, expected: { reason: "missing", keyId: null, brandId: null } },
       { headers: bearer(`${known.apiKey} ${secret}`), expected: { reason: "malformed", keyId: null, brandId: null } },
       { headers: bearer(`${known.apiKey}0`), expected: { reason: "malformed", keyId: null, brandId: null } },
-      { headers: bearer(`cak_${unknownId}_${secret}`), expected: { reason: "unknown key", keyId: unknownId, brandId: null } },
+      {
+        headers: bearer(`cak_${unknownId}_${secret}`),
+        expected: { reason: "unknown key", keyId: unknownId, brandId: null }
+      },
       {
         headers: bearer(`cak_${known.keyId}_${wrongSecret}`),
         expected: { reason: "wrong secret", keyId: known.keyId, brandId: known.brandId }
       },
-      { headers: bearer(revoked.apiKey), expected: { reason: "revoked", keyId: revoked.keyId, brandId: revoked.brandId } },
-      { headers: bearer(expired.apiKey), expected: { reason: "expired", keyId: expired.keyId, brandId: expired.brandId } }
+      {
+        headers: bearer(revoked.apiKey),
+        expected: { reason: "revoked", keyId: revoked.keyId, brandId: revoked.brandId }
+      },
+      {
+        headers: bearer(expired.apiKey),
+        expected: { reason: "expired", keyId: expired.keyId, brandId: expired.brandId }
+      }
     ]
     const { result: answers, stderr } = await session(logged, {}, async (url) => {
       const answers = []
@@ -408,7 +470,11 @@ describe("structured logs", () => {
     })
     const first = seen(answers[0]!)
     expect(first.status).toBe(401)
-    expect(JSON.parse(first.body)).toStrictEqual({ ok: false, code: "UNAUTHORIZED", message: "The API key is missing or invalid." })
+    expect(JSON.parse(first.body)).toStrictEqual({
+      ok: false,
+      code: "UNAUTHORIZED",
+      message: "The API key is missing or invalid."
+    })
     expect(first.headers).toContainEqual(["www-authenticate", "Bearer"])
     const entries = accessLog(stderr)
     for (const [i, { expected }] of refusals.entries()) {
@@ -438,7 +504,9 @@ describe("structured logs", () => {
   it("logs the first 401 from a client address as usual, and the rest as one line with their count", async () => {
     const { result, stderr } = await session(tempDatabase(), {}, async (url) => {
       const answers = []
-      for (let i = 0; i < 30; i++) answers.push(await call(url, { path: "/v1/whoami", apiKey: `cak_${"a".repeat(16)}_${"0".repeat(64)}` }))
+      for (let i = 0; i < 30; i++) {
+        answers.push(await call(url, { path: "/v1/whoami", apiKey: `cak_${"a".repeat(16)}_${"0".repeat(64)}` }))
+      }
       return answers
     })
     expect(result.every((answer) => answer.status === 401)).toBe(true)
@@ -453,13 +521,23 @@ describe("structured logs", () => {
     const port = 20_000 + Math.floor(Math.random() * 20_000)
     const proc = spawn([...program, "serve"], {
       cwd: root,
-      env: { ...process.env, DATABASE_URL: tempDatabase(), HOST: "127.0.0.1", PORT: String(port), LOG_LEVEL: "info", SHUTDOWN_DELAY_SECONDS: "0" },
+      env: {
+        ...process.env,
+        DATABASE_URL: tempDatabase(),
+        HOST: "127.0.0.1",
+        PORT: String(port),
+        LOG_LEVEL: "info",
+        SHUTDOWN_DELAY_SECONDS: "0"
+      },
       stdout: "ignore",
       stderr: "pipe"
     })
     try {
       const url = `http://127.0.0.1:${port}`
-      await eventually("the server to listen", async () => (await call(url, { path: "/healthz" }).catch(() => undefined))?.status === 200)
+      await eventually(
+        "the server to listen",
+        async () => (await call(url, { path: "/healthz" }).catch(() => undefined))?.status === 200
+      )
       await proc.stderr.cancel()
       for (let i = 0; i < 50; i++) expect((await call(url, { path: "/healthz" })).status).toBe(200)
       await Bun.sleep(100)
@@ -478,7 +556,9 @@ describe("structured logs", () => {
     expect(result.map((answer) => answer.status)).toEqual([200, 404])
     expect(accessLog(stderr)).toEqual([])
     // The one line it always writes: with PORT=0 the only way to learn the port.
-    expect(logLines(stderr).map((line) => line.message)).toContainEqual(expect.stringMatching(/^Listening on http:\/\/127\.0\.0\.1:\d+$/))
+    expect(logLines(stderr).map((line) => line.message)).toContainEqual(
+      expect.stringMatching(/^Listening on http:\/\/127\.0\.0\.1:\d+$/)
+    )
   })
 })
 
@@ -549,7 +629,12 @@ describe("tracing", () => {
       const logged = events.filter((event) => event.name === "request")
       expect(logged).toHaveLength(1)
       const fields = Object.fromEntries(logged[0]!.attributes.map(({ key, value }) => [key, Object.values(value)[0]]))
-      expect(fields).toMatchObject({ requestId: whoamiId, method: "GET", route: "/v1/whoami", keyId: expect.any(String) })
+      expect(fields).toMatchObject({
+        requestId: whoamiId,
+        method: "GET",
+        route: "/v1/whoami",
+        keyId: expect.any(String)
+      })
     })
 
     it("nests the request's work under its span: ApiKeys.authenticate is a child of whoami's", () => {
@@ -574,7 +659,10 @@ describe("tracing", () => {
       )
       expect(whoamiPoints).toHaveLength(1)
       expect(whoamiPoints[0].count).toBe(1)
-      expect(whoamiPoints[0].attributes).toContainEqual({ key: "http.response.status_code", value: { stringValue: "200" } })
+      expect(whoamiPoints[0].attributes).toContainEqual({
+        key: "http.response.status_code",
+        value: { stringValue: "200" }
+      })
       expect(last("api_activations_created_total")!.sum.dataPoints[0].asDouble).toBe(1)
     })
 

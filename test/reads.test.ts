@@ -7,11 +7,11 @@ import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Effect, FastCheck as fc, Layer } from "effect"
 import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
 import { SqlLive } from "../src/Database/Sql.ts"
-import { type Answer, activatePath, call, uniqueKey } from "./support/client.ts"
 import { backends } from "./support/backends.ts"
+import { activatePath, type Answer, call, uniqueKey } from "./support/client.ts"
 import { expectEnvelope } from "./support/contract.ts"
 import { type InProcessServer, serveInProcess } from "./support/inProcess.ts"
-import { createKey, type CreatedTestKey } from "./support/server.ts"
+import { type CreatedTestKey, createKey } from "./support/server.ts"
 
 const uuid = () => crypto.randomUUID()
 
@@ -41,7 +41,12 @@ describe.each(backends)("reads on $name", (backend) => {
     await server?.stop()
   })
 
-  const activateAs = async (key: CreatedTestKey, creator = uuid(), campaign = uuid(), body: object = { socialUsername: "@reader" }) => {
+  const activateAs = async (
+    key: CreatedTestKey,
+    creator = uuid(),
+    campaign = uuid(),
+    body: object = { socialUsername: "@reader" }
+  ) => {
     const answer = await call(server.url, {
       method: "POST",
       path: activatePath(creator, campaign),
@@ -54,7 +59,8 @@ describe.each(backends)("reads on $name", (backend) => {
   }
   const get = (key: CreatedTestKey, id: string, headers: Record<string, string> = {}) =>
     call(server.url, { path: `/v1/activations/${id}`, apiKey: key.apiKey, headers })
-  const list = (key: CreatedTestKey, query = "") => call(server.url, { path: `/v1/activations${query}`, apiKey: key.apiKey })
+  const list = (key: CreatedTestKey, query = "") =>
+    call(server.url, { path: `/v1/activations${query}`, apiKey: key.apiKey })
   const analytics = (key: CreatedTestKey, campaign: string, query = "") =>
     call(server.url, { path: `/v1/campaigns/${campaign}/analytics${query}`, apiKey: key.apiKey })
 
@@ -79,7 +85,11 @@ describe.each(backends)("reads on $name", (backend) => {
       const etag = headers.get("etag")!
       for (const ifNoneMatch of [etag, `W/${etag}`, `"other", ${etag}`, "*"]) {
         const unchanged = await get(reader, made.json.activation.id, { "if-none-match": ifNoneMatch })
-        expect({ ifNoneMatch, status: unchanged.status, text: unchanged.text }).toEqual({ ifNoneMatch, status: 304, text: "" })
+        expect({ ifNoneMatch, status: unchanged.status, text: unchanged.text }).toEqual({
+          ifNoneMatch,
+          status: 304,
+          text: ""
+        })
         expect(unchanged.headers.get("etag")).toBe(etag)
         expect(unchanged.headers.get("content-type")).toBeNull()
       }
@@ -115,7 +125,9 @@ describe.each(backends)("reads on $name", (backend) => {
       const creator = uuid()
       const campaign = uuid()
       const made: Array<string> = []
-      for (let i = 0; i < 5; i++) made.push((await activateAs(brand, i % 2 === 0 ? creator : uuid(), campaign)).json.activation.id)
+      for (let i = 0; i < 5; i++) {
+        made.push((await activateAs(brand, i % 2 === 0 ? creator : uuid(), campaign)).json.activation.id)
+      }
       await activateAs(brand, creator, uuid())
       const first = await list(brand, `?campaignId=${anyCase(campaign)}&limit=2`)
       expect(first.status).toBe(200)
@@ -127,7 +139,10 @@ describe.each(backends)("reads on $name", (backend) => {
       expect(link).toMatch(/^<\/v1\/activations\?[^>]+>; rel="next"$/)
       const second = await call(server.url, { path: link.slice(1, link.indexOf(">")), apiKey: brand.apiKey })
       expect(second.json.activations.map((a: any) => a.id)).toEqual([made[2], made[1]])
-      const last = await call(server.url, { path: second.headers.get("link")!.slice(1, second.headers.get("link")!.indexOf(">")), apiKey: brand.apiKey })
+      const last = await call(server.url, {
+        path: second.headers.get("link")!.slice(1, second.headers.get("link")!.indexOf(">")),
+        apiKey: brand.apiKey
+      })
       expect(last.json).toEqual({ ok: true, activations: [expect.objectContaining({ id: made[0] })], hasMore: false })
       expect(last.headers.get("link")).toBeNull()
       const byCreator = await list(brand, `?creatorId=${creator.toUpperCase()}&campaignId=${campaign}`)
@@ -140,7 +155,9 @@ describe.each(backends)("reads on $name", (backend) => {
     it("never shows another brand's records, whatever the filters", async () => {
       const theirs = await activateAs(other)
       const { activation } = theirs.json
-      for (const query of ["", `?campaignId=${activation.campaignId}`, `?creatorId=${activation.creatorId}`, `?limit=100`]) {
+      for (
+        const query of ["", `?campaignId=${activation.campaignId}`, `?creatorId=${activation.creatorId}`, `?limit=100`]
+      ) {
         const answer = await list(reader, query)
         expect(answer.status).toBe(200)
         expect(answer.json.activations.map((a: any) => a.id)).not.toContain(activation.id)
@@ -192,7 +209,8 @@ describe.each(backends)("reads on $name", (backend) => {
           fc.array(fc.tuple(fc.integer({ min: 0, max: 1 }), fc.integer({ min: 0, max: 1 })), { maxLength: 4 }),
           async (limit, creator, campaign, arrivals) => {
             const matches = (record: (typeof made)[number]) =>
-              (creator === null || record.creatorId === creators[creator]) && (campaign === null || record.campaignId === campaigns[campaign])
+              (creator === null || record.creatorId === creators[creator]) &&
+              (campaign === null || record.campaignId === campaigns[campaign])
             const existing = made.filter(matches).map(({ id }) => id).sort().reverse()
             const query = new URLSearchParams({ limit: String(limit) })
             if (creator !== null) query.set("creatorId", anyCase(creators[creator]!))
@@ -247,26 +265,39 @@ describe.each(backends)("reads on $name", (backend) => {
             },
             { brandId: r.brandId, keyId: "seeded0000000000" }
           ), { discard: true })).pipe(
-        Effect.provide(ActivationsRepo.Live.pipe(Layer.provide(SqlLive))),
-        Effect.withConfigProvider(ConfigProvider.fromMap(new Map([["DATABASE_URL", database]]))),
-        Effect.runPromise
-      )
+          Effect.provide(ActivationsRepo.Live.pipe(Layer.provide(SqlLive))),
+          Effect.withConfigProvider(ConfigProvider.fromMap(new Map([["DATABASE_URL", database]]))),
+          Effect.runPromise
+        )
 
     /** What the README says the answer is, computed from the records. */
-    const oracle = (records: ReadonlyArray<Seeded>, brandId: string, campaignId: string, from?: string, to?: string) => {
+    const oracle = (
+      records: ReadonlyArray<Seeded>,
+      brandId: string,
+      campaignId: string,
+      from?: string,
+      to?: string
+    ) => {
       const counted = records.filter((r) =>
         r.brandId === brandId && r.campaignId.toLowerCase() === campaignId.toLowerCase() &&
-        (from === undefined || r.activatedAt.slice(0, 10) >= from) && (to === undefined || r.activatedAt.slice(0, 10) <= to)
+        (from === undefined || r.activatedAt.slice(0, 10) >= from) &&
+        (to === undefined || r.activatedAt.slice(0, 10) <= to)
       )
-      const tally = (days: Array<string>) => [...new Set(days)].sort().map((date) => [date, days.filter((d) => d === date).length] as const)
+      const tally = (days: Array<string>) =>
+        [...new Set(days)].sort().map((date) => [date, days.filter((d) => d === date).length] as const)
       return {
         campaignId,
         from: from ?? null,
         to: to ?? null,
         activations: counted.length,
         creators: new Set(counted.map((r) => r.creatorId.toLowerCase())).size,
-        activationsByDay: tally(counted.map((r) => r.activatedAt.slice(0, 10))).map(([date, activations]) => ({ date, activations })),
-        plannedPostsByDay: tally(counted.flatMap((r) => (r.plannedPostAt === null ? [] : [r.plannedPostAt]))).map(([date, posts]) => ({ date, posts })),
+        activationsByDay: tally(counted.map((r) => r.activatedAt.slice(0, 10))).map(([date, activations]) => ({
+          date,
+          activations
+        })),
+        plannedPostsByDay: tally(counted.flatMap((r) => (r.plannedPostAt === null ? [] : [r.plannedPostAt]))).map((
+          [date, posts]
+        ) => ({ date, posts })),
         unscheduled: counted.filter((r) => r.plannedPostAt === null).length
       }
     }
@@ -303,10 +334,16 @@ describe.each(backends)("reads on $name", (backend) => {
             const [low, high] = [Math.min(firstDay, secondDay), Math.max(firstDay, secondDay)]
             const from = range === "from" || range === "between" ? day(low) : undefined
             const to = range === "to" || range === "between" ? day(high) : undefined
-            const query = new URLSearchParams({ ...(from === undefined ? {} : { from }), ...(to === undefined ? {} : { to }) })
+            const query = new URLSearchParams({
+              ...(from === undefined ? {} : { from }),
+              ...(to === undefined ? {} : { to })
+            })
             const answer = await analytics(analyst, campaign, `?${query}`)
             expect(answer.status).toBe(200)
-            expect(answer.json).toStrictEqual({ ok: true, analytics: oracle(records, writer.brandId, campaign, from, to) })
+            expect(answer.json).toStrictEqual({
+              ok: true,
+              analytics: oracle(records, writer.brandId, campaign, from, to)
+            })
           }
         ),
         { numRuns: 20 }
@@ -318,7 +355,16 @@ describe.each(backends)("reads on $name", (backend) => {
       const campaign = theirs.json.activation.campaignId
       expect((await analytics(analyst, campaign)).json).toStrictEqual({
         ok: true,
-        analytics: { campaignId: campaign, from: null, to: null, activations: 0, creators: 0, activationsByDay: [], plannedPostsByDay: [], unscheduled: 0 }
+        analytics: {
+          campaignId: campaign,
+          from: null,
+          to: null,
+          activations: 0,
+          creators: 0,
+          activationsByDay: [],
+          plannedPostsByDay: [],
+          unscheduled: 0
+        }
       })
       expect((await analytics(other, campaign)).json.analytics.activations).toBe(1)
     })

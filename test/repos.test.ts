@@ -1,24 +1,45 @@
 import { SqlClient } from "@effect/sql"
 import { afterAll, beforeAll, describe, expect, it, layer } from "@effect/vitest"
-import { Cause, ConfigProvider, Data, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Ref, Schedule, TestClock, TestServices } from "effect"
+import {
+  Cause,
+  ConfigProvider,
+  Data,
+  Deferred,
+  Duration,
+  Effect,
+  Exit,
+  Fiber,
+  Layer,
+  Option,
+  Ref,
+  Schedule,
+  TestClock,
+  TestServices
+} from "effect"
 import { chmodSync, statSync, writeFileSync } from "node:fs"
 import { ActivationsRepo, type Page, pageStatement } from "../src/Activations/ActivationsRepo.ts"
 import { ApiKeys } from "../src/ApiKeys.ts"
-import { ApiKeysRepo, type ApiKeyRow } from "../src/ApiKeys/ApiKeysRepo.ts"
+import { type ApiKeyRow, ApiKeysRepo } from "../src/ApiKeys/ApiKeysRepo.ts"
 import { AppConfig } from "../src/Config.ts"
 import { GroupCommit } from "../src/Database/GroupCommit.ts"
 import { ReadSql, SqlLive } from "../src/Database/Sql.ts"
 import type { Activation } from "../src/Domain/Activation.ts"
 import type { BrandId } from "../src/Domain/ApiKey.ts"
 import { IdempotencyConflict, IdempotencyInProgress } from "../src/Domain/Errors.ts"
-import { Ids } from "../src/Ids.ts"
-import { fingerprintOf, Idempotency, type IdempotentAnswer, type IdempotentRequest, type StoredResponse } from "../src/Idempotency.ts"
+import {
+  fingerprintOf,
+  Idempotency,
+  type IdempotentAnswer,
+  type IdempotentRequest,
+  type StoredResponse
+} from "../src/Idempotency.ts"
 import { IdempotencyRepo, type IdempotencyRow } from "../src/Idempotency/IdempotencyRepo.ts"
+import { Ids } from "../src/Ids.ts"
 import { MetricsOff } from "../src/Metrics.ts"
 import { backends, postgres, sharedSkipped, withPostgres } from "./support/backends.ts"
 import { inspect } from "./support/database.ts"
 import { eventually } from "./support/load.ts"
-import { faultyLink, type FaultyLink } from "./support/proxy.ts"
+import { type FaultyLink, faultyLink } from "./support/proxy.ts"
 import { createKey, tempDatabase } from "./support/server.ts"
 import { annotationOf, captureLogs } from "./support/telemetry.ts"
 import { makeTestLayer } from "./support/testLayer.ts"
@@ -88,59 +109,62 @@ const keyRowOf = (overrides: Partial<ApiKeyRow> = {}): ApiKeyRow => ({
 const find = (keyId: string) =>
   Effect.map(Effect.flatMap(ApiKeysRepo, (repo) => repo.list), (rows) => rows.find((row) => row.keyId === keyId))
 
-layer(ApiKeysRepo.Live.pipe(Layer.provide(SqlLiveAt(keysFile)), Layer.provide(configAt(keysFile))))("ApiKeysRepo", (it) => {
-  const keyRow = keyRowOf
+layer(ApiKeysRepo.Live.pipe(Layer.provide(SqlLiveAt(keysFile)), Layer.provide(configAt(keysFile))))(
+  "ApiKeysRepo",
+  (it) => {
+    const keyRow = keyRowOf
 
-  it.effect("insert then list returns every field as stored", () =>
-    Effect.gen(function*() {
-      const repo = yield* ApiKeysRepo
-      const named = keyRow({ name: "reporting", expiresAt: 1_700_086_400_000 })
-      const withoutScopes = keyRow({ scopes: [] })
-      yield* repo.insert(named)
-      yield* repo.insert(withoutScopes)
-      expect(yield* find(named.keyId)).toEqual(named)
-      expect(yield* find(withoutScopes.keyId)).toEqual(withoutScopes)
-    }))
+    it.effect("insert then list returns every field as stored", () =>
+      Effect.gen(function*() {
+        const repo = yield* ApiKeysRepo
+        const named = keyRow({ name: "reporting", expiresAt: 1_700_086_400_000 })
+        const withoutScopes = keyRow({ scopes: [] })
+        yield* repo.insert(named)
+        yield* repo.insert(withoutScopes)
+        expect(yield* find(named.keyId)).toEqual(named)
+        expect(yield* find(withoutScopes.keyId)).toEqual(withoutScopes)
+      }))
 
-  it.effect("list returns the keys oldest first", () =>
-    Effect.gen(function*() {
-      const repo = yield* ApiKeysRepo
-      const newer = keyRow({ createdAt: 1_800_000_000_001 })
-      const older = keyRow({ createdAt: 1_800_000_000_000 })
-      yield* repo.insert(newer)
-      yield* repo.insert(older)
-      const listed = (yield* repo.list).filter((row) => row.keyId === newer.keyId || row.keyId === older.keyId)
-      expect(listed).toEqual([older, newer])
-    }))
+    it.effect("list returns the keys oldest first", () =>
+      Effect.gen(function*() {
+        const repo = yield* ApiKeysRepo
+        const newer = keyRow({ createdAt: 1_800_000_000_001 })
+        const older = keyRow({ createdAt: 1_800_000_000_000 })
+        yield* repo.insert(newer)
+        yield* repo.insert(older)
+        const listed = (yield* repo.list).filter((row) => row.keyId === newer.keyId || row.keyId === older.keyId)
+        expect(listed).toEqual([older, newer])
+      }))
 
-  it.effect("revoke marks the key once; again or for an unknown key it reports false", () =>
-    Effect.gen(function*() {
-      const repo = yield* ApiKeysRepo
-      const row = keyRow()
-      yield* repo.insert(row)
-      expect(yield* repo.revoke(row.keyId, 1_750_000_000_000)).toBe(true)
-      expect(yield* repo.revoke(row.keyId, 1_760_000_000_000)).toBe(false)
-      expect(yield* find(row.keyId)).toEqual({ ...row, revokedAt: 1_750_000_000_000 })
-      expect(yield* repo.revoke(unique("missing"), 1_750_000_000_000)).toBe(false)
-    }))
+    it.effect("revoke marks the key once; again or for an unknown key it reports false", () =>
+      Effect.gen(function*() {
+        const repo = yield* ApiKeysRepo
+        const row = keyRow()
+        yield* repo.insert(row)
+        expect(yield* repo.revoke(row.keyId, 1_750_000_000_000)).toBe(true)
+        expect(yield* repo.revoke(row.keyId, 1_760_000_000_000)).toBe(false)
+        expect(yield* find(row.keyId)).toEqual({ ...row, revokedAt: 1_750_000_000_000 })
+        expect(yield* repo.revoke(unique("missing"), 1_750_000_000_000)).toBe(false)
+      }))
 
-  it.effect("the generation moves with every change to the keys, by this connection or another process's", () =>
-    Effect.gen(function*() {
-      const repo = yield* ApiKeysRepo
-      const row = keyRow()
-      const before = yield* repo.generation
-      expect(yield* repo.generation).toBe(before)
-      yield* repo.insert(row)
-      const inserted = yield* repo.generation
-      expect(inserted).toBeGreaterThan(before)
-      yield* repo.revoke(row.keyId, 1_750_000_000_000)
-      const revoked = yield* repo.generation
-      expect(revoked).toBeGreaterThan(inserted)
-      // Another connection, as the key command line is: its commit is seen at once.
-      inspect(keysFile, (db) => db.run("UPDATE api_keys SET name = 'renamed' WHERE key_id = ?", [row.keyId]))
-      expect(yield* repo.generation).toBeGreaterThan(revoked)
-    }))
-})
+    it.effect("the generation moves with every change to the keys, by this connection or another process's", () =>
+      Effect.gen(function*() {
+        const repo = yield* ApiKeysRepo
+        const row = keyRow()
+        const before = yield* repo.generation
+        expect(yield* repo.generation).toBe(before)
+        yield* repo.insert(row)
+        const inserted = yield* repo.generation
+        expect(inserted).toBeGreaterThan(before)
+        yield* repo.revoke(row.keyId, 1_750_000_000_000)
+        const revoked = yield* repo.generation
+        expect(revoked).toBeGreaterThan(inserted)
+        // Another connection, as the key command line is: its commit is seen at once.
+        inspect(keysFile, (db) => db.run("UPDATE api_keys SET name = 'renamed' WHERE key_id = ?", [row.keyId]))
+        expect(yield* repo.generation).toBeGreaterThan(revoked)
+      }))
+  }
+)
 
 /** The key lifecycle's statements on each database: SQLite always, PostgreSQL where it runs. */
 const lifecycleDatabases: ReadonlyArray<readonly [string, () => Promise<string>]> = [
@@ -149,12 +173,24 @@ const lifecycleDatabases: ReadonlyArray<readonly [string, () => Promise<string>]
 ]
 
 describe.each(lifecycleDatabases)("ApiKeysRepo's key lifecycle on %s", (_, database) => {
-  const repoLayer = Layer.unwrapEffect(Effect.map(Effect.promise(database), (url) => ApiKeysRepo.Live.pipe(Layer.provideMerge(SqlLiveAt(url)), Layer.provide(configAt(url)))))
-  const keyRow = (overrides: Partial<ApiKeyRow> = {}) => keyRowOf({ name: "nightly export", scopes: ["campaigns:read"], ...overrides })
+  const repoLayer = Layer.unwrapEffect(
+    Effect.map(
+      Effect.promise(database),
+      (url) => ApiKeysRepo.Live.pipe(Layer.provideMerge(SqlLiveAt(url)), Layer.provide(configAt(url)))
+    )
+  )
+  const keyRow = (overrides: Partial<ApiKeyRow> = {}) =>
+    keyRowOf({ name: "nightly export", scopes: ["campaigns:read"], ...overrides })
   // The counter as committed now, which every instance's generation follows (on PostgreSQL by its
   // poll, which these tests' clock never runs).
-  const committed = Effect.flatMap(SqlClient.SqlClient, (sql) =>
-    Effect.map(Effect.orDie(sql<{ generation: number | string }>`SELECT generation FROM api_keys_generation`), (rows) => Number(rows[0]!.generation)))
+  const committed = Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) =>
+      Effect.map(
+        Effect.orDie(sql<{ generation: number | string }>`SELECT generation FROM api_keys_generation`),
+        (rows) => Number(rows[0]!.generation)
+      )
+  )
 
   layer(repoLayer, { timeout: 30_000 })((it) => {
     it.effect("roll keeps the current secret as the previous one, until the grace or the key's expiry, the earlier", () =>
@@ -162,7 +198,9 @@ describe.each(lifecycleDatabases)("ApiKeysRepo's key lifecycle on %s", (_, datab
         const repo = yield* ApiKeysRepo
         const row = keyRow({ rateLimit: { max: 600, windowSeconds: 60 } })
         yield* repo.insert(row)
-        expect(yield* repo.roll(row.keyId, "cd".repeat(32), 1_800_000_000_000, 1_750_000_000_000)).toBe(1_800_000_000_000)
+        expect(yield* repo.roll(row.keyId, "cd".repeat(32), 1_800_000_000_000, 1_750_000_000_000)).toBe(
+          1_800_000_000_000
+        )
         expect(yield* find(row.keyId)).toEqual({
           ...row,
           secretSha256: "cd".repeat(32),
@@ -170,12 +208,19 @@ describe.each(lifecycleDatabases)("ApiKeysRepo's key lifecycle on %s", (_, datab
           previousSecretEndsAt: 1_800_000_000_000
         })
         // Again: the oldest secret is gone.
-        expect(yield* repo.roll(row.keyId, "ef".repeat(32), 1_810_000_000_000, 1_750_000_000_000)).toBe(1_810_000_000_000)
-        expect(yield* find(row.keyId)).toMatchObject({ secretSha256: "ef".repeat(32), previousSecretSha256: "cd".repeat(32) })
+        expect(yield* repo.roll(row.keyId, "ef".repeat(32), 1_810_000_000_000, 1_750_000_000_000)).toBe(
+          1_810_000_000_000
+        )
+        expect(yield* find(row.keyId)).toMatchObject({
+          secretSha256: "ef".repeat(32),
+          previousSecretSha256: "cd".repeat(32)
+        })
 
         const trial = keyRow({ expiresAt: 1_760_000_000_000 })
         yield* repo.insert(trial)
-        expect(yield* repo.roll(trial.keyId, "cd".repeat(32), 1_800_000_000_000, 1_750_000_000_000)).toBe(1_760_000_000_000)
+        expect(yield* repo.roll(trial.keyId, "cd".repeat(32), 1_800_000_000_000, 1_750_000_000_000)).toBe(
+          1_760_000_000_000
+        )
       }))
 
     it.effect("roll and update change only an active key: not a revoked one, an expired one or an unknown id", () =>
@@ -202,7 +247,9 @@ describe.each(lifecycleDatabases)("ApiKeysRepo's key lifecycle on %s", (_, datab
         const before = yield* committed
         expect(yield* repo.update(row.keyId, { rateLimit: { max: 5, windowSeconds: 60 } }, 0)).toBe(true)
         expect(yield* find(row.keyId)).toEqual({ ...row, rateLimit: { max: 5, windowSeconds: 60 } })
-        expect(yield* repo.update(row.keyId, { scopes: ["campaigns:write", "analytics:read"], name: null }, 0)).toBe(true)
+        expect(yield* repo.update(row.keyId, { scopes: ["campaigns:write", "analytics:read"], name: null }, 0)).toBe(
+          true
+        )
         expect(yield* find(row.keyId)).toEqual({
           ...row,
           scopes: ["campaigns:write", "analytics:read"],
@@ -223,7 +270,10 @@ describe.each(lifecycleDatabases)("ApiKeysRepo's key lifecycle on %s", (_, datab
         yield* repo.insert(b)
         const before = yield* committed
         const use = (key: ApiKeyRow, secretSha256: string, at: number) => ({ keyId: key.keyId, secretSha256, at })
-        yield* repo.recordUsage([use(a, "ab".repeat(32), 1_750_000_060_000), use(b, "ab".repeat(32), 1_750_000_000_000)])
+        yield* repo.recordUsage([
+          use(a, "ab".repeat(32), 1_750_000_060_000),
+          use(b, "ab".repeat(32), 1_750_000_000_000)
+        ])
         // Another instance's older note, written after: kept out. Another secret of a: a row of its own.
         yield* repo.recordUsage([
           use(a, "ab".repeat(32), 1_750_000_000_000),
@@ -240,12 +290,18 @@ describe.each(lifecycleDatabases)("ApiKeysRepo's key lifecycle on %s", (_, datab
         expect(yield* committed).toBe(before)
         // Two instances writing the same keys at once, their notes in opposite orders: on
         // PostgreSQL, rows locked in opposite orders would deadlock one of the two writes.
-        const shared = Array.from({ length: 400 }, (_, i) => ({ keyId: unique("both"), secretSha256: "ab".repeat(32), at: 1_750_000_000_000 + i }))
+        const shared = Array.from(
+          { length: 400 },
+          (_, i) => ({ keyId: unique("both"), secretSha256: "ab".repeat(32), at: 1_750_000_000_000 + i })
+        )
         for (let round = 0; round < 5; round++) {
           yield* Effect.all([repo.recordUsage(shared), repo.recordUsage([...shared].reverse())], { concurrency: 2 })
         }
         // More than one statement's worth at once.
-        const many = Array.from({ length: 1_201 }, (_, i) => ({ keyId: unique("many"), secretSha256: "ef".repeat(32), at: 1_750_000_000_000 + i }))
+        const many = Array.from(
+          { length: 1_201 },
+          (_, i) => ({ keyId: unique("many"), secretSha256: "ef".repeat(32), at: 1_750_000_000_000 + i })
+        )
         yield* repo.recordUsage(many)
         const after = new Map((yield* repo.lastUsed).map((use) => [use.keyId, use.at]))
         expect(many.every((use) => after.get(use.keyId) === use.at)).toBe(true)
@@ -275,8 +331,16 @@ describe.skipIf(sharedSkipped !== undefined)("ApiKeys on PostgreSQL", () => {
       Layer.provide(configAt(link.url))
     )
   const madeUp = () => `cak_${crypto.randomUUID().replace(/-/g, "").slice(0, 16)}_${"0".repeat(64)}`
-  const knownKey = Effect.flatMap(ApiKeys, (keys) =>
-    keys.create({ brandId: brandId as BrandId, scopes: ["campaigns:read"], name: Option.none(), expiresIn: Option.none() }))
+  const knownKey = Effect.flatMap(
+    ApiKeys,
+    (keys) =>
+      keys.create({
+        brandId: brandId as BrandId,
+        scopes: ["campaigns:read"],
+        name: Option.none(),
+        expiresIn: Option.none()
+      })
+  )
 
   it.effect("refuses 10,000 made-up key ids while time passes without sending the database a byte", () =>
     Effect.gen(function*() {
@@ -387,7 +451,9 @@ interface PagePlan {
 
 /** An index's columns from its definition, with PostgreSQL's casts of a column to text taken out. */
 const indexColumns = (definition: string) =>
-  definition.slice(definition.indexOf("(") + 1, definition.lastIndexOf(")")).replace(/\((\w+)\)::text/g, "$1").split(/,\s*/)
+  definition.slice(definition.indexOf("(") + 1, definition.lastIndexOf(")")).replace(/\((\w+)\)::text/g, "$1").split(
+    /,\s*/
+  )
 
 /** SQLite's EXPLAIN QUERY PLAN: a search lists the conditions its index keys on, and nothing else of them. */
 const sqlitePlan = (sql: SqlClient.SqlClient, [text, params]: readonly [string, ReadonlyArray<unknown>]) =>
@@ -470,11 +536,27 @@ describe.each(backends)("ActivationsRepo's pages on $name", (backend) => {
     }).pipe(Effect.provide(SqlLiveAt(database)), Effect.runPromise)
     expect(plans).toHaveLength(8)
     for (const { page, plan } of plans) {
-      const filters = (["creatorId", "campaignId"] as const).filter((name) => page[name] !== undefined).map((name) => filtered[name])
+      const filters = (["creatorId", "campaignId"] as const).filter((name) => page[name] !== undefined).map((name) =>
+        filtered[name]
+      )
       const leading = plan.index.slice(0, filters.length + 2)
       // The brand, then the filters in whichever order the index has them, then the id it pages by.
-      expect({ page, brand: leading[0], filters: leading.slice(1, -1).sort(), then: leading.at(-1), keyedOn: plan.keyedOn, otherSteps: plan.otherSteps })
-        .toEqual({ page, brand: "brand_id", filters: filters.sort(), then: "id", keyedOn: filters.length + 2, otherSteps: [] })
+      expect({
+        page,
+        brand: leading[0],
+        filters: leading.slice(1, -1).sort(),
+        then: leading.at(-1),
+        keyedOn: plan.keyedOn,
+        otherSteps: plan.otherSteps
+      })
+        .toEqual({
+          page,
+          brand: "brand_id",
+          filters: filters.sort(),
+          then: "id",
+          keyedOn: filters.length + 2,
+          otherSteps: []
+        })
     }
   })
 })
@@ -493,8 +575,12 @@ layer(SqlLiveAt(tempDatabase()))("ReadSql on SQLite", (it) => {
       })
       // One value in two places, or the values in another order: the stand-ins do not come back in
       // their places, so each call builds its statement.
-      const twice = read.prepare((a: string) => sql<{ n: number }>`SELECT n FROM pairs WHERE a = ${a} OR (a = ${a} AND n < 0) ORDER BY n`)
-      const swapped = read.prepare((n: number, a: string) => sql<{ n: number }>`SELECT n FROM pairs WHERE a = ${a} AND n >= ${n} ORDER BY n`)
+      const twice = read.prepare((a: string) =>
+        sql<{ n: number }>`SELECT n FROM pairs WHERE a = ${a} OR (a = ${a} AND n < 0) ORDER BY n`
+      )
+      const swapped = read.prepare((n: number, a: string) =>
+        sql<{ n: number }>`SELECT n FROM pairs WHERE a = ${a} AND n >= ${n} ORDER BY n`
+      )
       expect(yield* kept("x", 2)).toEqual([{ n: 3 }])
       expect(yield* kept("y", 0)).toEqual([{ n: 2 }])
       // Built once, with the stand-ins, and never again.
@@ -812,7 +898,10 @@ layer(IdempotencyRacedOnFreshFile)("Idempotency against another instance's write
 
 /** Group commit and the activations repository on a database file of their own. */
 const groupCommitOnFreshFile = () =>
-  Layer.merge(GroupCommit.Live, ActivationsRepo.Live).pipe(Layer.provideMerge(SqlLiveAt(tempDatabase())), Layer.provide(MetricsOff))
+  Layer.merge(GroupCommit.Live, ActivationsRepo.Live).pipe(
+    Layer.provideMerge(SqlLiveAt(tempDatabase())),
+    Layer.provide(MetricsOff)
+  )
 const GroupCommitOnFreshFile = groupCommitOnFreshFile()
 
 layer(GroupCommitOnFreshFile)("GroupCommit", (it) => {
@@ -866,30 +955,36 @@ const logged = captureLogs(({ annotations, message }) => ({
   requestId: annotationOf(annotations, "requestId")
 }))
 
-layer(GroupCommit.Live.pipe(Layer.provide(SqlLiveAt(tempDatabase())), Layer.provide([logged.layer, MetricsOff])))("GroupCommit's log lines", (it) => {
-  it.effect("a piece of work logs with its own request's annotations, never with another piece's, in both of a batch's runs", () =>
-    Effect.gen(function*() {
-      const groupCommit = yield* GroupCommit
-      const piece = (n: number) =>
-        groupCommit.transaction(Effect.zipRight(Effect.logInfo(`piece ${n}`), n === 4 ? Effect.fail("refused") : Effect.void))
-      // Started together, so they share a batch. The fourth comes from a request without an id; the
-      // fifth fails, so the batch runs again with a savepoint per piece.
-      yield* Effect.all([
-        ...[0, 1, 2].map((n) => Effect.annotateLogs(piece(n), "requestId", `request-${n}`)),
-        piece(3),
-        Effect.annotateLogs(Effect.exit(piece(4)), "requestId", "request-4")
-      ], { concurrency: "unbounded" })
-      const lines = logged.lines.filter((line) => line.message.startsWith("piece"))
-      const requestIdsOf = (n: number) => lines.filter((line) => line.message === `piece ${n}`).map((line) => line.requestId)
-      expect([0, 1, 2, 3, 4].map(requestIdsOf)).toEqual([
-        ["request-0", "request-0"],
-        ["request-1", "request-1"],
-        ["request-2", "request-2"],
-        [undefined, undefined],
-        ["request-4", "request-4"]
-      ])
-    }))
-})
+layer(GroupCommit.Live.pipe(Layer.provide(SqlLiveAt(tempDatabase())), Layer.provide([logged.layer, MetricsOff])))(
+  "GroupCommit's log lines",
+  (it) => {
+    it.effect("a piece of work logs with its own request's annotations, never with another piece's, in both of a batch's runs", () =>
+      Effect.gen(function*() {
+        const groupCommit = yield* GroupCommit
+        const piece = (n: number) =>
+          groupCommit.transaction(
+            Effect.zipRight(Effect.logInfo(`piece ${n}`), n === 4 ? Effect.fail("refused") : Effect.void)
+          )
+        // Started together, so they share a batch. The fourth comes from a request without an id; the
+        // fifth fails, so the batch runs again with a savepoint per piece.
+        yield* Effect.all([
+          ...[0, 1, 2].map((n) => Effect.annotateLogs(piece(n), "requestId", `request-${n}`)),
+          piece(3),
+          Effect.annotateLogs(Effect.exit(piece(4)), "requestId", "request-4")
+        ], { concurrency: "unbounded" })
+        const lines = logged.lines.filter((line) => line.message.startsWith("piece"))
+        const requestIdsOf = (n: number) =>
+          lines.filter((line) => line.message === `piece ${n}`).map((line) => line.requestId)
+        expect([0, 1, 2, 3, 4].map(requestIdsOf)).toEqual([
+          ["request-0", "request-0"],
+          ["request-1", "request-1"],
+          ["request-2", "request-2"],
+          [undefined, undefined],
+          ["request-4", "request-4"]
+        ])
+      }))
+  }
+)
 
 describe.skipIf(sharedSkipped !== undefined)("IdempotencyRepo.purgeExpired on PostgreSQL", () => {
   it("leaves an entry that was replaced while the purge waited for its row", async () => {

@@ -4,8 +4,8 @@ import { activate, call, uniqueKey, whoami } from "./support/client.ts"
 import { expectEnvelope } from "./support/contract.ts"
 import { databaseFiles, permissions } from "./support/database.ts"
 import {
-  createKey,
   type CreatedTestKey,
+  createKey,
   revokeKey,
   runCli,
   type RunningServer,

@@ -1,32 +1,55 @@
 import { RateLimiter } from "@effect/experimental"
 import { HttpServerRequest } from "@effect/platform"
-import { RateLimitStore } from "../src/RateLimit/Store.ts"
 import { describe, expect, it, layer } from "@effect/vitest"
-import { Arbitrary, Cause, Context, DateTime, Deferred, Duration, Effect, Either, Exit, FastCheck as fc, Fiber, FiberId, HashMap, Layer, List, LogLevel, Logger, LogSpan, Option, Schema, Scope as EffectScope, TestClock } from "effect"
+import {
+  Arbitrary,
+  Cause,
+  Context,
+  DateTime,
+  Deferred,
+  Duration,
+  Effect,
+  Either,
+  Exit,
+  FastCheck as fc,
+  Fiber,
+  FiberId,
+  HashMap,
+  Layer,
+  List,
+  Logger,
+  LogLevel,
+  LogSpan,
+  Option,
+  Schema,
+  Scope as EffectScope,
+  TestClock
+} from "effect"
 import { createHash } from "node:crypto"
 import { Activations } from "../src/Activations.ts"
 import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
+import { pageJson, recordJson } from "../src/Activations/Http.ts"
 import { ApiKeys } from "../src/ApiKeys.ts"
-import { ApiKeysRepo, type ApiKeyRow } from "../src/ApiKeys/ApiKeysRepo.ts"
+import { type ApiKeyRow, ApiKeysRepo } from "../src/ApiKeys/ApiKeysRepo.ts"
 import { KeyUsage } from "../src/ApiKeys/KeyUsage.ts"
 import { AppConfig } from "../src/Config.ts"
+import { DatabaseOutage } from "../src/Database/Outage.ts"
+import { databaseError } from "../src/Database/SqlErrors.ts"
+import { ActivateResponse, Activation, ActivationList } from "../src/Domain/Activation.ts"
 import type { ApiKeyIdentity, BrandId, KeyId, Scope } from "../src/Domain/ApiKey.ts"
 import { KeyRefused, type RefusalReason } from "../src/Domain/Errors.ts"
 import { IdempotencyKeyHeader, isMissingIdempotencyKey } from "../src/Domain/IdempotencyKey.ts"
-import { canonicalJson, fingerprintOf, type IdempotentRequest } from "../src/Idempotency.ts"
-import { Ids } from "../src/Ids.ts"
-import { databaseError } from "../src/Database/SqlErrors.ts"
-import { pageJson, recordJson } from "../src/Activations/Http.ts"
-import { ActivateResponse, Activation, ActivationList } from "../src/Domain/Activation.ts"
+import { Draining } from "../src/Draining.ts"
 import { makeCallers } from "../src/Edge/Caller.ts"
 import { makeRenderer } from "../src/Edge/Render.ts"
-import { DatabaseOutage } from "../src/Database/Outage.ts"
-import { Draining } from "../src/Draining.ts"
-import { HealthHandlers } from "../src/Health/Http.ts"
 import { HealthRepo } from "../src/Health/HealthRepo.ts"
+import { HealthHandlers } from "../src/Health/Http.ts"
+import { canonicalJson, fingerprintOf, type IdempotentRequest } from "../src/Idempotency.ts"
+import { Ids } from "../src/Ids.ts"
 import { accessLine, jsonLine } from "../src/Logging.ts"
 import { MetricsOff } from "../src/Metrics.ts"
 import { RateLimit } from "../src/RateLimit.ts"
+import { RateLimitStore } from "../src/RateLimit/Store.ts"
 import { annotationOf, captureLogs } from "./support/telemetry.ts"
 import { makeTestLayer } from "./support/testLayer.ts"
 
@@ -40,7 +63,9 @@ describe("makeTestLayer", () => {
     Effect.gen(function*() {
       const repo = yield* ApiKeysRepo
       expect(yield* Effect.exit(repo.revoke("any", 0))).toEqual(Exit.succeed(true))
-      expect(yield* Effect.exit(repo.insert({} as ApiKeyRow))).toEqual(Exit.die("ApiKeys/ApiKeysRepo.insert not implemented"))
+      expect(yield* Effect.exit(repo.insert({} as ApiKeyRow))).toEqual(
+        Exit.die("ApiKeys/ApiKeysRepo.insert not implemented")
+      )
       expect(yield* Effect.exit(repo.list)).toEqual(Exit.die("ApiKeys/ApiKeysRepo.list not implemented"))
     }).pipe(Effect.provide(KeysRepoThatOnlyRevokes)))
 })
@@ -68,9 +93,16 @@ const ApiKeysRepoInMemory = makeTestLayer(ApiKeysRepo)({
   roll: (keyId, secretSha256, graceEndsAt, now) =>
     Effect.sync(() => {
       const row = storedKeys.get(keyId)
-      if (row === undefined || row.revokedAt !== null || (row.expiresAt !== null && row.expiresAt <= now)) return undefined
+      if (
+        row === undefined || row.revokedAt !== null || (row.expiresAt !== null && row.expiresAt <= now)
+      ) return undefined
       const endsAt = row.expiresAt !== null && row.expiresAt < graceEndsAt ? row.expiresAt : graceEndsAt
-      storedKeys.set(keyId, { ...row, secretSha256, previousSecretSha256: row.secretSha256, previousSecretEndsAt: endsAt })
+      storedKeys.set(keyId, {
+        ...row,
+        secretSha256,
+        previousSecretSha256: row.secretSha256,
+        previousSecretEndsAt: endsAt
+      })
       generation++
       return endsAt
     }),
@@ -185,12 +217,22 @@ layer(ApiKeys.Live.pipe(Layer.provide(ApiKeysRepoInMemory), Layer.provide(makeId
       expect(rolled.apiKey).toMatch(new RegExp(`^cak_${info.keyId}_[0-9a-f]{64}$`))
       expect(rolled.apiKey).not.toBe(before)
       const graceEnd = Duration.toMillis(Duration.hours(24))
-      const startedAt = (yield* TestClock.currentTimeMillis)
+      const startedAt = yield* TestClock.currentTimeMillis
       expect(DateTime.toEpochMillis(rolled.previousSecretEndsAt)).toBe(startedAt + graceEnd)
       const identity = { keyId: info.keyId, brandId, scopes }
       const digestOf = (apiKey: string) => sha256Hex(secretOf(apiKey))
-      expect(yield* authenticate(rolled.apiKey)).toEqual({ identity, endsAt: null, rateLimit: null, secretSha256: digestOf(rolled.apiKey) })
-      expect(yield* authenticate(before)).toEqual({ identity, endsAt: startedAt + graceEnd, rateLimit: null, secretSha256: digestOf(before) })
+      expect(yield* authenticate(rolled.apiKey)).toEqual({
+        identity,
+        endsAt: null,
+        rateLimit: null,
+        secretSha256: digestOf(rolled.apiKey)
+      })
+      expect(yield* authenticate(before)).toEqual({
+        identity,
+        endsAt: startedAt + graceEnd,
+        rateLimit: null,
+        secretSha256: digestOf(before)
+      })
       yield* TestClock.adjust(Duration.subtract(Duration.hours(24), Duration.millis(1)))
       yield* authenticate(before)
       yield* TestClock.adjust(Duration.millis(1))
@@ -233,7 +275,8 @@ layer(ApiKeys.Live.pipe(Layer.provide(ApiKeysRepoInMemory), Layer.provide(makeId
       const keys = yield* ApiKeys
       const { apiKey, info } = yield* createKey()
       expect((yield* authenticate(apiKey)).rateLimit).toBeNull()
-      expect(yield* keys.update(info.keyId, { scopes: ["campaigns:read"], rateLimit: { max: 5, windowSeconds: 60 } })).toBe(true)
+      expect(yield* keys.update(info.keyId, { scopes: ["campaigns:read"], rateLimit: { max: 5, windowSeconds: 60 } }))
+        .toBe(true)
       const updated = yield* authenticate(apiKey)
       expect(updated.identity.scopes).toEqual(["campaigns:read"])
       expect(updated.rateLimit).toEqual({ max: 5, windowSeconds: 60 })
@@ -269,7 +312,9 @@ describe("KeyUsage", () => {
         ? Effect.die(databaseError("SQLITE_BUSY", "locked"))
         : Effect.sync(() => void written.push(uses.map((use) => `${use.keyId}/${use.secretSha256}@${use.at / minute}`)))
   })
-  const makeUsage = Layer.build(KeyUsage.Live.pipe(Layer.provide(RecordingRepo))).pipe(Effect.map(Context.get(KeyUsage)))
+  const makeUsage = Layer.build(KeyUsage.Live.pipe(Layer.provide(RecordingRepo))).pipe(
+    Effect.map(Context.get(KeyUsage))
+  )
 
   it.scoped("notes each secret once per minute and writes the notes in one batch a minute, never on the request", () =>
     Effect.gen(function*() {
@@ -371,7 +416,12 @@ describe("ApiKeys with a polled generation", () => {
       expect((yield* Effect.flip(keys.authenticate(madeUp(0)))).reason).toBe("unknown key")
       expect(loads).toBe(1)
       // Created since the last poll, as by another process: not known yet (README, Running several instances).
-      const { apiKey, info } = yield* keys.create({ brandId, scopes: ["campaigns:read"], name: Option.none(), expiresIn: Option.none() })
+      const { apiKey, info } = yield* keys.create({
+        brandId,
+        scopes: ["campaigns:read"],
+        name: Option.none(),
+        expiresIn: Option.none()
+      })
       expect((yield* Effect.flip(keys.authenticate(apiKey))).reason).toBe("unknown key")
       const reasons = new Set<string>()
       for (let n = 1; n <= 10_000; n++) reasons.add((yield* Effect.flip(keys.authenticate(madeUp(n)))).reason)
@@ -396,7 +446,11 @@ describe("ApiKeys with a polled generation", () => {
     return Effect.gen(function*() {
       const keys = yield* ApiKeys
       const refusals = yield* Effect.fork(
-        Effect.forEach(Array.from({ length: 50 }, (_, n) => madeUp(n)), (token) => Effect.flip(keys.authenticate(token)), { concurrency: "unbounded" })
+        Effect.forEach(
+          Array.from({ length: 50 }, (_, n) => madeUp(n)),
+          (token) => Effect.flip(keys.authenticate(token)),
+          { concurrency: "unbounded" }
+        )
       )
       // Every one of them is waiting for the keys before they come.
       while (asked < 50) yield* Effect.yieldNow()
@@ -496,9 +550,11 @@ const recordedInserts: Array<{
 const activationId = "3f2a9c1e-7b4d-4e8a-9c6f-1d2e3f4a5b6c"
 
 const ActivationsWithDoubles = Activations.Live.pipe(
-  Layer.provide(makeTestLayer(ActivationsRepo)({
-    insert: (activation, owner) => Effect.sync(() => void recordedInserts.push({ activation, owner }))
-  })),
+  Layer.provide(
+    makeTestLayer(ActivationsRepo)({
+      insert: (activation, owner) => Effect.sync(() => void recordedInserts.push({ activation, owner }))
+    })
+  ),
   Layer.provide(makeTestLayer(Ids)({ uuid: Effect.succeed(activationId) }))
 )
 
@@ -602,7 +658,18 @@ describe("the Idempotency-Key header", () => {
   })
 
   it("refuses spaces, control characters and non-ASCII", () => {
-    for (const header of ["order 1", "order\t1", "order\u00001", "order\u007f", "bestellung-ä", "🔑", "abc\u00a0", "\ufeffabc"]) {
+    for (
+      const header of [
+        "order 1",
+        "order\t1",
+        "order\u00001",
+        "order\u007f",
+        "bestellung-ä",
+        "🔑",
+        "abc\u00a0",
+        "\ufeffabc"
+      ]
+    ) {
       expect(invalid(header)).toBe(true)
     }
   })
@@ -640,7 +707,10 @@ describe("the database outage's log", () => {
   it.effect("one line with the cause per 10 s, the rest counted: the last count once it has been quiet for 10 s or at shutdown, and a new outage's cause at once", () =>
     Effect.gen(function*() {
       const scope = yield* EffectScope.make()
-      const outage = Context.get(yield* Layer.buildWithScope(DatabaseOutage.Live.pipe(Layer.provide(MetricsOff)), scope), DatabaseOutage)
+      const outage = Context.get(
+        yield* Layer.buildWithScope(DatabaseOutage.Live.pipe(Layer.provide(MetricsOff)), scope),
+        DatabaseOutage
+      )
       const failTimes = (n: number) => Effect.repeatN(outage.failed(down), n - 1)
       yield* failTimes(5)
       expect(lines).toEqual([{ message: "database unavailable", cause: true, more: 0 }])
@@ -679,10 +749,13 @@ describe("readiness", () => {
     DatabaseOutage.Live.pipe(Layer.provide(MetricsOff))
   )
   const probe = (handlers: Effect.Effect.Success<typeof HealthHandlers>) =>
-    Effect.map(Effect.either(handlers.ready({ request: HttpServerRequest.fromWeb(new Request("http://127.0.0.1/readyz")) })), Either.match({
-      onLeft: (error) => 503 + (error._tag === "ServiceUnavailable" ? 0 : 1000),
-      onRight: () => 200
-    }))
+    Effect.map(
+      Effect.either(handlers.ready({ request: HttpServerRequest.fromWeb(new Request("http://127.0.0.1/readyz")) })),
+      Either.match({
+        onLeft: (error) => 503 + (error._tag === "ServiceUnavailable" ? 0 : 1000),
+        onRight: () => 200
+      })
+    )
 
   it.scoped("asks the database at most once a second whatever the probe rate, and logs a failing probe as the outage's other failures", () =>
     Effect.gen(function*() {
@@ -725,7 +798,11 @@ describe("the access line", () => {
     brandId: null,
     reason: "unknown key" as const
   }
-  const generic = (annotations: HashMap.HashMap<string, unknown>, spans: List.List<LogSpan.LogSpan>, id: FiberId.FiberId) =>
+  const generic = (
+    annotations: HashMap.HashMap<string, unknown>,
+    spans: List.List<LogSpan.LogSpan>,
+    id: FiberId.FiberId
+  ) =>
     jsonLine({
       annotations,
       cause: Cause.empty,
@@ -739,7 +816,10 @@ describe("the access line", () => {
   it("is spelled exactly as the generic JSON line: quotes, numbers, nulls, objects, log spans, a field over an annotation, any fiber id", () => {
     const cases: ReadonlyArray<readonly [HashMap.HashMap<string, unknown>, List.List<LogSpan.LogSpan>]> = [
       [HashMap.make(["requestId", "req-1"]), List.nil()],
-      [HashMap.make(["requestId", "req-1"], ["odd \"key\"", Number.NaN], ["flag", true], ["user", { id: 1 }]), List.nil()],
+      [
+        HashMap.make(["requestId", "req-1"], ["odd \"key\"", Number.NaN], ["flag", true], ["user", { id: 1 }]),
+        List.nil()
+      ],
       [HashMap.make(["status", "overridden by the field"]), List.nil()],
       [HashMap.empty(), List.make(LogSpan.make("load", now - 5))]
     ]
@@ -748,7 +828,9 @@ describe("the access line", () => {
       expect(line).toBe(generic(annotations, spans, fiberId))
       expect(JSON.parse(line).annotations).toEqual(expect.objectContaining(fields))
     }
-    expect(JSON.parse(accessLine(HashMap.empty(), fields, List.make(LogSpan.make("load", now - 5)), fiberId, now)).spans)
+    expect(
+      JSON.parse(accessLine(HashMap.empty(), fields, List.make(LogSpan.make("load", now - 5)), fiberId, now)).spans
+    )
       .toEqual({ load: 5 })
     const noFiber = accessLine(HashMap.empty(), fields, List.nil(), FiberId.none, now)
     expect(noFiber).toBe(generic(HashMap.empty(), List.nil(), FiberId.none))
@@ -757,7 +839,8 @@ describe("the access line", () => {
 
   it("is the line users read: every key in place, quotes escaped, and every one of many annotations", () => {
     expect(accessLine(HashMap.make(["requestId", "req-1"]), fields, List.nil(), fiberId, now)).toBe(
-      String.raw`{"message":"request","logLevel":"INFO","timestamp":"2026-11-23T01:02:03.456Z","annotations":{"requestId":"req-1","clientAddress":"203.0.113.7","clientRequestId":"caller's \"own\" id","method":"POST","route":"/v1/whoami","status":401,"durationMs":0.125,"keyId":"k\"ey\\1","brandId":null,"reason":"unknown key"},"spans":{},"fiberId":"#42"}`
+      String
+        .raw`{"message":"request","logLevel":"INFO","timestamp":"2026-11-23T01:02:03.456Z","annotations":{"requestId":"req-1","clientAddress":"203.0.113.7","clientRequestId":"caller's \"own\" id","method":"POST","route":"/v1/whoami","status":401,"durationMs":0.125,"keyId":"k\"ey\\1","brandId":null,"reason":"unknown key"},"spans":{},"fiberId":"#42"}`
     )
     const many = HashMap.fromIterable(Array.from({ length: 40 }, (_, i) => [`annotation${i}`, i] as const))
     const line = accessLine(many, fields, List.nil(), fiberId, now)
@@ -775,9 +858,13 @@ describe("the reads' JSON, written without the schemas' encoders", () => {
     fc.assert(
       fc.property(fc.array(record, { maxLength: 5 }), fc.boolean(), (activations, hasMore) => {
         for (const activation of activations) {
-          expect(recordJson(activation)).toBe(JSON.stringify(Schema.encodeSync(ActivateResponse)({ ok: true, activation })))
+          expect(recordJson(activation)).toBe(
+            JSON.stringify(Schema.encodeSync(ActivateResponse)({ ok: true, activation }))
+          )
         }
-        expect(pageJson(activations, hasMore)).toBe(JSON.stringify(Schema.encodeSync(ActivationList)({ ok: true, activations, hasMore })))
+        expect(pageJson(activations, hasMore)).toBe(
+          JSON.stringify(Schema.encodeSync(ActivationList)({ ok: true, activations, hasMore }))
+        )
       }),
       { numRuns: 200 }
     )
@@ -797,10 +884,12 @@ describe("the renderer's validation message", () => {
     Effect.gen(function*() {
       const { renderFailure } = makeRenderer(() => Effect.void)
       // Deep enough to overflow any stack that describes it recursively (Effect's formatter does).
-      for (const [value, message] of [
-        [nestedArray(500_000), "The request body must be a JSON object."],
-        [{ socialUsername: nestedArray(500_000) }, "socialUsername"]
-      ] as const) {
+      for (
+        const [value, message] of [
+          [nestedArray(500_000), "The request body must be a JSON object."],
+          [{ socialUsername: nestedArray(500_000) }, "socialUsername"]
+        ] as const
+      ) {
         const error = yield* Effect.flip(Schema.decodeUnknown(Payload)(value))
         const reply = yield* renderFailure(Cause.fail(error))
         expect(reply.status).toBe(400)
@@ -821,7 +910,10 @@ describe("who sent a request (TRUSTED_PROXIES)", () => {
 
   it("trusts no one by default: the peer is the client, the request id the server's, the caller's own id bounded and printable", () => {
     const none = makeCallers([])
-    const caller = none(request({ "x-forwarded-for": "203.0.113.9", "x-request-id": `a\u0007b${"c".repeat(300)}` }), "10.1.2.3")
+    const caller = none(
+      request({ "x-forwarded-for": "203.0.113.9", "x-request-id": `a\u0007b${"c".repeat(300)}` }),
+      "10.1.2.3"
+    )
     expect(caller.clientAddress).toBe("10.1.2.3")
     expect(caller.requestId).toMatch(uuid)
     expect(caller.clientRequestId).toBe(`a?b${"c".repeat(125)}`)
@@ -829,20 +921,46 @@ describe("who sent a request (TRUSTED_PROXIES)", () => {
   })
 
   it.each([
-    ["the last hop a trusted proxy did not write", { "x-forwarded-for": "6.6.6.6, 203.0.113.9, 10.9.9.9" }, "10.1.2.3", "203.0.113.9"],
+    [
+      "the last hop a trusted proxy did not write",
+      { "x-forwarded-for": "6.6.6.6, 203.0.113.9, 10.9.9.9" },
+      "10.1.2.3",
+      "203.0.113.9"
+    ],
     ["IPv6 and an IPv4-mapped peer", { "x-forwarded-for": "2001:db8::1" }, "::ffff:10.1.2.3", "2001:db8::1"],
-    ["Forwarded, without X-Forwarded-For", { forwarded: "for=198.51.100.1;proto=https, for=\"[2001:db8::7]:4711\"" }, "fd12::1", "2001:db8::7"],
+    [
+      "Forwarded, without X-Forwarded-For",
+      { forwarded: "for=198.51.100.1;proto=https, for=\"[2001:db8::7]:4711\"" },
+      "fd12::1",
+      "2001:db8::7"
+    ],
     ["an address with a port", { "x-forwarded-for": "203.0.113.9:51234" }, "10.1.2.3", "203.0.113.9"],
-    ["the proxy itself when what it names cannot be read", { "x-forwarded-for": "203.0.113.9, unknown" }, "10.1.2.3", "10.1.2.3"],
+    [
+      "the proxy itself when what it names cannot be read",
+      { "x-forwarded-for": "203.0.113.9, unknown" },
+      "10.1.2.3",
+      "10.1.2.3"
+    ],
     ["the proxy itself when it names no one", {}, "10.1.2.3", "10.1.2.3"],
-    ["the peer when it is not a trusted proxy, whatever it says", { "x-forwarded-for": "203.0.113.9" }, "192.0.2.1", "192.0.2.1"]
+    [
+      "the peer when it is not a trusted proxy, whatever it says",
+      { "x-forwarded-for": "203.0.113.9" },
+      "192.0.2.1",
+      "192.0.2.1"
+    ]
   ])("names as the client %s", (_, headers, peer, client) => {
     expect(callers(request(headers), peer).clientAddress).toBe(client)
   })
 
   it("takes a trusted proxy's sane X-Request-Id as the request's, and nobody else's", () => {
-    expect(callers(request({ "x-request-id": "nginx-42" }), "10.1.2.3")).toMatchObject({ requestId: "nginx-42", clientRequestId: null })
+    expect(callers(request({ "x-request-id": "nginx-42" }), "10.1.2.3")).toMatchObject({
+      requestId: "nginx-42",
+      clientRequestId: null
+    })
     expect(callers(request({ "x-request-id": "not sane" }), "10.1.2.3").requestId).toMatch(uuid)
-    expect(callers(request({ "x-request-id": "nginx-42" }), "192.0.2.1")).toMatchObject({ requestId: expect.stringMatching(uuid), clientRequestId: "nginx-42" })
+    expect(callers(request({ "x-request-id": "nginx-42" }), "192.0.2.1")).toMatchObject({
+      requestId: expect.stringMatching(uuid),
+      clientRequestId: "nginx-42"
+    })
   })
 })

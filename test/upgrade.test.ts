@@ -14,14 +14,16 @@ import ActivationReads from "../src/Database/migrations/0003_activation_reads.ts
 import CampaignCounts from "../src/Database/migrations/0004_campaign_counts.ts"
 import KeyLifecycle from "../src/Database/migrations/0005_key_lifecycle.ts"
 import { fingerprintOf } from "../src/Idempotency.ts"
+import { backends } from "./support/backends.ts"
 import { call } from "./support/client.ts"
 import { expectEnvelope } from "./support/contract.ts"
-import { backends } from "./support/backends.ts"
 import { serveInProcess } from "./support/inProcess.ts"
 import { createKey, listKeys, rollKey } from "./support/server.ts"
 
 /** The request that made an activation, as its Idempotency-Key's fingerprint covers it. */
-const requestOf = (a: { creatorId: string; campaignId: string; socialUsername: string; plannedPostAt: string | null }) => ({
+const requestOf = (
+  a: { creatorId: string; campaignId: string; socialUsername: string; plannedPostAt: string | null }
+) => ({
   method: "POST",
   path: `/v1/creators/${a.creatorId}/campaigns/${a.campaignId}/activate`,
   body: { socialUsername: a.socialUsername, plannedPostAt: a.plannedPostAt },
@@ -44,7 +46,9 @@ const releaseBeforeDateWindow = { ...releaseBeforeKeyLifecycle, "0005_key_lifecy
 
 const migrateAs = (release: Record<string, Effect.Effect<void, unknown, any>>) => (database: string) =>
   (database.startsWith("postgres")
-    ? PgMigrator.run({ loader: PgMigrator.fromRecord(release) }).pipe(Effect.provide(PgClient.layer({ url: Redacted.make(database) })))
+    ? PgMigrator.run({ loader: PgMigrator.fromRecord(release) }).pipe(
+      Effect.provide(PgClient.layer({ url: Redacted.make(database) }))
+    )
     : SqliteMigrator.run({ loader: SqliteMigrator.fromRecord(release) }).pipe(
       Effect.provide(SqliteClient.layer({ filename: database }))
     )).pipe(Effect.provide(BunContext.layer), Effect.asVoid, Effect.runPromise)
@@ -59,8 +63,18 @@ describe.each(backends)("upgrading a database of the previous release on $name",
     const keyOfPreviousRelease = "previousrelease0"
     const campaignId = "9A8B7C6D-5E4F-4A3B-9C2D-1E0F9A8B7C6D"
     const stored = [
-      { id: "01a0b1c2-0000-7000-8000-000000000001", creatorId: "5d2a7c3e-1b4f-4e6a-8c9d-0e1f2a3b4c5d", plannedPostAt: "2026-12-01", activatedAt: "2026-11-20T10:00:00.000Z" },
-      { id: "01a0b1c2-0000-7000-8000-000000000002", creatorId: "5D2A7C3E-1B4F-4E6A-8C9D-0E1F2A3B4C5D", plannedPostAt: null, activatedAt: "2026-11-21T11:30:00.000Z" }
+      {
+        id: "01a0b1c2-0000-7000-8000-000000000001",
+        creatorId: "5d2a7c3e-1b4f-4e6a-8c9d-0e1f2a3b4c5d",
+        plannedPostAt: "2026-12-01",
+        activatedAt: "2026-11-20T10:00:00.000Z"
+      },
+      {
+        id: "01a0b1c2-0000-7000-8000-000000000002",
+        creatorId: "5D2A7C3E-1B4F-4E6A-8C9D-0E1F2A3B4C5D",
+        plannedPostAt: null,
+        activatedAt: "2026-11-21T11:30:00.000Z"
+      }
     ].map((a) => ({
       // In the order activate answers the fields.
       id: a.id,
@@ -88,7 +102,9 @@ describe.each(backends)("upgrading a database of the previous release on $name",
       database,
       `INSERT INTO idempotency_keys (brand_id, idempotency_key, fingerprint, resource_id, status_code, response_body, created_at, expires_at) VALUES ${
         stored.map((a, i) =>
-          `('${brandId}', 'before-${i}', '${fingerprintOf(requestOf(a))}', '${a.id}', 200, '${bodies[i]}', ${Date.now()}, ${expiresAt})`
+          `('${brandId}', 'before-${i}', '${fingerprintOf(requestOf(a))}', '${a.id}', 200, '${
+            bodies[i]
+          }', ${Date.now()}, ${expiresAt})`
         ).join(", ")
       }`
     )
@@ -116,7 +132,10 @@ describe.each(backends)("upgrading a database of the previous release on $name",
         expect(read.status).toBe(200)
         expect(read.text).toBe(bodies[i])
       }
-      const listed = await call(server.url, { path: `/v1/activations?campaignId=${campaignId.toLowerCase()}`, apiKey: key.apiKey })
+      const listed = await call(server.url, {
+        path: `/v1/activations?campaignId=${campaignId.toLowerCase()}`,
+        apiKey: key.apiKey
+      })
       expect(listed.json.activations.map((a: { id: string }) => a.id)).toEqual([stored[1]!.id, stored[0]!.id])
       const counted = await call(server.url, { path: `/v1/campaigns/${campaignId}/analytics`, apiKey: key.apiKey })
       expect(counted.json.analytics).toMatchObject({ activations: 2, creators: 1, unscheduled: 1 })
@@ -149,7 +168,9 @@ describe.each(backends)("upgrading a database of the release before the keys' li
       expect(answer.headers.get("ratelimit-policy")).toBe(`"default";q=120;w=60`)
       expect(answer.headers.get("api-key-expires")).toBeNull()
       const listed = await listKeys(database)
-      expect(listed).toEqual([expect.objectContaining({ keyId, lastUsedAt: null, rateLimit: null, previousSecretEndsAt: null })])
+      expect(listed).toEqual([
+        expect.objectContaining({ keyId, lastUsedAt: null, rateLimit: null, previousSecretEndsAt: null })
+      ])
       const rolled = await rollKey(database, keyId)
       await backend.afterKeyChange()
       expect((await call(server.url, { path: "/v1/whoami", apiKey: rolled })).status).toBe(200)
@@ -210,14 +231,25 @@ describe.each(backends)("upgrading a database of the release before plannedPostA
     const server = await serveInProcess(database, backend.env)
     try {
       const ids = async (query: string) =>
-        (await call(server.url, { path: `/v1/activations?${query}`, apiKey: key.apiKey })).json.activations.map((a: { id: string }) => a.id)
-      expect(await ids(`campaignId=${campaignId}&creatorId=${creator}`)).toEqual([stored[3]!.id, stored[2]!.id, stored[0]!.id])
-      expect(await ids(`campaignId=${campaignId}&creatorId=${creator}&limit=1&startingAfter=${stored[2]!.id}`)).toEqual([stored[0]!.id])
+        (await call(server.url, { path: `/v1/activations?${query}`, apiKey: key.apiKey })).json.activations.map((
+          a: { id: string }
+        ) => a.id)
+      expect(await ids(`campaignId=${campaignId}&creatorId=${creator}`)).toEqual([
+        stored[3]!.id,
+        stored[2]!.id,
+        stored[0]!.id
+      ])
+      expect(await ids(`campaignId=${campaignId}&creatorId=${creator}&limit=1&startingAfter=${stored[2]!.id}`)).toEqual(
+        [stored[0]!.id]
+      )
       const counted = await call(server.url, { path: `/v1/campaigns/${campaignId}/analytics`, apiKey: key.apiKey })
       expect(counted.json.analytics).toMatchObject({
         activations: 4,
         creators: 2,
-        plannedPostsByDay: [{ date: "1999-12-31", posts: 1 }, { date: "2026-12-01", posts: 1 }, { date: "9999-12-31", posts: 1 }],
+        plannedPostsByDay: [{ date: "1999-12-31", posts: 1 }, { date: "2026-12-01", posts: 1 }, {
+          date: "9999-12-31",
+          posts: 1
+        }],
         unscheduled: 1
       })
       // Validation comes before the idempotency step (README, Errors): the stored answer is not reached.

@@ -59,7 +59,8 @@ writeFileSync(
     {
       name: "campaign-api-client",
       version,
-      description: "The Campaign Activation and Identity API's HttpApi definition: HttpApiClient.make(CampaignApi, { baseUrl })",
+      description:
+        "The Campaign Activation and Identity API's HttpApi definition: HttpApiClient.make(CampaignApi, { baseUrl })",
       type: "module",
       exports: { ".": { types: entryTypes, default: "./index.js" } },
       types: entryTypes,

@@ -1,9 +1,9 @@
 import { SqlClient, type Statement } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Context, Effect, Layer, Option } from "effect"
-import type { Activation } from "../Domain/Activation.ts"
 import { type BatchedInsert, insertBatched } from "../Database/GroupCommit.ts"
 import { ReadSql } from "../Database/Sql.ts"
+import type { Activation } from "../Domain/Activation.ts"
 import { spans } from "../Spans.ts"
 
 type Stored = {
@@ -52,8 +52,19 @@ export interface Counts {
 const aboveEveryId = "g"
 const lastDay = "9999-12-31"
 
-type DayRow = { readonly brand_id: string; readonly campaign_key: string; readonly day: string; readonly planned_day: string; readonly activations: number }
-type CreatorDayRow = { readonly brand_id: string; readonly campaign_key: string; readonly day: string; readonly creator_key: string }
+type DayRow = {
+  readonly brand_id: string
+  readonly campaign_key: string
+  readonly day: string
+  readonly planned_day: string
+  readonly activations: number
+}
+type CreatorDayRow = {
+  readonly brand_id: string
+  readonly campaign_key: string
+  readonly day: string
+  readonly creator_key: string
+}
 type CreatorRow = { readonly brand_id: string; readonly campaign_key: string; readonly creator_key: string }
 
 /**
@@ -74,7 +85,8 @@ const dayKey = (row: DayRow) => `${row.brand_id} ${row.campaign_key} ${row.day} 
 const creatorDayKey = (row: CreatorDayRow) => `${row.brand_id} ${row.campaign_key} ${row.day} ${row.creator_key}`
 const creatorKey = (row: CreatorRow) => `${row.brand_id} ${row.campaign_key} ${row.creator_key}`
 
-const columns = (sql: SqlClient.SqlClient) => sql`id, campaign_id, creator_id, status, social_username, planned_post_at, activated_at`
+const columns = (sql: SqlClient.SqlClient) =>
+  sql`id, campaign_id, creator_id, status, social_username, planned_post_at, activated_at`
 
 /** The list's reads, one per combination of its filters, each taking the values it compares. */
 interface Pages<R> {
@@ -127,7 +139,9 @@ const pageOf = <R>(pages: Pages<R>, brandId: string, { below, campaignId, creato
  * The statement `list` runs for a page, as it runs it: for reading its plan (the tests hold each
  * combination of filters to its index, README, Reliability: indexes and counts).
  */
-export const pageStatement = (sql: SqlClient.SqlClient): (brandId: string, page: Page) => Statement.Statement<Stored> => {
+export const pageStatement = (
+  sql: SqlClient.SqlClient
+): (brandId: string, page: Page) => Statement.Statement<Stored> => {
   const statements = pageStatements(sql)
   return (brandId, page) => pageOf(statements, brandId, page)
 }
@@ -138,11 +152,19 @@ export const pageStatement = (sql: SqlClient.SqlClient): (brandId: string, page:
  * see only what is committed. SQL errors are defects.
  */
 export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<ActivationsRepo, {
-  readonly insert: (activation: Activation, owner: { readonly brandId: string; readonly keyId: string }) => Effect.Effect<void>
+  readonly insert: (
+    activation: Activation,
+    owner: { readonly brandId: string; readonly keyId: string }
+  ) => Effect.Effect<void>
   readonly findById: (brandId: string, id: string) => Effect.Effect<Option.Option<Activation>>
   readonly list: (brandId: string, page: Page) => Effect.Effect<ReadonlyArray<Activation>>
   /** The activations of a campaign whose `activatedAt` falls on a UTC day from `from` to `to`, both inclusive when given. */
-  readonly counts: (brandId: string, campaignId: string, from: string | undefined, to: string | undefined) => Effect.Effect<Counts>
+  readonly counts: (
+    brandId: string,
+    campaignId: string,
+    from: string | undefined,
+    to: string | undefined
+  ) => Effect.Effect<Counts>
 }>() {
   static readonly Live = Layer.effect(
     ActivationsRepo,
@@ -251,7 +273,11 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
             span("ActivationsRepo.findById")
           ),
         list: (brandId, page) =>
-          pageOf(pages, brandId, page).pipe(Effect.map((rows) => rows.map(fromStored)), Effect.orDie, span("ActivationsRepo.list")),
+          pageOf(pages, brandId, page).pipe(
+            Effect.map((rows) => rows.map(fromStored)),
+            Effect.orDie,
+            span("ActivationsRepo.list")
+          ),
         counts: (brandId, campaignId, from, to) => {
           const args = [brandId, campaignId.toLowerCase(), from ?? "", to ?? lastDay] as const
           const creators = from === undefined && to === undefined ? allCreators(brandId, args[1]) : creatorsIn(...args)
@@ -267,7 +293,8 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
               // The unscheduled are counted under the empty planned day.
               const unscheduled = byPlannedDay.get("") ?? 0
               byPlannedDay.delete("")
-              const ascending = (counts: Map<string, number>) => [...counts].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+              const ascending = (counts: Map<string, number>) =>
+                [...counts].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
               return {
                 byDay: ascending(byDay).map(([date, activations]) => ({ date, activations })),
                 byPlannedDay: ascending(byPlannedDay).map(([date, posts]) => ({ date, posts })),

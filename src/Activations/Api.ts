@@ -39,7 +39,9 @@ const get = HttpApiEndpoint.get("get", "/activations/:activationId")
   .setPath(ActivationIdPath)
   .addSuccess(ActivateResponse)
   .addSuccess(
-    Schema.Void.annotations({ description: "Not Modified: the `ETag` sent in `If-None-Match` is the record's; no body." }),
+    Schema.Void.annotations({
+      description: "Not Modified: the `ETag` sent in `If-None-Match` is the record's; no body."
+    }),
     { status: 304 }
   )
   .addError(Envelope(ValidationError))
@@ -48,7 +50,8 @@ const get = HttpApiEndpoint.get("get", "/activations/:activationId")
     ETag: { description: "A strong validator of the record: send it in `If-None-Match` for a `304`.", always: true }
   })
   .annotate(OptionalRequestHeaders, {
-    "If-None-Match": "The record's `ETag` (or a list of tags, or `*`): `304 Not Modified` without a body when it matches."
+    "If-None-Match":
+      "The record's `ETag` (or a list of tags, or `*`): `304 Not Modified` without a body when it matches."
   })
   .annotate(OpenApi.Summary, "Retrieve an activation")
   .annotate(

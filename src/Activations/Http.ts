@@ -44,66 +44,95 @@ export const ActivationsHandlers = Effect.gen(function*() {
   // inside the transaction, which may run more than once.
   const answered = (answer: IdempotentAnswer) => {
     if (!answer.replayed) metrics.activationCreated()
-    return jsonText(answer.body, answer.replayed ? { status: answer.status, headers: replayedHeaders } : { status: answer.status })
+    return jsonText(
+      answer.body,
+      answer.replayed ? { status: answer.status, headers: replayedHeaders } : { status: answer.status }
+    )
   }
 
-  const activate = HttpApiBuilder.handler(CampaignApi, "activations", "activate", ({ headers, path, payload, request }) =>
-    Effect.flatMap(CurrentKey, (by) => {
-      const body = withDefaults(payload)
-      const operation = Effect.map(activations.activate({ ...path, request: body, by }), (activation) => ({
-        status: 200,
-        body: recordJson(activation),
-        resourceId: activation.id
-      }))
-      return idempotency.run({
-        brandId: by.brandId,
-        key: headers["idempotency-key"],
-        method: request.method,
-        path: pathOf(request),
-        body
-      }, operation).pipe(
-        Effect.map(answered),
-        Effect.catchTag("IdempotencyInProgress", stillInProgress)
-      )
-    }))
-
-  const get = HttpApiBuilder.handler(CampaignApi, "activations", "get", ({ path: { activationId }, request }) =>
-    Effect.flatMap(CurrentKey, ({ brandId }) =>
-      Effect.flatMap(activations.find(brandId, activationId), (found) => {
-        if (Option.isNone(found)) return Effect.fail(new NotFound({ message: `No activation ${activationId}.` }))
-        const body = recordJson(found.value)
-        const etag = etagOf(body)
-        return Effect.succeed(
-          notModified(request.headers["if-none-match"], etag)
-            ? HttpServerResponse.empty({ status: 304, headers: { etag } })
-            : jsonText(body, { headers: { etag } })
+  const activate = HttpApiBuilder.handler(
+    CampaignApi,
+    "activations",
+    "activate",
+    ({ headers, path, payload, request }) =>
+      Effect.flatMap(CurrentKey, (by) => {
+        const body = withDefaults(payload)
+        const operation = Effect.map(activations.activate({ ...path, request: body, by }), (activation) => ({
+          status: 200,
+          body: recordJson(activation),
+          resourceId: activation.id
+        }))
+        return idempotency.run({
+          brandId: by.brandId,
+          key: headers["idempotency-key"],
+          method: request.method,
+          path: pathOf(request),
+          body
+        }, operation).pipe(
+          Effect.map(answered),
+          Effect.catchTag("IdempotencyInProgress", stillInProgress)
         )
-      })))
-
-  const list = HttpApiBuilder.handler(CampaignApi, "activations", "list", ({ request, urlParams: query }) =>
-    Effect.flatMap(CurrentKey, ({ brandId }) => {
-      const limit = query.limit === undefined ? defaultLimit : Number(query.limit)
-      // One more than the page: whether there is a next page, without counting.
-      const page = { creatorId: query.creatorId, campaignId: query.campaignId, below: query.startingAfter, limit: limit + 1 }
-      return Effect.map(activations.list(brandId, page), (rows) => {
-        const hasMore = rows.length > limit
-        const shown = hasMore ? rows.slice(0, limit) : rows
-        const body = pageJson(shown, hasMore)
-        if (!hasMore) return jsonText(body)
-        // The same filters and limit, from the last record shown: relative to this request (RFC 8288).
-        const next = new URLSearchParams()
-        if (query.creatorId !== undefined) next.set("creatorId", query.creatorId)
-        if (query.campaignId !== undefined) next.set("campaignId", query.campaignId)
-        if (query.limit !== undefined) next.set("limit", query.limit)
-        next.set("startingAfter", shown.at(-1)!.id)
-        return jsonText(body, { headers: { link: `<${pathOf(request)}?${next}>; rel="next"` } })
       })
-    }))
+  )
+
+  const get = HttpApiBuilder.handler(
+    CampaignApi,
+    "activations",
+    "get",
+    ({ path: { activationId }, request }) =>
+      Effect.flatMap(CurrentKey, ({ brandId }) =>
+        Effect.flatMap(activations.find(brandId, activationId), (found) => {
+          if (Option.isNone(found)) return Effect.fail(new NotFound({ message: `No activation ${activationId}.` }))
+          const body = recordJson(found.value)
+          const etag = etagOf(body)
+          return Effect.succeed(
+            notModified(request.headers["if-none-match"], etag)
+              ? HttpServerResponse.empty({ status: 304, headers: { etag } })
+              : jsonText(body, { headers: { etag } })
+          )
+        }))
+  )
+
+  const list = HttpApiBuilder.handler(
+    CampaignApi,
+    "activations",
+    "list",
+    ({ request, urlParams: query }) =>
+      Effect.flatMap(CurrentKey, ({ brandId }) => {
+        const limit = query.limit === undefined ? defaultLimit : Number(query.limit)
+        // One more than the page: whether there is a next page, without counting.
+        const page = {
+          creatorId: query.creatorId,
+          campaignId: query.campaignId,
+          below: query.startingAfter,
+          limit: limit + 1
+        }
+        return Effect.map(activations.list(brandId, page), (rows) => {
+          const hasMore = rows.length > limit
+          const shown = hasMore ? rows.slice(0, limit) : rows
+          const body = pageJson(shown, hasMore)
+          if (!hasMore) return jsonText(body)
+          // The same filters and limit, from the last record shown: relative to this request (RFC 8288).
+          const next = new URLSearchParams()
+          if (query.creatorId !== undefined) next.set("creatorId", query.creatorId)
+          if (query.campaignId !== undefined) next.set("campaignId", query.campaignId)
+          if (query.limit !== undefined) next.set("limit", query.limit)
+          next.set("startingAfter", shown.at(-1)!.id)
+          return jsonText(body, { headers: { link: `<${pathOf(request)}?${next}>; rel="next"` } })
+        })
+      })
+  )
 
   return { activate, get, list }
 })
 
 /** The activations' group, as HttpApiBuilder serves it. */
-export const ActivationsLive = HttpApiBuilder.group(CampaignApi, "activations", (handlers) =>
-  Effect.map(ActivationsHandlers, ({ activate, get, list }) =>
-    handlers.handle("activate", activate).handle("get", get).handle("list", list)))
+export const ActivationsLive = HttpApiBuilder.group(
+  CampaignApi,
+  "activations",
+  (handlers) =>
+    Effect.map(
+      ActivationsHandlers,
+      ({ activate, get, list }) => handlers.handle("activate", activate).handle("get", get).handle("list", list)
+    )
+)

@@ -12,15 +12,25 @@ const backwards = Effect.fail(new ValidationError({ message: "from must not be a
 /** GET /v1/campaigns/{campaignId}/analytics (README, Analytics): the brand's activations of it, counted. */
 export const AnalyticsHandlers = Effect.gen(function*() {
   const analytics = yield* Analytics
-  const campaign = HttpApiBuilder.handler(CampaignApi, "analytics", "campaign", ({ path: { campaignId }, urlParams: { from, to } }) =>
-    from !== undefined && to !== undefined && from > to
-      ? backwards
-      : Effect.flatMap(CurrentKey, ({ brandId }) =>
-        Effect.map(analytics.campaign(brandId, campaignId, { from, to }), (counted) => ({ ok: true as const, analytics: counted }))
-      ))
+  const campaign = HttpApiBuilder.handler(
+    CampaignApi,
+    "analytics",
+    "campaign",
+    ({ path: { campaignId }, urlParams: { from, to } }) =>
+      from !== undefined && to !== undefined && from > to
+        ? backwards
+        : Effect.flatMap(CurrentKey, ({ brandId }) =>
+          Effect.map(
+            analytics.campaign(brandId, campaignId, { from, to }),
+            (counted) => ({ ok: true as const, analytics: counted })
+          ))
+  )
   return { campaign }
 })
 
 /** The analytics group, as HttpApiBuilder serves it. */
-export const AnalyticsLive = HttpApiBuilder.group(CampaignApi, "analytics", (handlers) =>
-  Effect.map(AnalyticsHandlers, ({ campaign }) => handlers.handle("campaign", campaign)))
+export const AnalyticsLive = HttpApiBuilder.group(
+  CampaignApi,
+  "analytics",
+  (handlers) => Effect.map(AnalyticsHandlers, ({ campaign }) => handlers.handle("campaign", campaign))
+)

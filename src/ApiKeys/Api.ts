@@ -37,7 +37,9 @@ export class CampaignsReadKey extends HttpApiMiddleware.Tag<CampaignsReadKey>()(
 }
 
 /** "This endpoint needs a key with the scope `campaigns:write`". */
-export class CampaignsWriteKey extends HttpApiMiddleware.Tag<CampaignsWriteKey>()("ApiKeys/CampaignsWriteKey", withScope) {
+export class CampaignsWriteKey
+  extends HttpApiMiddleware.Tag<CampaignsWriteKey>()("ApiKeys/CampaignsWriteKey", withScope)
+{
   static readonly scope: Scope = "campaigns:write"
 }
 

@@ -160,7 +160,9 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
           }
           return (Object.keys(columns).length === 0
             ? sql<{ key_id: string }>`SELECT key_id FROM api_keys WHERE ${active(keyId, now)}`
-            : sql<{ key_id: string }>`UPDATE api_keys SET ${sql.update(columns)} WHERE ${active(keyId, now)} RETURNING key_id`)
+            : sql<{ key_id: string }>`UPDATE api_keys SET ${sql.update(columns)} WHERE ${
+              active(keyId, now)
+            } RETURNING key_id`)
             .pipe(
               Effect.map((rows) => rows.length > 0),
               Effect.orDie,
@@ -169,7 +171,9 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
         },
         lastUsed: sql<{ key_id: string; secret_sha256: string; last_used_at: number | string }>`
             SELECT key_id, secret_sha256, last_used_at FROM api_key_usage`.pipe(
-          Effect.map((rows) => rows.map((row) => ({ keyId: row.key_id, secretSha256: row.secret_sha256, at: Number(row.last_used_at) }))),
+          Effect.map((rows) =>
+            rows.map((row) => ({ keyId: row.key_id, secretSha256: row.secret_sha256, at: Number(row.last_used_at) }))
+          ),
           Effect.orDie,
           span("ApiKeysRepo.lastUsed")
         ),
@@ -177,13 +181,26 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
         // at once take their rows' locks in the same order, so PostgreSQL never finds a deadlock.
         recordUsage: (unsorted) => {
           const uses = [...unsorted].sort((a, b) =>
-            a.keyId < b.keyId ? -1 : a.keyId > b.keyId ? 1 : a.secretSha256 < b.secretSha256 ? -1 : a.secretSha256 > b.secretSha256 ? 1 : 0
+            a.keyId < b.keyId
+              ? -1
+              : a.keyId > b.keyId
+              ? 1
+              : a.secretSha256 < b.secretSha256
+              ? -1
+              : a.secretSha256 > b.secretSha256
+              ? 1
+              : 0
           )
           return Effect.forEach(
-            Array.from({ length: Math.ceil(uses.length / usageBatch) }, (_, i) => uses.slice(i * usageBatch, (i + 1) * usageBatch)),
+            Array.from(
+              { length: Math.ceil(uses.length / usageBatch) },
+              (_, i) => uses.slice(i * usageBatch, (i + 1) * usageBatch)
+            ),
             (batch) =>
               sql`INSERT INTO api_key_usage ${
-                sql.insert(batch.map((use) => ({ key_id: use.keyId, secret_sha256: use.secretSha256, last_used_at: use.at })))
+                sql.insert(
+                  batch.map((use) => ({ key_id: use.keyId, secret_sha256: use.secretSha256, last_used_at: use.at }))
+                )
               }
                   ON CONFLICT (key_id, secret_sha256) DO UPDATE SET last_used_at = ${later}`,
             { discard: true }

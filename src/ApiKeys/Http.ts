@@ -78,7 +78,9 @@ const keyChecks = Effect.gen(function*() {
   const notes = new WeakMap<ApiKeyIdentity, KeyNote>()
   const noteOf = (identity: ApiKeyIdentity) => {
     let note = notes.get(identity)
-    if (note === undefined) notes.set(identity, note = { keyId: identity.keyId, brandId: identity.brandId, reason: null })
+    if (note === undefined) {
+      notes.set(identity, note = { keyId: identity.keyId, brandId: identity.brandId, reason: null })
+    }
     return note
   }
 
@@ -99,7 +101,9 @@ const keyChecks = Effect.gen(function*() {
         const added = addResponseHeadersOn(fiber, headers)
         const answer = decision.allowed
           ? Effect.succeed(identity)
-          : Effect.fail(new RateLimited({ message: `${limit.exceeded} Retry after ${decision.retryAfterSeconds} seconds.` }))
+          : Effect.fail(
+            new RateLimited({ message: `${limit.exceeded} Retry after ${decision.retryAfterSeconds} seconds.` })
+          )
         // Both were done in place on a server's request fiber; elsewhere they are set first.
         return noted === undefined && added === undefined
           ? answer
@@ -120,18 +124,21 @@ const keyChecks = Effect.gen(function*() {
   const withScope = (scope: Scope) => {
     const refused = forbidden(scope)
     return (token: Redacted.Redacted<string>) =>
-      Effect.flatMap(authenticate(token), (identity): Effect.Effect<ApiKeyIdentity, Forbidden> =>
-        grants(identity.scopes, scope) ? Effect.succeed(identity) : refused
+      Effect.flatMap(
+        authenticate(token),
+        (identity): Effect.Effect<ApiKeyIdentity, Forbidden> =>
+          grants(identity.scopes, scope) ? Effect.succeed(identity) : refused
       )
   }
   return { authenticate, withScope }
 })
 
 /** The implementation of each of the keys' middleware: any valid key, or one with a scope. */
-export const ApiKeysMiddlewareLive = Layer.effectContext(Effect.map(keyChecks, ({ authenticate, withScope }) =>
-  Context.make(ApiKeyAuth, { bearer: authenticate }).pipe(
-    Context.add(CampaignsReadKey, { bearer: withScope(CampaignsReadKey.scope) }),
-    Context.add(CampaignsWriteKey, { bearer: withScope(CampaignsWriteKey.scope) }),
-    Context.add(AnalyticsReadKey, { bearer: withScope(AnalyticsReadKey.scope) })
-  )
-))
+export const ApiKeysMiddlewareLive = Layer.effectContext(
+  Effect.map(keyChecks, ({ authenticate, withScope }) =>
+    Context.make(ApiKeyAuth, { bearer: authenticate }).pipe(
+      Context.add(CampaignsReadKey, { bearer: withScope(CampaignsReadKey.scope) }),
+      Context.add(CampaignsWriteKey, { bearer: withScope(CampaignsWriteKey.scope) }),
+      Context.add(AnalyticsReadKey, { bearer: withScope(AnalyticsReadKey.scope) })
+    ))
+)

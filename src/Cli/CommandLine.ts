@@ -5,7 +5,14 @@
  */
 
 /** @effect/cli's own options, which every command takes. */
-export const builtInOptions: ReadonlyArray<string> = ["--help", "-h", "--version", "--wizard", "--completions", "--log-level"]
+export const builtInOptions: ReadonlyArray<string> = [
+  "--help",
+  "-h",
+  "--version",
+  "--wizard",
+  "--completions",
+  "--log-level"
+]
 
 /** The built-in options that take a value: the word after them is not the command. */
 const builtInsWithValue = new Set(["--log-level", "--completions"])

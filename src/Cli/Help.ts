@@ -64,5 +64,9 @@ const readable = (text: string, words: ReadonlyArray<string>) => {
 export const CliConsole = ({ words }: CommandLine) =>
   Effect.map(Console.consoleWith(Effect.succeed), (console): Console.Console => {
     const shown = (arg: unknown) => typeof arg === "string" ? readable(arg, words) : arg
-    return { ...console, log: (...args) => console.log(...args.map(shown)), error: (...args) => console.error(...args.map(shown)) }
+    return {
+      ...console,
+      log: (...args) => console.log(...args.map(shown)),
+      error: (...args) => console.error(...args.map(shown))
+    }
   })

@@ -5,7 +5,15 @@ import type { KeyChangesRequested } from "../ApiKeys/ApiKeysRepo.ts"
 import { KeysLive, KeysOfExistingLive } from "../App.ts"
 import { KeysConfig } from "../Config.ts"
 import { BrandId } from "../Domain/ApiKey.ts"
-import { GraceText, json, keyIdArg, nameOption, rateLimitOption, rateLimitOrDefault, scopesOption } from "./KeyOptions.ts"
+import {
+  GraceText,
+  json,
+  keyIdArg,
+  nameOption,
+  rateLimitOption,
+  rateLimitOrDefault,
+  scopesOption
+} from "./KeyOptions.ts"
 import { outputWidth, table } from "./KeyTable.ts"
 import { isoOrNever, jsonRow, limitOf, minuteOf, shownName, status } from "./KeyText.ts"
 import { announced, failWith } from "./Output.ts"
@@ -18,10 +26,14 @@ const create = Command.make("create", {
   scopes: scopesOption,
   name: nameOption,
   expiresIn: Options.text("expires-in").pipe(
-    Options.withSchema(Schema.NumberFromString.pipe(
-      Schema.int(),
-      Schema.between(1, 36_500)
-    ).annotations({ message: () => ({ message: "--expires-in takes a whole number of days from 1 to 36500", override: true }) })),
+    Options.withSchema(
+      Schema.NumberFromString.pipe(
+        Schema.int(),
+        Schema.between(1, 36_500)
+      ).annotations({
+        message: () => ({ message: "--expires-in takes a whole number of days from 1 to 36500", override: true })
+      })
+    ),
     Options.optional,
     Options.withDescription("Days until the key expires; without it the key does not expire.")
   ),
@@ -82,48 +94,62 @@ const list = Command.make("list", {
       )
     }
     yield* Console.log(table(keys.map((key) => ({ key, status: status(key, now) })), yield* outputWidth))
-  })).pipe(Command.withDescription("List API keys (never their secrets), with when each was last used and its rate limit."))
+  })).pipe(
+    Command.withDescription("List API keys (never their secrets), with when each was last used and its rate limit.")
+  )
 
 const noActiveKey = (keyId: string) => failWith(1, `No active API key with id ${keyId}.`)
 
 /** When a change reaches the servers (README, Running several instances). */
 const takesEffect = "from the next request on (within 1 s on PostgreSQL)"
 
-const revoke = Command.make("revoke", { keyId: keyIdArg("revoke", "revoked") }, ({ keyId }) =>
-  Effect.flatMap(ApiKeys, (keys) => keys.revoke(keyId)).pipe(
-    Effect.flatMap((revoked) => revoked ? Console.log(`Revoked API key ${keyId}: it is refused ${takesEffect}.`) : noActiveKey(keyId))
-  )).pipe(Command.withDescription("Revoke an API key at once."))
+const revoke = Command.make(
+  "revoke",
+  { keyId: keyIdArg("revoke", "revoked") },
+  ({ keyId }) =>
+    Effect.flatMap(ApiKeys, (keys) => keys.revoke(keyId)).pipe(
+      Effect.flatMap((revoked) =>
+        revoked ? Console.log(`Revoked API key ${keyId}: it is refused ${takesEffect}.`) : noActiveKey(keyId)
+      )
+    )
+).pipe(Command.withDescription("Revoke an API key at once."))
 
-const show = Command.make("show", { keyId: keyIdArg("show", "shown"), json }, ({ json, keyId }) =>
-  Effect.gen(function*() {
-    const key = (yield* (yield* ApiKeys).list).find((key) => key.keyId === keyId)
-    if (key === undefined) return yield* failWith(1, `No API key with id ${keyId}.`)
-    const now = yield* DateTime.now
-    if (json) return yield* Console.log(JSON.stringify(jsonRow(key, now)))
-    const lines: Array<readonly [string, string]> = [
-      ["key id", key.keyId],
-      ["brand", key.brandId],
-      ["name", shownName(key.name)],
-      ["scopes", key.scopes.join(", ")],
-      ["status", status(key, now)],
-      ["created", DateTime.formatIso(key.createdAt)],
-      ["expires", isoOrNever(key.expiresAt)],
-      ...(key.revokedAt === null ? [] : [["revoked", DateTime.formatIso(key.revokedAt)] as const]),
-      ...(key.previousSecretEndsAt === null
-        ? []
-        : [[
-          "previous secret",
-          `works until ${DateTime.formatIso(key.previousSecretEndsAt)}, last used ${
-            key.previousSecretLastUsedAt === null ? "never" : minuteOf(key.previousSecretLastUsedAt)
-          }`
-        ] as const]),
-      ["rate limit", key.rateLimit === null ? "default (the server's)" : `${limitOf(key)} (requests/seconds)`],
-      ["last used", key.lastUsedAt === null ? "never" : minuteOf(key.lastUsedAt)]
-    ]
-    yield* Console.log(lines.map(([label, value]) => `${`${label}:`.padEnd(17)}${value}`).join("\n"))
-  })).pipe(Command.withDescription(
-    "Show one API key (never its secret): its state, rate limit, when it was last used, and while a rolled key's previous secret works, when that one was."
-  ))
+const show = Command.make(
+  "show",
+  { keyId: keyIdArg("show", "shown"), json },
+  ({ json, keyId }) =>
+    Effect.gen(function*() {
+      const key = (yield* (yield* ApiKeys).list).find((key) => key.keyId === keyId)
+      if (key === undefined) return yield* failWith(1, `No API key with id ${keyId}.`)
+      const now = yield* DateTime.now
+      if (json) return yield* Console.log(JSON.stringify(jsonRow(key, now)))
+      const lines: Array<readonly [string, string]> = [
+        ["key id", key.keyId],
+        ["brand", key.brandId],
+        ["name", shownName(key.name)],
+        ["scopes", key.scopes.join(", ")],
+        ["status", status(key, now)],
+        ["created", DateTime.formatIso(key.createdAt)],
+        ["expires", isoOrNever(key.expiresAt)],
+        ...(key.revokedAt === null ? [] : [["revoked", DateTime.formatIso(key.revokedAt)] as const]),
+        ...(key.previousSecretEndsAt === null
+          ? []
+          : [
+            [
+              "previous secret",
+              `works until ${DateTime.formatIso(key.previousSecretEndsAt)}, last used ${
+                key.previousSecretLastUsedAt === null ? "never" : minuteOf(key.previousSecretLastUsedAt)
+              }`
+            ] as const
+          ]),
+        ["rate limit", key.rateLimit === null ? "default (the server's)" : `${limitOf(key)} (requests/seconds)`],
+        ["last used", key.lastUsedAt === null ? "never" : minuteOf(key.lastUsedAt)]
+      ]
+      yield* Console.log(lines.map(([label, value]) => `${`${label}:`.padEnd(17)}${value}`).join("\n"))
+    })
+).pipe(Command.withDescription(
+  "Show one API key (never its secret): its state, rate limit, when it was last used, and while a rolled key's previous secret works, when that one was."
+))
 
 const roll = Command.make("roll", {
   keyId: keyIdArg("roll", "given a new secret"),
@@ -140,7 +166,11 @@ const roll = Command.make("roll", {
     const rolled = yield* (yield* ApiKeys).roll(keyId, grace)
     if (rolled === undefined) return yield* noActiveKey(keyId)
     const endsAt = DateTime.formatIso(rolled.previousSecretEndsAt)
-    if (json) return yield* Console.log(JSON.stringify({ apiKey: rolled.apiKey, keyId: rolled.keyId, previousSecretEndsAt: endsAt }))
+    if (json) {
+      return yield* Console.log(
+        JSON.stringify({ apiKey: rolled.apiKey, keyId: rolled.keyId, previousSecretEndsAt: endsAt })
+      )
+    }
     const ended = DateTime.lessThanOrEqualTo(rolled.previousSecretEndsAt, yield* DateTime.now)
     yield* Console.log([
       "API key rolled. Store the new key now: it is shown only this once.",
@@ -177,12 +207,23 @@ const update = Command.make("update", {
     ...(changes.name === undefined ? [] : [`name ${shownName(changes.name)}`]),
     ...(changes.rateLimit === undefined
       ? []
-      : [`rate limit ${changes.rateLimit === null ? "default" : `${changes.rateLimit.max}/${changes.rateLimit.windowSeconds}`}`])
+      : [
+        `rate limit ${
+          changes.rateLimit === null ? "default" : `${changes.rateLimit.max}/${changes.rateLimit.windowSeconds}`
+        }`
+      ])
   ]
-  if (said.length === 0) return failWith(2, "keys update changes --scopes, --name or --rate-limit: give at least one (see campaign-api keys update --help).")
+  if (said.length === 0) {
+    return failWith(
+      2,
+      "keys update changes --scopes, --name or --rate-limit: give at least one (see campaign-api keys update --help)."
+    )
+  }
   return Effect.flatMap(ApiKeys, (keys) => keys.update(keyId, changes)).pipe(
     Effect.flatMap((updated) =>
-      updated ? Console.log(`Updated API key ${keyId}: ${said.join("; ")}. It applies ${takesEffect}.`) : noActiveKey(keyId)
+      updated
+        ? Console.log(`Updated API key ${keyId}: ${said.join("; ")}. It applies ${takesEffect}.`)
+        : noActiveKey(keyId)
     )
   )
 }).pipe(Command.withDescription("Change an active key's scopes, name or rate limit; its secret and key id stay."))
@@ -208,7 +249,5 @@ export const keys = Command.make("keys").pipe(
 )
 
 /** The `keys` commands' names, from the commands themselves. */
-export const keyCommandNames: ReadonlyArray<string> = keyCommands.flatMap((command) =>
-  // Each command's own name type does not widen to `string` (its context tag is invariant in it).
-  [...Command.getNames(command as unknown as Command.Command<string, never, unknown, unknown>)]
-)
+export const keyCommandNames: ReadonlyArray<string> = keyCommands.flatMap((command) => // Each command's own name type does not widen to `string` (its context tag is invariant in it).
+[...Command.getNames(command as unknown as Command.Command<string, never, unknown, unknown>)])

@@ -24,19 +24,25 @@ export const scopesOption = Options.text("scopes").pipe(
 )
 
 export const nameOption = Options.text("name").pipe(
-  Options.withSchema(Schema.String.pipe(Schema.maxLength(200)).annotations({
-    message: () => ({ message: "--name takes at most 200 characters", override: true })
-  })),
+  Options.withSchema(
+    Schema.String.pipe(Schema.maxLength(200)).annotations({
+      message: () => ({ message: "--name takes at most 200 characters", override: true })
+    })
+  ),
   Options.optional,
   Options.withDescription("A label to recognise the key by (at most 200 characters).")
 )
 
-const rateLimitMessage = "--rate-limit takes <requests>/<seconds>, such as 600/60 (1 to 1000000 requests per 1 to 86400 seconds)"
+const rateLimitMessage =
+  "--rate-limit takes <requests>/<seconds>, such as 600/60 (1 to 1000000 requests per 1 to 86400 seconds)"
 
 /** `600/60`: 600 requests per 60 seconds (README, The key command line). */
 const RateLimitText = Schema.transformOrFail(
   Schema.String,
-  Schema.Struct({ max: Schema.Int.pipe(Schema.between(1, 1_000_000)), windowSeconds: Schema.Int.pipe(Schema.between(1, 86_400)) }),
+  Schema.Struct({
+    max: Schema.Int.pipe(Schema.between(1, 1_000_000)),
+    windowSeconds: Schema.Int.pipe(Schema.between(1, 86_400))
+  }),
   {
     strict: true,
     decode: (text, _, ast) => {
@@ -79,7 +85,9 @@ export const GraceText = Schema.transformOrFail(Schema.String, Schema.DurationFr
       ? undefined
       : match[1] === undefined
       ? Duration.zero
-      : Duration.decode(`${Number(match[1])} ${({ m: "minutes", h: "hours", d: "days" } as const)[match[2] as "m" | "h" | "d"]}`)
+      : Duration.decode(
+        `${Number(match[1])} ${({ m: "minutes", h: "hours", d: "days" } as const)[match[2] as "m" | "h" | "d"]}`
+      )
     return grace === undefined || Duration.greaterThan(grace, maxGrace)
       ? ParseResult.fail(new ParseResult.Type(ast, text))
       : ParseResult.succeed(grace)

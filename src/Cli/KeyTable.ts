@@ -52,7 +52,12 @@ const columns: ReadonlyArray<Column> = [
   { header: "KEY ID", full: ({ key }) => key.keyId },
   { header: "BRAND", full: ({ key }) => key.brandId, short: ({ key }) => `${key.brandId.slice(0, 8)}…`, priority: 4 },
   { header: "NAME", full: ({ key }) => shownName(key.name), fills: 12 },
-  { header: "SCOPES", full: ({ key }) => key.scopes.join(","), short: ({ key }) => scopesInShort(key.scopes), priority: 3 },
+  {
+    header: "SCOPES",
+    full: ({ key }) => key.scopes.join(","),
+    short: ({ key }) => scopesInShort(key.scopes),
+    priority: 3
+  },
   { header: "STATUS", full: ({ status }) => status },
   {
     header: "CREATED",
@@ -60,7 +65,12 @@ const columns: ReadonlyArray<Column> = [
     short: ({ key }) => DateTime.formatIsoDateUtc(key.createdAt),
     priority: 1
   },
-  { header: "EXPIRES", full: ({ key }) => isoOrNever(key.expiresAt), short: ({ key }) => dateOrNever(key.expiresAt), priority: 2 },
+  {
+    header: "EXPIRES",
+    full: ({ key }) => isoOrNever(key.expiresAt),
+    short: ({ key }) => dateOrNever(key.expiresAt),
+    priority: 2
+  },
   {
     header: "LAST USED",
     full: ({ key }) => key.lastUsedAt === null ? "never" : minuteOf(key.lastUsedAt),
@@ -94,7 +104,11 @@ export const table = (listed: ReadonlyArray<ListedKey>, width: number) => {
   const laidOut = narrowings.map((shown) =>
     shown.map(({ column, form }) => {
       const cells = [column.header, ...listed.map(form === "short" ? column.short! : column.full)]
-      return { column, cells, width: column.fills === undefined ? widest(cells) : Math.min(column.fills, widest(cells)) }
+      return {
+        column,
+        cells,
+        width: column.fills === undefined ? widest(cells) : Math.min(column.fills, widest(cells))
+      }
     })
   )
   const tableWidth = (shown: ReadonlyArray<{ readonly width: number }>) =>
@@ -105,7 +119,9 @@ export const table = (listed: ReadonlyArray<ListedKey>, width: number) => {
     column.fills === undefined ? cells : cells.map((cell) => fit(cell, width + Math.max(0, left)))
   )
   const widths = fitted.map(widest)
-  return fitted[0]!.map((_, row) => fitted.map((cells, column) => padTo(cells[row]!, widths[column]!)).join("  ").trimEnd())
+  return fitted[0]!.map((_, row) =>
+    fitted.map((cells, column) => padTo(cells[row]!, widths[column]!)).join("  ").trimEnd()
+  )
     .join("\n")
 }
 

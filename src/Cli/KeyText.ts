@@ -5,7 +5,8 @@ import type { ApiKeyInfo } from "../Domain/ApiKey.ts"
 export const isoOrNever = (date: DateTime.Utc | null) => date === null ? "never" : DateTime.formatIso(date)
 
 /** A key's rate limit as the command line takes it: `600/60`, or `default` for the server's. */
-export const limitOf = (key: ApiKeyInfo) => key.rateLimit === null ? "default" : `${key.rateLimit.max}/${key.rateLimit.windowSeconds}`
+export const limitOf = (key: ApiKeyInfo) =>
+  key.rateLimit === null ? "default" : `${key.rateLimit.max}/${key.rateLimit.windowSeconds}`
 
 /** Last use to the minute, as it is kept: `2026-11-25T16:29Z`. */
 export const minuteOf = (date: DateTime.Utc) => `${DateTime.formatIso(date).slice(0, 16)}Z`

@@ -34,6 +34,8 @@ export const usageProblem = (args: ReadonlyArray<string>): string | undefined =>
     return `Unknown command 'keys ${args[1]}': use one of ${keyCommandNames.join(", ")} (see campaign-api keys --help).`
   }
   if (args[0] !== "keys" || args[1] === undefined || !keyCommandNames.includes(args[1])) return undefined
-  const bare = args.findIndex((arg, i) => valueOptions.includes(arg) && (args[i + 1] === undefined || args[i + 1]!.startsWith("--")))
+  const bare = args.findIndex((arg, i) =>
+    valueOptions.includes(arg) && (args[i + 1] === undefined || args[i + 1]!.startsWith("--"))
+  )
   return bare === -1 ? undefined : `${args[bare]} needs a value (see campaign-api keys ${args[1]} --help).`
 }

@@ -17,16 +17,23 @@ const refused = (message: string) => Effect.fail(new BackupRefused({ message }))
  * is refused rather than opened: opening would make a new, empty database there, and its backup
  * would hide that DATABASE_URL names the wrong file.
  */
-export const databaseToBackUp = Effect.flatMap(DatabaseConfig, (target): Effect.Effect<SqliteTarget, BackupRefused> =>
-  target._tag === "postgres"
-    ? refused(
-      `DATABASE_URL names PostgreSQL (${databaseName(target)}), which this command does not back up: use pg_dump, which copies a consistent snapshot while the servers run.`
-    )
-    : target.filename === ":memory:"
-    ? refused("DATABASE_URL is :memory:, a database that lives only in the process that opened it: there is no file to back up.")
-    : existsSync(target.filename)
-    ? Effect.succeed(target)
-    : refused(new NoDatabase({ path: resolve(target.filename) }).message))
+export const databaseToBackUp = Effect.flatMap(
+  DatabaseConfig,
+  (target): Effect.Effect<SqliteTarget, BackupRefused> =>
+    target._tag === "postgres"
+      ? refused(
+        `DATABASE_URL names PostgreSQL (${
+          databaseName(target)
+        }), which this command does not back up: use pg_dump, which copies a consistent snapshot while the servers run.`
+      )
+      : target.filename === ":memory:"
+      ? refused(
+        "DATABASE_URL is :memory:, a database that lives only in the process that opened it: there is no file to back up."
+      )
+      : existsSync(target.filename)
+      ? Effect.succeed(target)
+      : refused(new NoDatabase({ path: resolve(target.filename) }).message)
+)
 
 /**
  * The backup's file, made before anything is copied: exclusively, so an existing file is never

@@ -1,6 +1,22 @@
 import { SqlClient } from "@effect/sql"
 import { SqlError } from "@effect/sql/SqlError"
-import { Cause, Chunk, Clock, Context, Deferred, Duration, Effect, Exit, FiberRef, HashMap, Layer, Option, Queue, Schedule, Tracer } from "effect"
+import {
+  Cause,
+  Chunk,
+  Clock,
+  Context,
+  Deferred,
+  Duration,
+  Effect,
+  Exit,
+  FiberRef,
+  HashMap,
+  Layer,
+  Option,
+  Queue,
+  Schedule,
+  Tracer
+} from "effect"
 import { Metrics } from "../Metrics.ts"
 import { spans, tracing } from "../Spans.ts"
 import { busyTimeout, DatabaseFile } from "./Sql.ts"
@@ -81,10 +97,14 @@ const gathered = Effect.succeed(true)
 
 /** Writes what a batch gathered, one statement per table; a short count isolates the batch. */
 const writeCollected = (collected: Collected) =>
-  Effect.forEach(collected, ([into, rows]) =>
-    Effect.flatMap(into.many(rows), (written) => written === rows.length ? Effect.void : Effect.fail(isolate)), {
-    discard: true
-  })
+  Effect.forEach(
+    collected,
+    ([into, rows]) =>
+      Effect.flatMap(into.many(rows), (written) => written === rows.length ? Effect.void : Effect.fail(isolate)),
+    {
+      discard: true
+    }
+  )
 
 /**
  * Group commit: concurrent writers share one transaction, so one fsync acknowledges
@@ -110,7 +130,8 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
       // never longer than this, so that an instance frozen mid-transaction costs its peers a 503
       // (55P03), not every write; and a transaction of ours left idle is ended by the server.
       const bounded: Effect.Effect<unknown, SqlError> = sql.onDialectOrElse({
-        pg: () => sql`SELECT set_config('lock_timeout', '5s', true), set_config('idle_in_transaction_session_timeout', '10s', true)`,
+        pg: () =>
+          sql`SELECT set_config('lock_timeout', '5s', true), set_config('idle_in_transaction_session_timeout', '10s', true)`,
         orElse: () => Effect.void
       })
       const queue = yield* Queue.unbounded<Pending>()
@@ -126,23 +147,30 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
       // The pieces run one after another on this fiber: each sets its request's annotations (one
       // operation, where a scoped `Effect.locally` took fifteen), cleared once the last has run,
       // before the batch's own statements.
-      const run = (pending: Pending) => Effect.zipRight(FiberRef.set(FiberRef.currentLogAnnotations, pending.annotations), pending.work)
+      const run = (pending: Pending) =>
+        Effect.zipRight(FiberRef.set(FiberRef.currentLogAnnotations, pending.annotations), pending.work)
       const runEach = <A, E>(batch: ReadonlyArray<Pending>, each: (pending: Pending) => Effect.Effect<A, E>) =>
         Effect.ensuring(Effect.forEach(batch, each), FiberRef.set(FiberRef.currentLogAnnotations, HashMap.empty()))
 
       // The common case: every piece of work succeeds, and none needs a savepoint of its own.
       const direct = (pending: Pending) =>
-        Effect.flatMap(Effect.exit(run(pending)), (exit): Effect.Effect<Exit.Exit<unknown, unknown>, BatchAborted | Isolate> => {
-          if (Exit.isSuccess(exit)) return Effect.succeed(exit)
-          return Option.match(abortsBatch(exit.cause), { onNone: () => Effect.fail(isolate), onSome: Effect.fail })
-        })
+        Effect.flatMap(
+          Effect.exit(run(pending)),
+          (exit): Effect.Effect<Exit.Exit<unknown, unknown>, BatchAborted | Isolate> => {
+            if (Exit.isSuccess(exit)) return Effect.succeed(exit)
+            return Option.match(abortsBatch(exit.cause), { onNone: () => Effect.fail(isolate), onSome: Effect.fail })
+          }
+        )
 
       // After a piece of work failed: each in its own savepoint, so a failure undoes only its own writes.
       const inSavepoint = (pending: Pending) =>
-        Effect.flatMap(Effect.exit(sql.withTransaction(run(pending))), (exit): Effect.Effect<Exit.Exit<unknown, unknown>, BatchAborted> => {
-          if (Exit.isSuccess(exit)) return Effect.succeed(exit)
-          return Option.match(abortsBatch(exit.cause), { onNone: () => Effect.succeed(exit), onSome: Effect.fail })
-        })
+        Effect.flatMap(
+          Effect.exit(sql.withTransaction(run(pending))),
+          (exit): Effect.Effect<Exit.Exit<unknown, unknown>, BatchAborted> => {
+            if (Exit.isSuccess(exit)) return Effect.succeed(exit)
+            return Option.match(abortsBatch(exit.cause), { onNone: () => Effect.succeed(exit), onSome: Effect.fail })
+          }
+        )
 
       // Each attempt gathers its inserts afresh: a retry after SQLITE_BUSY runs every piece again.
       const together = (batch: ReadonlyArray<Pending>) =>
@@ -179,8 +207,10 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
           : Effect.flatMap(Clock.currentTimeNanos, (now) =>
             now >= until
               ? Effect.succeed(batch)
-              : Effect.flatMap(Effect.zipRight(Effect.sleep(Duration.zero), Queue.takeUpTo(queue, maxBatch - batch.length)), (more) =>
-                Chunk.isEmpty(more) ? Effect.succeed(batch) : gather([...batch, ...more], until)))
+              : Effect.flatMap(
+                Effect.zipRight(Effect.sleep(Duration.zero), Queue.takeUpTo(queue, maxBatch - batch.length)),
+                (more) => Chunk.isEmpty(more) ? Effect.succeed(batch) : gather([...batch, ...more], until)
+              ))
 
       yield* Queue.takeBetween(queue, 1, maxBatch).pipe(
         Effect.flatMap((first) =>

@@ -7,10 +7,13 @@ import { DatabaseFile } from "./Sql.ts"
 import { databaseError } from "./SqlErrors.ts"
 
 /** The counter (kept by triggers, see migration 0002), through the shared client. */
-const readCounter = Effect.map(SqlClient.SqlClient, (sql) =>
-  sql<{ generation: number | string }>`SELECT generation FROM api_keys_generation`.pipe(
-    Effect.map((rows) => Number(rows[0]!.generation))
-  ))
+const readCounter = Effect.map(
+  SqlClient.SqlClient,
+  (sql) =>
+    sql<{ generation: number | string }>`SELECT generation FROM api_keys_generation`.pipe(
+      Effect.map((rows) => Number(rows[0]!.generation))
+    )
+)
 
 /** The keys' generation: a number that changes whenever any process changes, adds or deletes a key. */
 type Probe = Effect.Effect<Effect.Effect<number>, never, SqlClient.SqlClient | DatabaseFile | Scope.Scope>
@@ -41,7 +44,9 @@ export const keyChanges = Effect.flatMap(DatabaseConfig, (target): Probe =>
  * mapping (`Bun.mmap`) opens and closes one. The path is the one SQLite uses: next to the real
  * file, symbolic links followed. Undefined when it cannot be opened: then every request asks the pragma.
  */
-const walIndexHeader = (filename: string): { readonly unchangedSince: (seen: Uint32Array) => boolean; readonly read: () => Uint32Array } | undefined => {
+const walIndexHeader = (
+  filename: string
+): { readonly unchangedSince: (seen: Uint32Array) => boolean; readonly read: () => Uint32Array } | undefined => {
   let fd: number
   try {
     fd = openSync(`${realpathSync(filename)}-shm`, "r")
@@ -99,7 +104,9 @@ const fileGeneration = (filename: string) =>
       // With a file of the database gone or replaced, a key revoked since may never show here:
       // refuse to vouch for any key (503) rather than answer from what may be stale. (This also
       // covers a `-shm` file replaced under our descriptor, which would then never move.)
-      if (file.changed()) return Effect.die(databaseError("SQLITE_CANTOPEN", "the database files changed under the server"))
+      if (file.changed()) {
+        return Effect.die(databaseError("SQLITE_CANTOPEN", "the database files changed under the server"))
+      }
       try {
         if (header !== undefined && headerAtLastRead !== undefined && header.unchangedSince(headerAtLastRead)) {
           return Effect.succeed(generation)
@@ -114,7 +121,9 @@ const fileGeneration = (filename: string) =>
         headerAtLastRead = before
         return Effect.succeed(generation)
       } catch (error) {
-        const code = typeof error === "object" && error !== null && "code" in error ? String(error.code) : "SQLITE_ERROR"
+        const code = typeof error === "object" && error !== null && "code" in error
+          ? String(error.code)
+          : "SQLITE_ERROR"
         return Effect.die(databaseError(code, `reading the API keys' generation: ${String(error)}`))
       }
     })

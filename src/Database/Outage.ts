@@ -1,4 +1,5 @@
-import { Cause, Clock, Context, Duration, Effect, Layer, Schedule } from "effect"
+import type { Cause } from "effect"
+import { Clock, Context, Duration, Effect, Layer, Schedule } from "effect"
 import { Metrics } from "../Metrics.ts"
 
 /** At most one "database unavailable" line per this long: an outage fails every request alike. */

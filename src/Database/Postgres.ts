@@ -47,8 +47,12 @@ export const layer = (target: PostgresTarget) => {
       new StartupError({
         variable: "DATABASE_URL",
         message: isMissingDatabase(error.cause)
-          ? `DATABASE_URL=${target.display} names a database that does not exist on that server: create it (${createdb(target)}) or correct the URL.`
-          : `DATABASE_URL=${target.display} cannot be reached (${reason(error.cause)}): start PostgreSQL or correct the URL.`
+          ? `DATABASE_URL=${target.display} names a database that does not exist on that server: create it (${
+            createdb(target)
+          }) or correct the URL.`
+          : `DATABASE_URL=${target.display} cannot be reached (${
+            reason(error.cause)
+          }): start PostgreSQL or correct the URL.`
       })
     )
   )
@@ -65,7 +69,7 @@ const isMissingDatabase = (cause: unknown) =>
   typeof cause === "object" && cause !== null && (cause as { code?: unknown }).code === "3D000"
 
 /** A word as a POSIX shell reads it unchanged. */
-const shellWord = (word: string) => /^[\w.,:@%+=\/-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`
+const shellWord = (word: string) => /^[\w.,:@%+=/-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`
 
 /**
  * The command that makes the database `target` names (PostgreSQL's own `createdb`), as the

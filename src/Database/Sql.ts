@@ -10,7 +10,9 @@ const makeSqlLive = (options: { readonly busyTimeoutMs: number; readonly create:
     target._tag === "sqlite"
       ? Sqlite.layer(target.filename, options)
       // Loaded only for a PostgreSQL URL: the embedded default does not pay for its client at start.
-      : Layer.unwrapEffect(Effect.map(Effect.promise(() => import("./Postgres.ts")), (Postgres) => Postgres.layer(target)))))
+      : Layer.unwrapEffect(
+        Effect.map(Effect.promise(() => import("./Postgres.ts")), (Postgres) => Postgres.layer(target))
+      )))
 
 /**
  * The database DATABASE_URL names, opened and migrated (a new SQLite file is made where there is

@@ -10,8 +10,7 @@ const driverCode = (u: unknown): string | undefined =>
     ? String(u.cause.code)
     : undefined
 
-const causeMessage = (u: unknown): string =>
-  u instanceof SqlError && u.cause instanceof Error ? u.cause.message : ""
+const causeMessage = (u: unknown): string => u instanceof SqlError && u.cause instanceof Error ? u.cause.message : ""
 
 /**
  * Worth running again shortly: another SQLite connection holds the lock, or PostgreSQL chose
@@ -19,7 +18,8 @@ const causeMessage = (u: unknown): string =>
  * another order), a serialization failure, or a cancelled statement (a timed-out statement's
  * cancel can reach the connection's next statement).
  */
-export const isRetryable = (u: unknown): boolean => /^(SQLITE_(BUSY|LOCKED)|(40P01|40001|57014)$)/.test(driverCode(u) ?? "")
+export const isRetryable = (u: unknown): boolean =>
+  /^(SQLITE_(BUSY|LOCKED)|(40P01|40001|57014)$)/.test(driverCode(u) ?? "")
 
 /**
  * The database is there but cannot be used right now: the caller may retry (503, not 500).
@@ -32,9 +32,16 @@ export const isDatabaseUnavailable = (u: unknown): boolean => {
   if (isRetryable(u)) return true
   const code = driverCode(u) ?? ""
   if (/^SQLITE_(CANTOPEN|IOERR|FULL|READONLY|PROTOCOL|NOTADB|CORRUPT)/.test(code)) return true
-  if (/^(08|53|57P|58|55P03|25P03|25006|E(CONN|PIPE|TIMEDOUT|HOSTUNREACH|NETUNREACH|AI_AGAIN|NOTFOUND)|ERR_SOCKET)/.test(code)) return true
-  if (u instanceof SqlError && /acquire connection|Connection error|Failed to connect|timed out/i.test(u.message)) return true
-  return /Connection terminated|timeout exceeded when trying to connect|connection error|not queryable|Connection closed/i.test(causeMessage(u))
+  if (
+    /^(08|53|57P|58|55P03|25P03|25006|E(CONN|PIPE|TIMEDOUT|HOSTUNREACH|NETUNREACH|AI_AGAIN|NOTFOUND)|ERR_SOCKET)/.test(
+      code
+    )
+  ) return true
+  if (u instanceof SqlError && /acquire connection|Connection error|Failed to connect|timed out/i.test(u.message)) {
+    return true
+  }
+  return /Connection terminated|timeout exceeded when trying to connect|connection error|not queryable|Connection closed/i
+    .test(causeMessage(u))
 }
 
 /** A failure with a driver's code, for conditions the driver itself cannot see. */

@@ -1,16 +1,16 @@
 import { BunContext } from "@effect/platform-bun"
-import { Database, type SQLQueryBindings } from "bun:sqlite"
 import { SqlClient, type Statement } from "@effect/sql"
-import { SqlError } from "@effect/sql/SqlError"
 import { SqliteClient, SqliteMigrator } from "@effect/sql-sqlite-bun"
+import { SqlError } from "@effect/sql/SqlError"
+import { Database, type SQLQueryBindings } from "bun:sqlite"
 import { Effect, Layer } from "effect"
 import { chmodSync, closeSync, mkdirSync, openSync, readSync, statSync, watch } from "node:fs"
 import { basename, dirname, resolve } from "node:path"
 import { StartupError } from "../Config.ts"
-import { DatabaseFile, DatabaseInUse, NoDatabase, ReadSql } from "./Services.ts"
-import { migrations } from "./migrations/index.ts"
-import { databaseError } from "./SqlErrors.ts"
 import { tracing } from "../Spans.ts"
+import { migrations } from "./migrations/index.ts"
+import { DatabaseFile, DatabaseInUse, NoDatabase, ReadSql } from "./Services.ts"
+import { databaseError } from "./SqlErrors.ts"
 
 const sqliteHeader = Buffer.from("SQLite format 3\0")
 
@@ -137,62 +137,66 @@ const MigratorLive = SqliteMigrator.layer({
   loader: SqliteMigrator.fromRecord(migrations)
 }).pipe(Layer.provide(BunContext.layer))
 
-const readSql = (filename: string) => Layer.scoped(
-  ReadSql,
-  Effect.gen(function*() {
-    // An in-memory database has no second connection: its one connection serves.
-    if (filename === ":memory:") return ReadSql.asIs
-    const tracingOn = yield* tracing
-    const db = yield* Effect.acquireRelease(
-      Effect.try({
-        try: () => {
-          const db = new Database(filename, { readonly: true, create: false })
-          try {
-            db.run("PRAGMA busy_timeout = 0")
-          } catch (error) {
-            db.close()
-            throw error
-          }
-          return db
-        },
-        catch: (cause) => new SqlError({ cause, message: "Failed to open the read-only connection" })
-      }),
-      (db) => Effect.sync(() => db.close())
-    )
-    // bun:sqlite keeps the prepared statement of each text: compiled once.
-    const run = (text: string, params: ReadonlyArray<unknown>) => runPrepared(db.query(text), params)
-    const runPrepared = (statement: ReturnType<typeof db.query>, params: ReadonlyArray<unknown>) =>
-      Effect.try({
-        try: () => statement.all(...(params as Array<SQLQueryBindings>)),
-        catch: (cause) => new SqlError({ cause, message: "Failed to execute statement" })
-      })
-    // The span @effect/sql gives each statement, only while tracing is on.
-    const traced = (text: string, direct: Effect.Effect<ReadonlyArray<any>, SqlError>) =>
-      tracingOn
-        ? Effect.withSpan(direct, "sql.execute", {
-          kind: "client",
-          captureStackTrace: false,
-          attributes: { "db.system.name": "sqlite", "db.operation.name": "execute", "db.query.text": text }
+const readSql = (filename: string) =>
+  Layer.scoped(
+    ReadSql,
+    Effect.gen(function*() {
+      // An in-memory database has no second connection: its one connection serves.
+      if (filename === ":memory:") return ReadSql.asIs
+      const tracingOn = yield* tracing
+      const db = yield* Effect.acquireRelease(
+        Effect.try({
+          try: () => {
+            const db = new Database(filename, { readonly: true, create: false })
+            try {
+              db.run("PRAGMA busy_timeout = 0")
+            } catch (error) {
+              db.close()
+              throw error
+            }
+            return db
+          },
+          catch: (cause) => new SqlError({ cause, message: "Failed to open the read-only connection" })
+        }),
+        (db) => Effect.sync(() => db.close())
+      )
+      // bun:sqlite keeps the prepared statement of each text: compiled once.
+      const run = (text: string, params: ReadonlyArray<unknown>) => runPrepared(db.query(text), params)
+      const runPrepared = (statement: ReturnType<typeof db.query>, params: ReadonlyArray<unknown>) =>
+        Effect.try({
+          try: () => statement.all(...(params as Array<SQLQueryBindings>)),
+          catch: (cause) => new SqlError({ cause, message: "Failed to execute statement" })
         })
-        : direct
-    return ReadSql.of({
-      prepare: <Args extends ReadonlyArray<string | number>, A extends object>(make: (...args: Args) => Statement.Statement<A>) => {
-        const standIns = Array.from({ length: make.length }, (_, i) => `\u0000stand-in ${i}`) as unknown as Args
-        const [text, params] = make(...standIns).compile()
-        const inPlace = params.length === standIns.length && params.every((param, i) => param === standIns[i])
-        if (inPlace) {
-          // The statement's text never changes: its prepared statement is taken once, here.
-          const statement = db.query(text)
-          return (...args: Args) => traced(text, runPrepared(statement, args)) as Effect.Effect<ReadonlyArray<A>, SqlError>
+      // The span @effect/sql gives each statement, only while tracing is on.
+      const traced = (text: string, direct: Effect.Effect<ReadonlyArray<any>, SqlError>) =>
+        tracingOn
+          ? Effect.withSpan(direct, "sql.execute", {
+            kind: "client",
+            captureStackTrace: false,
+            attributes: { "db.system.name": "sqlite", "db.operation.name": "execute", "db.query.text": text }
+          })
+          : direct
+      return ReadSql.of({
+        prepare: <Args extends ReadonlyArray<string | number>, A extends object>(
+          make: (...args: Args) => Statement.Statement<A>
+        ) => {
+          const standIns = Array.from({ length: make.length }, (_, i) => `\u0000stand-in ${i}`) as unknown as Args
+          const [text, params] = make(...standIns).compile()
+          const inPlace = params.length === standIns.length && params.every((param, i) => param === standIns[i])
+          if (inPlace) {
+            // The statement's text never changes: its prepared statement is taken once, here.
+            const statement = db.query(text)
+            return (...args: Args) =>
+              traced(text, runPrepared(statement, args)) as Effect.Effect<ReadonlyArray<A>, SqlError>
+          }
+          return (...args: Args) => {
+            const [built, values] = make(...args).compile()
+            return traced(built, run(built, values)) as Effect.Effect<ReadonlyArray<A>, SqlError>
+          }
         }
-        return (...args: Args) => {
-          const [built, values] = make(...args).compile()
-          return traced(built, run(built, values)) as Effect.Effect<ReadonlyArray<A>, SqlError>
-        }
-      }
+      })
     })
-  })
-)
+  )
 
 /**
  * The SQLite database, opened, tuned and migrated, with its read-only connection and the watch
@@ -206,4 +210,3 @@ export const layer = (filename: string, options: { readonly busyTimeoutMs: numbe
     Layer.scoped(DatabaseFile, databaseFile(filename)).pipe(Layer.provide(MigratorLive)),
     readSql(filename)
   ).pipe(Layer.provideMerge(makeClient(filename, options.busyTimeoutMs, options.create)))
-

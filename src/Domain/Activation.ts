@@ -4,7 +4,10 @@ const message = (text: string) => ({ message: () => text })
 
 const Uuid = (field: string) =>
   Schema.String.pipe(
-    Schema.pattern(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i, message(`${field} must be a UUID`))
+    Schema.pattern(
+      /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i,
+      message(`${field} must be a UUID`)
+    )
   ).annotations({
     ...message(`${field} must be a UUID`),
     jsonSchema: {
@@ -106,7 +109,11 @@ export const SocialUsername = Schema.String.annotations(message("socialUsername 
   },
   examples: ["@janedoe"],
   arbitrary: () => (fc) =>
-    fc.string({ minLength: 1, maxLength: 99, unit: fc.constantFrom(..."abcdefghijklmnopqrstuvwxyz0123456789._-ÄéßŁ中文🙂") }).map((rest) => `@${rest}`)
+    fc.string({
+      minLength: 1,
+      maxLength: 99,
+      unit: fc.constantFrom(..."abcdefghijklmnopqrstuvwxyz0123456789._-ÄéßŁ中文🙂")
+    }).map((rest) => `@${rest}`)
 })
 
 export const ActivateRequest = Schema.Struct({
@@ -190,15 +197,18 @@ export const ListActivationsQuery = Schema.Struct({
   creatorId: Schema.optional(Uuid("creatorId")),
   campaignId: Schema.optional(Uuid("campaignId")),
   limit: Schema.optional(PageLimit),
-  startingAfter: Schema.optional(Uuid("startingAfter").annotations({
-    jsonSchema: {
-      type: "string",
-      format: "uuid",
-      minLength: 36,
-      maxLength: 36,
-      description: "An activation id: the page holds the records whose id is below it (the `Link` header's next page names it)"
-    }
-  }))
+  startingAfter: Schema.optional(
+    Uuid("startingAfter").annotations({
+      jsonSchema: {
+        type: "string",
+        format: "uuid",
+        minLength: 36,
+        maxLength: 36,
+        description:
+          "An activation id: the page holds the records whose id is below it (the `Link` header's next page names it)"
+      }
+    })
+  )
 }).annotations({ parseOptions: { onExcessProperty: "error" } })
 export type ListActivationsQuery = typeof ListActivationsQuery.Type
 
@@ -225,7 +235,9 @@ const Day = (field: string) =>
       format: "date",
       minLength: 10,
       maxLength: 10,
-      description: `The range's ${field === "from" ? "first" : "last"} UTC day, inclusive; omitted, the range is open on that side`
+      description: `The range's ${
+        field === "from" ? "first" : "last"
+      } UTC day, inclusive; omitted, the range is open on that side`
     },
     examples: [field === "from" ? "2026-12-01" : "2026-12-31"],
     arbitrary: daysFrom("2026-01-01", "2027-12-31")
@@ -249,10 +261,12 @@ const Count = (description: string) =>
   })
 
 const DayCount = <K extends string>(identifier: string, field: K, description: string) =>
-  Schema.Struct({
-    date: formatted("date", "A UTC day"),
-    [field]: Count(description)
-  } as { date: typeof Schema.String } & { [P in K]: ReturnType<typeof Count> }).annotations({ identifier })
+  Schema.Struct(
+    {
+      date: formatted("date", "A UTC day"),
+      [field]: Count(description)
+    } as { date: typeof Schema.String } & { [P in K]: ReturnType<typeof Count> }
+  ).annotations({ identifier })
 
 export const CampaignAnalytics = Schema.Struct({
   campaignId: formatted("uuid", "The campaign, as given in the path"),
@@ -261,7 +275,9 @@ export const CampaignAnalytics = Schema.Struct({
   activations: Count("The brand's activations of the campaign in the range"),
   creators: Count("How many distinct creators among them"),
   activationsByDay: Schema.Array(DayCount("ActivationsOnDay", "activations", "Activations made that UTC day")),
-  plannedPostsByDay: Schema.Array(DayCount("PlannedPostsOnDay", "posts", "Of those activations, the posts planned for that day")),
+  plannedPostsByDay: Schema.Array(
+    DayCount("PlannedPostsOnDay", "posts", "Of those activations, the posts planned for that day")
+  ),
   unscheduled: Count("Of those activations, the ones without a planned post")
 }).annotations({ identifier: "CampaignAnalytics" })
 export type CampaignAnalytics = typeof CampaignAnalytics.Type

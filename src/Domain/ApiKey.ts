@@ -79,5 +79,10 @@ export const Identity = Schema.Struct({
   })
 }).annotations({
   identifier: "Identity",
-  examples: [{ ok: true, keyId: "2u6jlxxhvilekt9a", brandId: "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f", scopes: ["campaigns:write"] }]
+  examples: [{
+    ok: true,
+    keyId: "2u6jlxxhvilekt9a",
+    brandId: "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f",
+    scopes: ["campaigns:write"]
+  }]
 })

@@ -22,9 +22,7 @@ export class IdempotencyInProgress
   extends Schema.TaggedError<IdempotencyInProgress>()("IdempotencyInProgress", fields)
 {}
 export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>()("PayloadTooLarge", fields) {}
-export class UnsupportedMediaType
-  extends Schema.TaggedError<UnsupportedMediaType>()("UnsupportedMediaType", fields)
-{}
+export class UnsupportedMediaType extends Schema.TaggedError<UnsupportedMediaType>()("UnsupportedMediaType", fields) {}
 export class RateLimited extends Schema.TaggedError<RateLimited>()("RateLimited", fields) {}
 export class InternalError extends Schema.TaggedError<InternalError>()("InternalError", fields) {}
 export class ServiceUnavailable extends Schema.TaggedError<ServiceUnavailable>()("ServiceUnavailable", fields) {}
@@ -100,7 +98,14 @@ export const Envelope = <E extends ApiError>(cls: ErrorClass<E>) => {
 }
 
 /** Why a presented key was refused (README, Operating it): `missing` covers any header that is not Bearer credentials. */
-export type RefusalReason = "missing" | "malformed" | "unknown key" | "wrong secret" | "revoked" | "expired" | "grace ended"
+export type RefusalReason =
+  | "missing"
+  | "malformed"
+  | "unknown key"
+  | "wrong secret"
+  | "revoked"
+  | "expired"
+  | "grace ended"
 
 /**
  * A refused key as the access log tells it; never on the wire, where every reason is the same

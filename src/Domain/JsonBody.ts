@@ -17,7 +17,8 @@ export const bodyRefusals = {
   unsupported: new UnsupportedMediaType({ message: "Content-Type must be application/json." }),
   tooLarge: new PayloadTooLarge({ message: `The request body must be at most ${maxBodyBytes} bytes.` }),
   tooManyChunks: new PayloadTooLarge({
-    message: `The request body came in more than ${maxBodyChunks} chunks: send it with a Content-Length, or in fewer chunks.`
+    message:
+      `The request body came in more than ${maxBodyChunks} chunks: send it with a Content-Length, or in fewer chunks.`
   }),
   incomplete: new MalformedJson({ message: "The request body did not arrive completely in time." }),
   notJson: new MalformedJson({ message: "The request body is not valid JSON." })

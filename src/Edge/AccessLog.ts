@@ -1,9 +1,14 @@
 import { Effect, type Fiber, Option } from "effect"
-import { type AccessLogFields, AccessLogEntry, AccessLogOutput, currentKeyNote } from "../Logging.ts"
+import { AccessLogEntry, type AccessLogFields, AccessLogOutput, currentKeyNote } from "../Logging.ts"
 import type { Exchange } from "./Exchange.ts"
 
 /** The fields of a finished request's line: the key as its middleware noted it on the request's fiber. */
-const fieldsOf = (exchange: Exchange, fiber: Fiber.RuntimeFiber<unknown, unknown>, status: number, startedAt: number): AccessLogFields => {
+const fieldsOf = (
+  exchange: Exchange,
+  fiber: Fiber.RuntimeFiber<unknown, unknown>,
+  status: number,
+  startedAt: number
+): AccessLogFields => {
   const key = fiber.getFiberRef(currentKeyNote).note
   return {
     clientAddress: exchange.clientAddress,
@@ -36,7 +41,8 @@ export const makeAccessLog = (traced: boolean) =>
     return traced
       ? (fiber, exchange, status, startedAt) =>
         Effect.logInfo("request").pipe(Effect.annotateLogs(fieldsOf(exchange, fiber, status, startedAt)))
-      : (fiber, exchange, status, startedAt) => Effect.logInfo(new AccessLogEntry(fieldsOf(exchange, fiber, status, startedAt)))
+      : (fiber, exchange, status, startedAt) =>
+        Effect.logInfo(new AccessLogEntry(fieldsOf(exchange, fiber, status, startedAt)))
   })
 
 /** Writes a request's access-log line from its fiber, or says what to run to log it. */

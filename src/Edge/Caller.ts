@@ -13,7 +13,7 @@ export interface Caller {
 }
 
 /** A request id from a trusted proxy is kept when it is sane: short, printable, no spaces. */
-const saneRequestId = /^[A-Za-z0-9._:@+=\/-]{1,128}$/
+const saneRequestId = /^[A-Za-z0-9._:@+=/-]{1,128}$/
 
 /** At most this many characters of a caller's own request id are logged. */
 const clientRequestIdLength = 128
@@ -74,7 +74,11 @@ export const makeCallers = (trustedProxies: ReadonlyArray<Cidr>) => {
   return (request: Request, peer: string): Caller => {
     const sent = request.headers.get("x-request-id")
     if (noProxies || !isTrusted(peer)) {
-      return { clientAddress: peer, requestId: crypto.randomUUID(), clientRequestId: sent === null ? null : bounded(sent) }
+      return {
+        clientAddress: peer,
+        requestId: crypto.randomUUID(),
+        clientRequestId: sent === null ? null : bounded(sent)
+      }
     }
     return {
       clientAddress: forwardedClient(request, peer),

@@ -6,7 +6,12 @@ import { brotliCompress, constants as zlib, gzip as gzipAsync } from "node:zlib"
  * The OpenAPI document, its docs page and the page's script: where they are served. The script's
  * name is its digest, so a browser keeps it for good and a new version is a new name.
  */
-export const documentRoutes = { index: "/", openApi: "/openapi.json", docs: "/docs", docsScript: "/docs/:script" } as const
+export const documentRoutes = {
+  index: "/",
+  openApi: "/openapi.json",
+  docs: "/docs",
+  docsScript: "/docs/:script"
+} as const
 
 /** A compressed form of a document, by its `Content-Encoding`. */
 interface Encoded {
@@ -119,7 +124,7 @@ const splitScript = (page: string) => {
   }
 }
 
-const embeddedDocument = '<script id="api-reference" type="application/json">'
+const embeddedDocument = "<script id=\"api-reference\" type=\"application/json\">"
 
 /**
  * The platform's page carries the whole OpenAPI document inline, which grows with every endpoint:
@@ -130,7 +135,9 @@ const embeddedDocument = '<script id="api-reference" type="application/json">'
 const withDocumentByUrl = (page: string) => {
   const start = page.indexOf(embeddedDocument)
   const end = page.indexOf(scriptEnd, start)
-  if (start === -1 || end === -1) throw new Error("@effect/platform's Scalar page no longer embeds the document as it did")
+  if (start === -1 || end === -1) {
+    throw new Error("@effect/platform's Scalar page no longer embeds the document as it did")
+  }
   return `${page.slice(0, start)}<script id="api-reference" data-url="${documentRoutes.openApi}"></script>${
     page.slice(end + scriptEnd.length)
   }`
@@ -147,7 +154,9 @@ const withServer = (api: HttpApi.HttpApi.Any, publicUrl: string) =>
 
 /** The OpenAPI document generated from the HttpApi definition, naming `publicUrl` as the server. */
 export const openApiDocument = (api: HttpApi.HttpApi.Any, publicUrl: string): Effect.Effect<PreparedDocument> =>
-  prepare("application/json", noCache, encoder.encode(JSON.stringify(OpenApi.fromApi(withServer(api, publicUrl)))), ["gzip"])
+  prepare("application/json", noCache, encoder.encode(JSON.stringify(OpenApi.fromApi(withServer(api, publicUrl)))), [
+    "gzip"
+  ])
 
 /** The docs page and its script, which it names by digest; the script is compressed when first asked for. */
 export interface DocsPage {
@@ -171,7 +180,9 @@ export const docsPage = (api: HttpApi.HttpApi.Any, publicUrl: string): Effect.Ef
       encoder.encode(withDocumentByUrl(around(`<script src="${documentRoutes.docs}/${scriptName}"></script>`))),
       ["gzip"]
     )
-    const prepared = yield* Effect.cached(prepare("text/javascript; charset=utf-8", immutable, scriptBytes, ["br", "gzip"]))
+    const prepared = yield* Effect.cached(
+      prepare("text/javascript; charset=utf-8", immutable, scriptBytes, ["br", "gzip"])
+    )
     return {
       // The one HTML page: no other site may frame it (README, For integrators).
       page: { ...page, headers: { "content-security-policy": "frame-ancestors 'none'" } },

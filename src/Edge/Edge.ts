@@ -1,12 +1,27 @@
 import { type HttpApi, HttpApp, HttpServerRequest, HttpServerResponse, OpenApi } from "@effect/platform"
-import { Cause, Context, Duration, Effect, Exit, Fiber, FiberId, FiberRef, FiberRefs, HashMap, LogLevel, Option, Runtime, Tracer } from "effect"
+import {
+  Cause,
+  Context,
+  Duration,
+  Effect,
+  Exit,
+  Fiber,
+  FiberId,
+  FiberRef,
+  FiberRefs,
+  HashMap,
+  LogLevel,
+  Option,
+  Runtime,
+  Tracer
+} from "effect"
 import { EdgeConfig, ServerConfig, TrustedProxiesConfig } from "../Config.ts"
 import { DatabaseOutage } from "../Database/Outage.ts"
 import { declaredEndpoints } from "../Declaration.ts"
 import { NotFound } from "../Domain/Errors.ts"
+import { currentKeyNote, keyNoteSlot } from "../Logging.ts"
 import { Metrics } from "../Metrics.ts"
 import { collectResponseHeaders, isHeadersHandler, notModified } from "../Responses.ts"
-import { currentKeyNote, keyNoteSlot } from "../Logging.ts"
 import { tracing } from "../Spans.ts"
 import { makeAccessLog, makeRefusalTally } from "./AccessLog.ts"
 import { type Caller, makeCallers } from "./Caller.ts"
@@ -26,7 +41,9 @@ const serveDocument = (request: EdgeRequest, document: PreparedDocument): Reply 
     "etag": document.etag,
     "vary": "accept-encoding"
   }
-  if (notModified(request.source.headers.get("if-none-match"), document.etag)) return { status: 304, body: undefined, headers }
+  if (notModified(request.source.headers.get("if-none-match"), document.etag)) {
+    return { status: 304, body: undefined, headers }
+  }
   const encoded = encodedFor(document, request.source.headers.get("accept-encoding"))
   return {
     status: 200,
@@ -42,7 +59,8 @@ const serveDocument = (request: EdgeRequest, document: PreparedDocument): Reply 
  */
 const indexOf = (api: HttpApi.HttpApi.Any, docsEnabled: boolean, publicUrl: Option.Option<URL>): string => {
   const { annotations } = api as HttpApi.HttpApi.AnyWithProps
-  const at = (path: string) => Option.match(publicUrl, { onNone: () => path, onSome: (url) => `${url.href.replace(/\/+$/, "")}${path}` })
+  const at = (path: string) =>
+    Option.match(publicUrl, { onNone: () => path, onSome: (url) => `${url.href.replace(/\/+$/, "")}${path}` })
   return JSON.stringify({
     ok: true,
     name: Context.unsafeGet(annotations, OpenApi.Title),
@@ -59,7 +77,10 @@ export const inProcess = "(in process)"
  * What Bun's router and its fallback call. The peer's address is asked of Bun once per
  * request, by the guard, and handed on.
  */
-export type Handle = (request: Request & { params: Record<string, string> }, peer: string) => Response | Promise<Response>
+export type Handle = (
+  request: Request & { params: Record<string, string> },
+  peer: string
+) => Response | Promise<Response>
 
 /** How often repeated 401s from one address are summed up in the log. */
 const refusalSummaryInterval = Duration.minutes(1)
@@ -147,9 +168,10 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, synch
     const index: Reply = { status: 200, body: indexOf(api, docsEnabled, publicUrl) }
     const middleware = yield* Effect.context<MiddlewareOf<Api>>()
     const endpoints: ReadonlyArray<Route> = declaredEndpoints(api).map((declared) => {
-      const handler = (handlers as Record<string, Record<string, (request: any) => Effect.Effect<unknown, unknown, unknown>>>)[
-        declared.group.identifier
-      ]![declared.endpoint.name]!
+      const handler =
+        (handlers as Record<string, Record<string, (request: any) => Effect.Effect<unknown, unknown, unknown>>>)[
+          declared.group.identifier
+        ]![declared.endpoint.name]!
       return {
         method: declared.endpoint.method,
         path: declared.endpoint.path,
@@ -161,10 +183,18 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, synch
     const routes: ReadonlyArray<Route> = [
       ...endpoints,
       { method: "GET", path: documentRoutes.index, run: () => Effect.succeed(index) },
-      { method: "GET", path: documentRoutes.openApi, run: (request) => Effect.map(openApi, (document) => serveDocument(request, document)) },
+      {
+        method: "GET",
+        path: documentRoutes.openApi,
+        run: (request) => Effect.map(openApi, (document) => serveDocument(request, document))
+      },
       ...(docsEnabled
         ? [
-          { method: "GET", path: documentRoutes.docs, run: (request: EdgeRequest) => Effect.map(docs, ({ page }) => serveDocument(request, page)) },
+          {
+            method: "GET",
+            path: documentRoutes.docs,
+            run: (request: EdgeRequest) => Effect.map(docs, ({ page }) => serveDocument(request, page))
+          },
           {
             method: "GET",
             path: documentRoutes.docsScript,
@@ -181,7 +211,8 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, synch
     const fallback = makeFallback(routes)
     const traced = yield* tracing
     // Decided once: below LOG_LEVEL=info no access-log line is built at all.
-    const accessLogged = traced || LogLevel.lessThanEqual(yield* FiberRef.get(FiberRef.currentMinimumLogLevel), LogLevel.Info)
+    const accessLogged = traced ||
+      LogLevel.lessThanEqual(yield* FiberRef.get(FiberRef.currentMinimumLogLevel), LogLevel.Info)
     const accessLog = yield* makeAccessLog(traced)
     // The layers' fiber refs (logger, tracer, clock), and a context of nothing but the request: the
     // handlers and the middleware took their services when they were built, and need nothing
@@ -237,7 +268,11 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, synch
       Effect.useSpan(`http.server ${exchange.request.method}`, {
         kind: "server",
         captureStackTrace: false,
-        attributes: { "http.request.method": exchange.request.method, "http.route": exchange.route, "url.path": exchange.path }
+        attributes: {
+          "http.request.method": exchange.request.method,
+          "http.route": exchange.route,
+          "url.path": exchange.path
+        }
       }, (span) => {
         provided.set(Tracer.ParentSpan.key, span)
         return Effect.tap(self, (reply) =>
@@ -270,15 +305,25 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, synch
       interval: refusalSummaryInterval,
       write: () =>
         Effect.suspend(() =>
-          Effect.forEach(refusals.drain(), ([clientAddress, count]) =>
-            Effect.logInfo("repeated unauthorized requests", { clientAddress, count, status: 401 }), { discard: true })
+          Effect.forEach(
+            refusals.drain(),
+            ([clientAddress, count]) =>
+              Effect.logInfo("repeated unauthorized requests", { clientAddress, count, status: 401 }),
+            { discard: true }
+          )
         )
     }]
 
     const callerOf = makeCallers(yield* TrustedProxiesConfig)
 
     /** One request of `route`, with the parameters the router read from its path. */
-    const run = (route: Pick<Route, "path" | "run">, source: Request, path: string, params: Readonly<Record<string, string>>, peer: string) => {
+    const run = (
+      route: Pick<Route, "path" | "run">,
+      source: Request,
+      path: string,
+      params: Readonly<Record<string, string>>,
+      peer: string
+    ) => {
       const startedAt = performance.now()
       const { clientAddress, clientRequestId, requestId } = callerOf(source, peer)
       const request = new EdgeRequest(source, source.url.slice(pathStart(source.url)))
@@ -293,7 +338,8 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, synch
         Effect.withFiberRuntime((fiber) => {
           const final = withPreResponse(fiber.getFiberRef(HttpApp.currentPreResponseHandlers), request, reply)
           if (Effect.isEffect(final)) {
-            return Effect.flatMap(Effect.catchAllCause(final, renderer.renderFailure), (rendered) => logged(fiber, rendered))
+            return Effect.flatMap(Effect.catchAllCause(final, renderer.renderFailure), (rendered) =>
+              logged(fiber, rendered))
           }
           return logged(fiber, final)
         })

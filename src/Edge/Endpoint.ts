@@ -76,7 +76,8 @@ export const queryOf = (url: string): Record<string, string | Array<string>> => 
   return at === -1 ? {} : UrlParams.toRecord(UrlParams.fromInput(new URLSearchParams(url.slice(at + 1))))
 }
 
-const notAQueryParameter = (name: string) => new ValidationError({ message: `${name} is not a query parameter of this operation.` })
+const notAQueryParameter = (name: string) =>
+  new ValidationError({ message: `${name} is not a query parameter of this operation.` })
 
 /**
  * The query's decoder: one sentence for a parameter the endpoint does not take, or one it takes
@@ -136,7 +137,9 @@ const successEncoder = (successSchema: Schema.Schema.Any): (value: unknown) => R
   HttpApiSchema.deunionize(members, successSchema)
   const encoders = [...members].map((schema) => {
     const status = HttpApiSchema.getStatusSuccess(schema)
-    if (HttpApiSchema.isVoid(schema.ast)) return { is: Schema.is(Schema.Void), encode: (): Reply => ({ status, body: undefined }) }
+    if (HttpApiSchema.isVoid(schema.ast)) {
+      return { is: Schema.is(Schema.Void), encode: (): Reply => ({ status, body: undefined }) }
+    }
     const encode = Schema.encodeSync(schema as Schema.Schema<unknown, unknown>)
     return {
       is: Schema.is(Schema.typeSchema(schema as Schema.Schema<unknown, unknown>)),
@@ -166,7 +169,11 @@ const schemeCheck = (
     ? (request: EdgeRequest) => run(Redacted.make((request.source.headers.get("authorization") ?? "").slice(7)))
     : (request: EdgeRequest) =>
       Effect.flatMap(
-        Effect.provideService(HttpApiBuilder.securityDecode(security), HttpServerRequest.ParsedSearchParams, queryOf(request.url)),
+        Effect.provideService(
+          HttpApiBuilder.securityDecode(security),
+          HttpServerRequest.ParsedSearchParams,
+          queryOf(request.url)
+        ),
         run
       )
 
@@ -187,7 +194,10 @@ const middlewareAround = (tag: HttpApiMiddleware.TagClassAny, service: unknown) 
   const check: (request: EdgeRequest) => Effect.Effect<unknown, unknown, HttpServerRequest.HttpServerRequest> =
     HttpApiMiddleware.isSecurity(tag)
       ? Object.entries(tag.security).map(([scheme, security]) =>
-        schemeCheck(security, (service as Record<string, (credential: unknown) => Effect.Effect<unknown, unknown>>)[scheme]!)
+        schemeCheck(
+          security,
+          (service as Record<string, (credential: unknown) => Effect.Effect<unknown, unknown>>)[scheme]!
+        )
       ).reduce((first, next) => (request) => Effect.catchAll(first(request), () => next(request)))
       : () => service as Effect.Effect<unknown, unknown, HttpServerRequest.HttpServerRequest>
   const provides = tag.provides
@@ -263,9 +273,13 @@ export const compileEndpoint = (
   }
 
   // Each middleware calls what it guards once it has passed: the first runs first.
-  const chain = around.reduceRight<(request: EdgeRequest, params: Readonly<Record<string, string>>, provided: Provided) => Program>(
+  const chain = around.reduceRight<
+    (request: EdgeRequest, params: Readonly<Record<string, string>>, provided: Provided) => Program
+  >(
     (guarded, wrap) => (request, params, provided) => wrap(request, provided, () => guarded(request, params, provided)),
     (request, params) => handle(request, params)
   )
-  return around.length === 0 ? (request, params, provided) => Effect.suspend(() => chain(request, params, provided)) : chain
+  return around.length === 0
+    ? (request, params, provided) => Effect.suspend(() => chain(request, params, provided))
+    : chain
 }

@@ -92,7 +92,9 @@ export const makeRenderer = (outage: (cause: Cause.Cause<unknown>) => Effect.Eff
     if (Option.isSome(failure)) {
       const error = failure.value
       if (isApiError(error)) return Effect.succeed(errorReply(error))
-      if (isParseError(error)) return Effect.succeed(errorReply(new ValidationError({ message: validationMessage(error) })))
+      if (isParseError(error)) {
+        return Effect.succeed(errorReply(new ValidationError({ message: validationMessage(error) })))
+      }
     }
     if (isDatabaseUnavailable(Cause.squash(cause))) return Effect.as(outage(cause), errorReply(unavailable))
     return Effect.as(Effect.logError("unexpected failure", cause), errorReply(internal))

@@ -40,26 +40,40 @@ export const makeFallback = (routes: ReadonlyArray<Route>) => {
   const patterns: ReadonlyArray<Pattern> = routes.map((route) => ({
     route,
     names: [...route.path.matchAll(/:([^/]+)/g)].map((match) => match[1]!),
-    regex: new RegExp(`^${
-      route.path.split(/(:[^/]+)/).map((part) => part.startsWith(":") ? "([^/%;]+)" : part.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"))
-        .join("")
-    }/?$`)
+    regex: new RegExp(
+      `^${
+        route.path.split(/(:[^/]+)/).map((part) =>
+          part.startsWith(":") ? "([^/%;]+)" : part.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")
+        )
+          .join("")
+      }/?$`
+    )
   }))
 
   return (method: string, path: string): Unmatched => {
     const matching = patterns.filter((pattern) => pattern.regex.test(path))
     if (matching.length === 0) {
-      return { _tag: "Refuse", route: "(unknown)", reply: errorReply(new NotFound({ message: `No route for ${method} ${path}.` })) }
+      return {
+        _tag: "Refuse",
+        route: "(unknown)",
+        reply: errorReply(new NotFound({ message: `No route for ${method} ${path}.` }))
+      }
     }
     // Bun answers HEAD on every GET route (the GET without its body), so Allow says so.
-    const allowed = matching.flatMap((pattern) => pattern.route.method === "GET" ? ["GET", "HEAD"] : [pattern.route.method])
-    const same = matching.find((pattern) => pattern.route.method === method || (method === "HEAD" && pattern.route.method === "GET"))
+    const allowed = matching.flatMap((pattern) =>
+      pattern.route.method === "GET" ? ["GET", "HEAD"] : [pattern.route.method]
+    )
+    const same = matching.find((pattern) =>
+      pattern.route.method === method || (method === "HEAD" && pattern.route.method === "GET")
+    )
     if (same === undefined) {
       return {
         _tag: "Refuse",
         route: matching[0]!.route.path,
         reply: {
-          ...errorReply(new MethodNotAllowed({ message: `${method} is not allowed on ${path}; use ${allowed.join(", ")}.` })),
+          ...errorReply(
+            new MethodNotAllowed({ message: `${method} is not allowed on ${path}; use ${allowed.join(", ")}.` })
+          ),
           headers: { allow: allowed.join(", ") }
         }
       }

@@ -65,7 +65,10 @@ export class EdgeRequest extends Inspectable.Class implements HttpServerRequest.
   }
   /** The library's record of the headers: Bun's own, made natively, with the record's prototype. */
   get headers(): Headers.Headers {
-    return this.headersRecord ??= Object.assign(Object.create(headersPrototype) as Headers.Headers, this.source.headers.toJSON())
+    return this.headersRecord ??= Object.assign(
+      Object.create(headersPrototype) as Headers.Headers,
+      this.source.headers.toJSON()
+    )
   }
   get cookies(): Readonly<Record<string, string>> {
     return Cookies.parseHeader(this.source.headers.get("cookie") ?? "")

@@ -21,7 +21,8 @@ const cannotListen = (host: string, port: number, error: unknown) => {
     case "EADDRINUSE":
       return new StartupError({
         variable: "PORT",
-        message: `PORT=${port}: another process on this machine is listening on port ${port}; stop it or choose another PORT.`
+        message:
+          `PORT=${port}: another process on this machine is listening on port ${port}; stop it or choose another PORT.`
       })
     case "EACCES":
       return new StartupError({
@@ -31,14 +32,18 @@ const cannotListen = (host: string, port: number, error: unknown) => {
     default:
       return new StartupError({
         variable: "HOST",
-        message: `HOST=${host}: not an address of this machine to listen on (${code ?? String(error)}); use 0.0.0.0, 127.0.0.1 or one of its addresses.`
+        message: `HOST=${host}: not an address of this machine to listen on (${
+          code ?? String(error)
+        }); use 0.0.0.0, 127.0.0.1 or one of its addresses.`
       })
   }
 }
 
 const internalError = new InternalError({ message: "An unexpected error occurred." })
 
-const shuttingDown = errorReply(new ServiceUnavailable({ message: "The server is shutting down; retry on another instance." }))
+const shuttingDown = errorReply(
+  new ServiceUnavailable({ message: "The server is shutting down; retry on another instance." })
+)
 
 /**
  * The API on `Bun.serve`: Bun's own router hands each API request to its handler. On SIGTERM
@@ -56,7 +61,9 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
     const edge = yield* makeEdge(yield* options)
     // Added before the server, so they run after the drain (finalizers run last-added first):
     // the 401s and the outage's failures counted until the very end are logged too.
-    yield* Effect.addFinalizer(() => Effect.forEach(edge.summaries, (summary) => summary.write(true), { discard: true }))
+    yield* Effect.addFinalizer(() =>
+      Effect.forEach(edge.summaries, (summary) => summary.write(true), { discard: true })
+    )
 
     // Told to stop (`draining`), every answer closes its connection. Stopped: no longer listening.
     let stopped = false
@@ -86,25 +93,26 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
 
     const connections = yield* makeConnectionLimit
 
-    const guard = (serve: Handle) => (request: Request & { params: Record<string, string> }, server?: Bun.Server<unknown>) => {
-      // Asked once per request: an object each time.
-      const peer = server?.requestIP(request)
-      if (stopped) return lateArrival(request, peer?.address ?? inProcess)
-      const lastOnConnection = connections.overLimit(peer)
-      inFlight++
-      let response: Response | Promise<Response>
-      try {
-        response = serve(request, peer?.address ?? inProcess)
-      } catch (error) {
-        return failed(error)
+    const guard =
+      (serve: Handle) => (request: Request & { params: Record<string, string> }, server?: Bun.Server<unknown>) => {
+        // Asked once per request: an object each time.
+        const peer = server?.requestIP(request)
+        if (stopped) return lateArrival(request, peer?.address ?? inProcess)
+        const lastOnConnection = connections.overLimit(peer)
+        inFlight++
+        let response: Response | Promise<Response>
+        try {
+          response = serve(request, peer?.address ?? inProcess)
+        } catch (error) {
+          return failed(error)
+        }
+        if (!lastOnConnection) return response instanceof Promise ? response.then(settle, failed) : settle(response)
+        const close = (response: Response) => {
+          response.headers.set("connection", "close")
+          return settle(response)
+        }
+        return response instanceof Promise ? response.then(close, failed) : close(response)
       }
-      if (!lastOnConnection) return response instanceof Promise ? response.then(settle, failed) : settle(response)
-      const close = (response: Response) => {
-        response.headers.set("connection", "close")
-        return settle(response)
-      }
-      return response instanceof Promise ? response.then(close, failed) : close(response)
-    }
 
     const routes = Object.fromEntries(
       Object.entries(edge.routes).map(([path, methods]) => [
@@ -131,7 +139,15 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
             // (as SO_REUSEPORT would), and two servers would share one PORT without a word.
             reusePort: false,
             error: (error) => {
-              console.error(JSON.stringify({ message: "unhandled error", logLevel: "ERROR", timestamp: new Date().toISOString(), cause: String(error), annotations: {} }))
+              console.error(
+                JSON.stringify({
+                  message: "unhandled error",
+                  logLevel: "ERROR",
+                  timestamp: new Date().toISOString(),
+                  cause: String(error),
+                  annotations: {}
+                })
+              )
               return new Response(errorReply(internalError).body, {
                 status: 500,
                 headers: { "content-type": "application/json", "x-content-type-options": "nosniff" }

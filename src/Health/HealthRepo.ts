@@ -19,7 +19,9 @@ export class HealthRepo extends Context.Tag("Health/HealthRepo")<HealthRepo, {
       const file = yield* DatabaseFile
       return {
         database: sql.onDialectOrElse({ pg: () => "postgres" as const, orElse: () => "sqlite" as const }),
-        ping: Effect.asVoid(Effect.zipRight(file.ensurePresent, sql`SELECT COUNT(*) AS n FROM api_keys WHERE key_id = ''`))
+        ping: Effect.asVoid(
+          Effect.zipRight(file.ensurePresent, sql`SELECT COUNT(*) AS n FROM api_keys WHERE key_id = ''`)
+        )
       }
     })
   )

@@ -36,16 +36,24 @@ export const HealthHandlers = Effect.gen(function*() {
   return {
     alive: HttpApiBuilder.handler(CampaignApi, "health", "alive", () => alive),
     // Not ready from the moment the server is told to stop, while it still serves everything else.
-    ready: HttpApiBuilder.handler(CampaignApi, "health", "ready", () =>
-      draining.started() ? stopping : Effect.map(databaseAnswers, () => ({
-        ok: true as const,
-        status: "ready" as const,
-        database: repo.database,
-        rateLimiter: rateLimit.status()
-      })))
+    ready: HttpApiBuilder.handler(
+      CampaignApi,
+      "health",
+      "ready",
+      () =>
+        draining.started() ? stopping : Effect.map(databaseAnswers, () => ({
+          ok: true as const,
+          status: "ready" as const,
+          database: repo.database,
+          rateLimiter: rateLimit.status()
+        }))
+    )
   }
 })
 
 /** The health group, as HttpApiBuilder serves it. */
-export const HealthLive = HttpApiBuilder.group(CampaignApi, "health", (handlers) =>
-  Effect.map(HealthHandlers, ({ alive, ready }) => handlers.handle("alive", alive).handle("ready", ready)))
+export const HealthLive = HttpApiBuilder.group(
+  CampaignApi,
+  "health",
+  (handlers) => Effect.map(HealthHandlers, ({ alive, ready }) => handlers.handle("alive", alive).handle("ready", ready))
+)

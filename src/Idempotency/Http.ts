@@ -6,7 +6,8 @@ import { RequireIdempotencyKey } from "./Api.ts"
 
 const keyRequired = Effect.fail(
   new IdempotencyKeyRequired({
-    message: "The Idempotency-Key header is required: send a unique value per activation, and the same value to retry it."
+    message:
+      "The Idempotency-Key header is required: send a unique value per activation, and the same value to retry it."
   })
 )
 
@@ -19,12 +20,17 @@ const decode = Schema.decodeUnknownEither(IdempotencyKeyHeader)
  */
 export const RequireIdempotencyKeyLive = Layer.succeed(
   RequireIdempotencyKey,
-  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request): Effect.Effect<void, IdempotencyKeyRequired | ValidationError> => {
-    const header = request.headers["idempotency-key"]
-    if (isMissingIdempotencyKey(header ?? null)) return keyRequired
-    const decoded = decode(header)
-    return decoded._tag === "Right"
-      ? Effect.void
-      : Effect.fail(new ValidationError({ message: ParseResult.ArrayFormatter.formatErrorSync(decoded.left)[0]!.message }))
-  })
+  Effect.flatMap(
+    HttpServerRequest.HttpServerRequest,
+    (request): Effect.Effect<void, IdempotencyKeyRequired | ValidationError> => {
+      const header = request.headers["idempotency-key"]
+      if (isMissingIdempotencyKey(header ?? null)) return keyRequired
+      const decoded = decode(header)
+      return decoded._tag === "Right"
+        ? Effect.void
+        : Effect.fail(
+          new ValidationError({ message: ParseResult.ArrayFormatter.formatErrorSync(decoded.left)[0]!.message })
+        )
+    }
+  )
 )

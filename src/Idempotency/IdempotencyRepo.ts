@@ -30,7 +30,15 @@ type Row = Stored & {
 }
 
 const byKey = (a: Row, b: Row) =>
-  a.brand_id < b.brand_id ? -1 : a.brand_id > b.brand_id ? 1 : a.idempotency_key < b.idempotency_key ? -1 : a.idempotency_key > b.idempotency_key ? 1 : 0
+  a.brand_id < b.brand_id
+    ? -1
+    : a.brand_id > b.brand_id
+    ? 1
+    : a.idempotency_key < b.idempotency_key
+    ? -1
+    : a.idempotency_key > b.idempotency_key
+    ? 1
+    : 0
 
 const fromStored = (brandId: string, key: string, row: Stored): IdempotencyRow => ({
   brandId,

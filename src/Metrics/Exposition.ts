@@ -15,7 +15,15 @@ const escapeValue = (value: string) => value.replace(/\\/g, "\\\\").replace(/"/g
 const escapeHelp = (text: string) => text.replace(/\\/g, "\\\\").replace(/\n/g, "\\n")
 
 const numberText = (n: number | bigint) =>
-  typeof n === "bigint" ? n.toString() : n === Infinity ? "+Inf" : n === -Infinity ? "-Inf" : Number.isNaN(n) ? "NaN" : String(n)
+  typeof n === "bigint"
+    ? n.toString()
+    : n === Infinity
+    ? "+Inf"
+    : n === -Infinity
+    ? "-Inf"
+    : Number.isNaN(n)
+    ? "NaN"
+    : String(n)
 
 const labelText = (labels: ReadonlyArray<readonly [string, string]>) =>
   labels.length === 0 ? "" : `{${labels.map(([key, value]) => `${key}="${escapeValue(value)}"`).join(",")}}`
@@ -138,11 +146,17 @@ const cannotListen = (host: string, port: number, error: unknown) => {
       ? `METRICS_PORT=${port}: another process on this machine is listening on port ${port}; stop it or choose another METRICS_PORT.`
       : code === "EACCES"
       ? `METRICS_PORT=${port}: this user may not listen on it; choose a METRICS_PORT above 1023.`
-      : `METRICS_HOST=${host}: not an address of this machine to listen on (${code ?? String(error)}); use 127.0.0.1, 0.0.0.0 or one of its addresses.`
+      : `METRICS_HOST=${host}: not an address of this machine to listen on (${
+        code ?? String(error)
+      }); use 127.0.0.1, 0.0.0.0 or one of its addresses.`
   })
 }
 
-const notFound = () => new Response("Not found: the metrics are at GET /metrics.\n", { status: 404, headers: { "content-type": "text/plain" } })
+const notFound = () =>
+  new Response("Not found: the metrics are at GET /metrics.\n", {
+    status: 404,
+    headers: { "content-type": "text/plain" }
+  })
 
 /**
  * `GET /metrics` on a listener of its own. It is acquired before the API's server and released

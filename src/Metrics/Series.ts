@@ -9,7 +9,24 @@ import { Metric, MetricBoundaries, MetricLabel } from "effect"
  */
 
 /** Sub-millisecond (a whoami in process) to seconds (a database waited on). */
-const durationBuckets = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+const durationBuckets = [
+  0.0001,
+  0.00025,
+  0.0005,
+  0.001,
+  0.0025,
+  0.005,
+  0.01,
+  0.025,
+  0.05,
+  0.1,
+  0.25,
+  0.5,
+  1,
+  2.5,
+  5,
+  10
+]
 
 /** Up to GroupCommit's bound of 256 requests per commit. */
 const batchBuckets = [1, 2, 4, 8, 16, 32, 64, 128, 256]
@@ -32,10 +49,22 @@ export const series = {
     "Time from a request's arrival to its answer, by method, route pattern and status."
   ),
   rateLimited: counter("api_rate_limited_total", "Requests refused with 429 for their key's rate limit."),
-  replays: counter("api_idempotent_replays_total", "Activations answered with the stored response of an earlier request with the same Idempotency-Key."),
-  conflicts: counter("api_idempotency_conflicts_total", "Requests refused with 409 IDEMPOTENCY_CONFLICT: a used Idempotency-Key with another request."),
-  activationsCreated: counter("api_activations_created_total", "Activations committed to the database (replays not counted)."),
-  unauthorized: counter("api_unauthorized_total", "Requests refused with 401: no key, or a key that is malformed, unknown, wrong, revoked or expired."),
+  replays: counter(
+    "api_idempotent_replays_total",
+    "Activations answered with the stored response of an earlier request with the same Idempotency-Key."
+  ),
+  conflicts: counter(
+    "api_idempotency_conflicts_total",
+    "Requests refused with 409 IDEMPOTENCY_CONFLICT: a used Idempotency-Key with another request."
+  ),
+  activationsCreated: counter(
+    "api_activations_created_total",
+    "Activations committed to the database (replays not counted)."
+  ),
+  unauthorized: counter(
+    "api_unauthorized_total",
+    "Requests refused with 401: no key, or a key that is malformed, unknown, wrong, revoked or expired."
+  ),
   commitBatchSize: histogram(
     "db_commit_batch_size",
     batchBuckets,

@@ -106,9 +106,14 @@ export const makeRedis = (url: Redacted.Redacted<string>) =>
     const lost = (why: string) => {
       if (!started || down || closing) return
       down = true
-      log(Effect.logWarning("the rate limiter's Redis does not answer: requests are served without limits until it does", {
-        error: why
-      }))
+      log(
+        Effect.logWarning(
+          "the rate limiter's Redis does not answer: requests are served without limits until it does",
+          {
+            error: why
+          }
+        )
+      )
     }
     const answered = () => {
       if (!down) return
@@ -122,7 +127,9 @@ export const makeRedis = (url: Redacted.Redacted<string>) =>
     const unreachable = (why: string) =>
       new StartupError({
         variable: "REDIS_URL",
-        message: `REDIS_URL=${withoutPassword(Redacted.value(url))} cannot be reached (${why}): start Redis or correct the URL.`
+        message: `REDIS_URL=${
+          withoutPassword(Redacted.value(url))
+        } cannot be reached (${why}): start Redis or correct the URL.`
       })
     // The server listens once Redis answers; its first error, or no answer at all, refuses the start.
     yield* Effect.async<void, StartupError>((resume) => {
@@ -136,7 +143,10 @@ export const makeRedis = (url: Redacted.Redacted<string>) =>
         redis.off("error", failed)
       })
     }).pipe(
-      Effect.timeoutFail({ duration: startTimeout, onTimeout: () => unreachable(`no answer within ${Duration.format(startTimeout)}`) })
+      Effect.timeoutFail({
+        duration: startTimeout,
+        onTimeout: () => unreachable(`no answer within ${Duration.format(startTimeout)}`)
+      })
     )
     started = true
     // The last refill of each bucket that a call just emptied (its answer carries it), so that the
@@ -168,7 +178,8 @@ export const makeRedis = (url: Redacted.Redacted<string>) =>
             catch: storeError("the token bucket command failed")
           }).pipe(
             Effect.tapBoth({
-              onFailure: (error) => Effect.sync(() => lost(String((error.cause as Error | undefined)?.message ?? error.message))),
+              onFailure: (error) =>
+                Effect.sync(() => lost(String((error.cause as Error | undefined)?.message ?? error.message))),
               onSuccess: () => Effect.sync(answered)
             })
           )

@@ -39,8 +39,12 @@ export class RateLimitStore extends Context.Tag("RateLimit/RateLimitStore")<Rate
    * the single instance does not pay for ioredis at start (README, Layout).
    */
   static readonly redis = (url: Redacted.Redacted<string>) =>
-    Layer.unwrapEffect(Effect.map(Effect.promise(() => import("./RedisStore.ts")), ({ makeRedis }) =>
-      Layer.scopedContext(Effect.map(makeRedis(url), contextOf))))
+    Layer.unwrapEffect(
+      Effect.map(
+        Effect.promise(() => import("./RedisStore.ts")),
+        ({ makeRedis }) => Layer.scopedContext(Effect.map(makeRedis(url), contextOf))
+      )
+    )
 }
 
 /** Both stores under their tags, for the RateLimiter and for RateLimit. */

@@ -40,7 +40,10 @@ export interface Call {
 const answerTimeoutMs = 20_000
 
 /** One request through fetch: the status, headers and body text exactly as answered. */
-export const call = async (base: string, { apiKey, body, headers = {}, method = "GET", path }: Call): Promise<Answer> => {
+export const call = async (
+  base: string,
+  { apiKey, body, headers = {}, method = "GET", path }: Call
+): Promise<Answer> => {
   const signal = AbortSignal.timeout(answerTimeoutMs)
   try {
     const response = await fetch(`${base}${path}`, {
@@ -249,8 +252,7 @@ export const openConnection = (url: string): Promise<RawConnection> =>
             })
           }
         }
-      })
-    )
+      }))
   })
 
 /** Sends one request on a fresh connection and reports how it ended. */

@@ -24,14 +24,17 @@ export const errorStatus: Readonly<Record<string, number>> = {
  * own words or a SQL statement. Case-sensitive and whole statements only, so input that a
  * message echoes back ("No route for DELETE /x", "x is not a known field") does not trip it.
  */
-export const leak = /SQLITE|SQLiteError|\bSELECT\b.*\bFROM\b|INSERT INTO|DELETE FROM|\bUPDATE \S+ SET\b|Error:|\n\s+at |\bat .*:\d+:\d+|\.(ts|js):\d+/
+export const leak =
+  /SQLITE|SQLiteError|\bSELECT\b.*\bFROM\b|INSERT INTO|DELETE FROM|\bUPDATE \S+ SET\b|Error:|\n\s+at |\bat .*:\d+:\d+|\.(ts|js):\d+/
 
 const contentTypeOf = (answer: Answer | RawResponse) =>
   (answer.headers instanceof Headers ? answer.headers.get("content-type") : answer.headers["content-type"]) ?? ""
 
 /** The response as a line for assertion messages. */
 const seen = (answer: Answer | RawResponse) =>
-  `${answer.status} ${contentTypeOf(answer) || "(no content-type)"} ${JSON.stringify("text" in answer ? answer.text : answer.body)}`
+  `${answer.status} ${contentTypeOf(answer) || "(no content-type)"} ${
+    JSON.stringify("text" in answer ? answer.text : answer.body)
+  }`
 
 /** Exactly `{ ok: false, code, message }` as JSON, the code's status, and a message that leaks nothing. */
 export const expectEnvelope = (answer: Answer | RawResponse, status: number, code?: string) => {

@@ -54,7 +54,7 @@ export const permissions = (path: string): number => statSync(path).mode & 0o777
  *   fcntl(F_SETLK) through FFI (Linux, 64-bit `struct flock`). A lock held by another SQLite
  *   connection of the server is refused.
  */
-export const lockDatabase = (database: string, what: "writes" | "everything"): (() => void) => {
+export const lockDatabase = (database: string, what: "writes" | "everything"): () => void => {
   if (what === "writes") {
     const lock = new Database(database)
     lock.run("BEGIN IMMEDIATE")

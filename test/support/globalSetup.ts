@@ -33,7 +33,9 @@ const reachRedis = () =>
     socket.once("connect", () => socket.write("PING\r\n"))
     socket.once("data", (data) => {
       socket.destroy()
-      resolve(data.toString().startsWith("+PONG") ? undefined : `Redis at ${redisUrl} answered ${data.toString().trim()}`)
+      resolve(
+        data.toString().startsWith("+PONG") ? undefined : `Redis at ${redisUrl} answered ${data.toString().trim()}`
+      )
     })
   })
 

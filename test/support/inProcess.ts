@@ -15,7 +15,13 @@ export interface InProcessServer {
  */
 export const serveInProcess = async (database: string, env: Environment = {}): Promise<InProcessServer> => {
   const port = freePort()
-  const variables = { HOST: "127.0.0.1", DATABASE_URL: database, SHUTDOWN_DELAY_SECONDS: "0", ...env, PORT: String(port) }
+  const variables = {
+    HOST: "127.0.0.1",
+    DATABASE_URL: database,
+    SHUTDOWN_DELAY_SECONDS: "0",
+    ...env,
+    PORT: String(port)
+  }
   const config = ConfigProvider.fromMap(
     new Map(Object.entries(variables).filter((entry): entry is [string, string] => entry[1] !== undefined))
   )

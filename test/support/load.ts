@@ -116,12 +116,16 @@ export const connectionLoad = (
  * `from`: a request sent is then in the server's hands, the event a test waits for instead of a
  * fixed sleep.
  */
-export const serverHasRead = (url: string, on: { readonly connections: number } | { readonly from: ReadonlyArray<number> }) => {
+export const serverHasRead = (
+  url: string,
+  on: { readonly connections: number } | { readonly from: ReadonlyArray<number> }
+) => {
   const port = new URL(url).port
   const filter = "from" in on ? ` and ( ${on.from.map((local) => `dport = :${local}`).join(" or ")} )` : ""
   const expected = "from" in on ? on.from.length : on.connections
   return eventually(`the server to read everything sent on ${expected} connections`, () => {
-    const lines = Bun.spawnSync(["ss", "-Htn", "state", "established", `( sport = :${port} )${filter}`]).stdout.toString()
+    const lines = Bun.spawnSync(["ss", "-Htn", "state", "established", `( sport = :${port} )${filter}`]).stdout
+      .toString()
       .trim().split("\n").filter((line) => line.trim() !== "")
     return lines.length === expected && lines.every((line) => line.trim().split(/\s+/)[0] === "0")
   }, { intervalMs: 5 })

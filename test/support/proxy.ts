@@ -1,4 +1,4 @@
-import { createServer, connect, type Socket } from "node:net"
+import { connect, createServer, type Socket } from "node:net"
 import { Transform } from "node:stream"
 
 /**
@@ -22,9 +22,16 @@ export interface FaultyLink {
 
 export const faultyLink = async (target: string): Promise<FaultyLink> => {
   const upstreamUrl = new URL(target)
-  const defaultPorts: Record<string, number> = { "postgres:": 5432, "postgresql:": 5432, "redis:": 6379, "rediss:": 6379 }
+  const defaultPorts: Record<string, number> = {
+    "postgres:": 5432,
+    "postgresql:": 5432,
+    "redis:": 6379,
+    "rediss:": 6379
+  }
   const defaultPort = defaultPorts[upstreamUrl.protocol]
-  if (upstreamUrl.port === "" && defaultPort === undefined) throw new Error(`faultyLink: no port in ${upstreamUrl.protocol} ${target}`)
+  if (upstreamUrl.port === "" && defaultPort === undefined) {
+    throw new Error(`faultyLink: no port in ${upstreamUrl.protocol} ${target}`)
+  }
   const upstreamPort = upstreamUrl.port === "" ? defaultPort! : Number(upstreamUrl.port)
   const sockets = new Set<Socket>()
   const track = (socket: Socket) => {

@@ -1,4 +1,4 @@
-import { type Subprocess, spawn } from "bun"
+import { spawn, type Subprocess } from "bun"
 import { ConfigProvider, Duration, Effect, Option } from "effect"
 import { mkdtempSync } from "node:fs"
 import { connect } from "node:net"
@@ -27,7 +27,9 @@ export type Environment = Readonly<Record<string, string | undefined>>
 
 const environment = (overrides: Environment): Record<string, string> =>
   Object.fromEntries(
-    Object.entries({ ...process.env, ...overrides }).filter((entry): entry is [string, string] => entry[1] !== undefined)
+    Object.entries({ ...process.env, ...overrides }).filter((entry): entry is [string, string] =>
+      entry[1] !== undefined
+    )
   )
 
 /** Where and how a child is started: in `cwd` (the checkout by default), as `bun <runtime...>` when given, else `program`. */
@@ -59,7 +61,11 @@ export const startServer = async (
   env: Environment = {},
   options: StartOptions = {}
 ): Promise<RunningServer> => {
-  const proc = spawnMain(["serve"], { PORT: "0", HOST: "127.0.0.1", DATABASE_URL: database, LOG_LEVEL: "info", ...env }, options)
+  const proc = spawnMain(
+    ["serve"],
+    { PORT: "0", HOST: "127.0.0.1", DATABASE_URL: database, LOG_LEVEL: "info", ...env },
+    options
+  )
   let output = ""
   const decoder = new TextDecoder()
   const url = await new Promise<string>((resolve, reject) => {
@@ -201,7 +207,8 @@ const withKeys = <A>(database: string, use: (keys: ApiKeys["Type"]) => Effect.Ef
     Effect.runPromise
   )
 
-export const revokeKey = (database: string, keyId: string): Promise<boolean> => withKeys(database, (keys) => keys.revoke(keyId))
+export const revokeKey = (database: string, keyId: string): Promise<boolean> =>
+  withKeys(database, (keys) => keys.revoke(keyId))
 
 export const listKeys = (database: string) => withKeys(database, (keys) => keys.list)
 

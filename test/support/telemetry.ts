@@ -53,7 +53,9 @@ export const otlpCollector = (port = 0) => {
     /** Every metric of every export to /v1/metrics, in the order received (the last export last). */
     metrics: (): Array<{ readonly name: string; readonly [field: string]: any }> =>
       received.flatMap(({ body, path }) =>
-        path === "/v1/metrics" ? body.resourceMetrics.flatMap((r: any) => r.scopeMetrics.flatMap((s: any) => s.metrics)) : []
+        path === "/v1/metrics"
+          ? body.resourceMetrics.flatMap((r: any) => r.scopeMetrics.flatMap((s: any) => s.metrics))
+          : []
       ),
     stop: () => server.stop(true)
   }
@@ -65,7 +67,10 @@ export const otlpCollector = (port = 0) => {
  */
 export const captureLogs = <A>(keep: (options: Logger.Logger.Options<unknown>) => A) => {
   const lines: Array<A> = []
-  return { lines, layer: Logger.replace(Logger.defaultLogger, Logger.make((options) => void lines.push(keep(options)))) }
+  return {
+    lines,
+    layer: Logger.replace(Logger.defaultLogger, Logger.make((options) => void lines.push(keep(options))))
+  }
 }
 
 /** A logged line's annotation under `key`, or undefined. */
