@@ -833,7 +833,7 @@ const measureRates = async (generator: string, servers: ReadonlyArray<Server>, s
 /** The percentiles of one server's runs at each rate, the generator's own lag beside them. */
 const rateTable = (results: ReadonlyArray<RateResult>): string =>
   table([
-    ["rate req/s", "server", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "answered/s", "held", "gen lag p99/p99.9/max ms", "gen busy", "other CPU", "verdict"],
+    ["rate req/s", "server", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "p99 by run", "answered/s", "held", "gen lag p99/p99.9/max ms", "gen busy", "other CPU", "verdict"],
     ...results.flatMap((result) => [
       ...Object.entries(result.servers).map(([name, { latencyMs, runs, verdict }]) => {
         const worst = (pick: (run: GeneratorResult) => number) => Math.max(...runs.map(pick))
@@ -844,25 +844,28 @@ const rateTable = (results: ReadonlyArray<RateResult>): string =>
           number(latencyMs.p99, 2),
           number(latencyMs.p999, 2),
           number(latencyMs.max, 2),
+          [...runs].sort((a, b) => a.order - b.order).map((run) => number(run.latencyMs.p99, 1)).join(" "),
           number(Math.min(...runs.map((run) => run.answeredInWindowPerSecond))),
           number(runs.reduce((n, run) => n + run.held, 0)),
           `${number(worst((run) => run.ownLagMs.p99), 3)} / ${number(worst((run) => run.ownLagMs.p999), 3)} / ${number(worst((run) => run.ownLagMs.max), 2)}`,
           `${number(worst((run) => run.busyPercent))}%`,
           `${number(Math.max(...runs.map((run) => run.otherCpuPercent)))}%`,
-          verdictWord(verdict)
+          verdictWord(verdict, Math.max(...runs.map((run) => run.otherCpuPercent)))
         ]
       }),
       ...(result.ratios === undefined ? [] : [[
-        "", "service/baseline", "", `${number(result.ratios.p99, 2)}×`, `${number(result.ratios.p999, 2)}×`, "", "", "", "", "", "", ""
+        "", "service/baseline", "", `${number(result.ratios.p99, 2)}×`, `${number(result.ratios.p999, 2)}×`, "", "", "", "", "", "", "", ""
       ]])
     ])
   ])
 
-const verdictWord = (verdict: Verdict): string =>
+/** "ok" or "UNTRUSTED" (the generator was the limit), and what else to know: p99.9 not the server's, over capacity, other load. */
+const verdictWord = (verdict: Verdict, otherCpuPercent: number): string =>
   [
     verdict.untrusted.length > 0 ? "UNTRUSTED" : "ok",
     ...(verdict.untrusted.length === 0 && verdict.p999Untrusted.length > 0 ? ["(p99.9 not)"] : []),
-    ...(verdict.overCapacity ? ["over capacity"] : [])
+    ...(verdict.overCapacity ? ["over capacity"] : []),
+    ...(otherCpuPercent > otherCpuWarningPercent ? ["noisy"] : [])
   ].join(" ")
 
 const printRateNotes = (results: ReadonlyArray<RateResult>) => {
@@ -987,6 +990,9 @@ const printStart = (start: { readonly server: string; readonly scenario: string;
     for (const reason of run.verdict.untrusted) console.log(`!   the ${which} run is not the server's latency: ${reason}`)
     const held = heldNote([run.result])
     if (held !== undefined) console.log(`    the ${which} run: ${held}`)
+    if (run.otherCpuPercent > otherCpuWarningPercent) {
+      console.log(`!   other processes used ${number(run.otherCpuPercent)}% of a core during the ${which} run: noisy`)
+    }
     if (run.verdict.overCapacity) {
       console.log(`    the ${which} run did not hold the rate: ${number(run.result.answeredInWindowPerSecond)} req/s answered within it, ` +
         `${run.result.unsent} requests unsent and ${run.result.unanswered} unanswered 10 s after (left out of the percentiles)`)
