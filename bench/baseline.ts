@@ -373,6 +373,8 @@ const server = Bun.serve({
     if (read !== null && request.method === "GET") return getActivation(request, read[1]!)
     const ids = activatePath.exec(url.pathname)
     if (ids !== null && request.method === "POST") return activate(request, url.pathname, ids)
+    // The open-loop bench starts a fresh instance's load on its first 200 here, as it does the service's.
+    if (url.pathname === "/readyz") return json(200, JSON.stringify({ ok: true, status: "ready" }))
     return error(404, "NOT_FOUND", `No route for ${request.method} ${url.pathname}.`)
   }
 })

@@ -8,6 +8,8 @@
  *                                         # BENCH_LOG_RUNS=4, BENCH_LOG_SECONDS=5 (the access log's runs)
  *                                         # BENCH_METRICS_ONLY=1 (only metrics on against off, side by side;
  *                                         # BENCH_METRICS_AGAINST=<binary>: that binary against this one, metrics off)
+ *                                         # BENCH_OPEN_LOOP=1 (only latency at constant rates, from each request's
+ *                                         # due time, and a fresh instance's first seconds: bench/README.md)
  *
  * Each server runs on its own temporary database (prepared by the service's `keys create`), pinned
  * to CPU 1; wrk is pinned to CPU 0. For every scenario and server: a warm-up run, then a measured
@@ -40,6 +42,24 @@ import {
   wrkResultOf,
   wrkThreads
 } from "./common.ts"
+import {
+  buildGenerator,
+  generatorArgs,
+  generatorProblems,
+  type GeneratorResult,
+  generatorResultOf,
+  heldNote,
+  type OpenLoopScenario,
+  openLoopScenarios,
+  perSecond,
+  rawRequest,
+  readinessRequest,
+  readSamples,
+  type Summary,
+  summarize,
+  type Verdict,
+  verdictOf
+} from "./openloop.ts"
 
 // ---------------------------------------------------------------------------------------------
 // Settings
@@ -106,10 +126,59 @@ const keyPrefixOf = (scenario: ScenarioName, prefix: string) =>
 /** BENCH_STARTUP_ONLY=1 measures the binary's start-up against the bare server's, and stops there. */
 const startupOnly = process.env["BENCH_STARTUP_ONLY"] === "1"
 
+const envList = (name: string, fallback: string): Array<string> =>
+  (process.env[name]?.trim() || fallback).split(",").map((item) => item.trim()).filter((item) => item !== "")
+
+const envNumbers = (name: string, fallback: string, valid: (value: number) => boolean, what: string): Array<number> =>
+  envList(name, fallback).map((raw) => {
+    const value = Number(raw)
+    if (!valid(value)) fail(`${name} must be a comma-separated list of ${what}, got "${raw}"`)
+    return value
+  })
+
+/**
+ * BENCH_OPEN_LOOP=1: latency at constant rates measured from each request's due time (the
+ * generator `bench/openloop.c`), the service and the baseline in turns, then a fresh instance's
+ * first seconds against the same instance warm; nothing else is run. bench/README.md says how.
+ */
+const openLoop = process.env["BENCH_OPEN_LOOP"] === "1"
+/** The rates, as shares of the baseline's closed-loop peak in the same run; BENCH_OPEN_LOOP_RATES gives them in req/s instead. */
+const openLoopFractions = envNumbers("BENCH_OPEN_LOOP_FRACTIONS", "0.25,0.5,0.75", (f) => f > 0 && f <= 2, "shares of the peak (0.5)")
+const openLoopRates = process.env["BENCH_OPEN_LOOP_RATES"]?.trim()
+  ? envNumbers("BENCH_OPEN_LOOP_RATES", "", (r) => Number.isInteger(r) && r > 0, "whole requests per second")
+  : undefined
+const openLoopRounds = envWhole("BENCH_OPEN_LOOP_ROUNDS", 2, "rounds")
+const openLoopConnections = envWhole("BENCH_OPEN_LOOP_CONNECTIONS", 256, "connections")
+/** As users run it by default: one access-log line per request, to a file. */
+const openLoopLogLevel = process.env["BENCH_OPEN_LOOP_LOG_LEVEL"]?.trim() || "info"
+if (!["info", "warn"].includes(openLoopLogLevel)) fail(`BENCH_OPEN_LOOP_LOG_LEVEL must be info or warn, got "${openLoopLogLevel}"`)
+/** Which servers run at each rate (the calibration of the generator runs the baseline alone). */
+const openLoopServers = envList("BENCH_OPEN_LOOP_SERVERS", "service,baseline")
+for (const name of openLoopServers) {
+  if (name !== "service" && name !== "baseline") fail(`BENCH_OPEN_LOOP_SERVERS: "${name}" is neither service nor baseline`)
+}
+if (openLoopRates === undefined && !openLoopServers.includes("baseline")) {
+  fail("BENCH_OPEN_LOOP_SERVERS without the baseline needs BENCH_OPEN_LOOP_RATES (the rates are shares of the baseline's peak)")
+}
+/** The fresh-instance curve: these scenarios (`none` for none), at this rate, for these seconds. */
+const startScenarios = envList("BENCH_START_SCENARIOS", "whoami,get").filter((name) => name !== "none")
+for (const name of startScenarios) {
+  if (!openLoopScenarios.includes(name as OpenLoopScenario)) fail(`BENCH_START_SCENARIOS: "${name}" is not one of ${openLoopScenarios.join(", ")}`)
+}
+const startRate = envWhole("BENCH_START_RATE", 5000, "requests per second")
+const startSeconds = envSeconds("BENCH_START_SECONDS", 10)
+
 /** BENCH_SCENARIOS=whoami,fresh runs only those (all but the pages by default; `pages` is every page scenario). */
 const scenarios = (() => {
   const wanted = (process.env["BENCH_SCENARIOS"] ?? "").split(",").map((name) => name.trim()).filter((name) => name !== "")
     .flatMap((name) => (name === "pages" ? pageScenarios.map((page) => page.name) : [name]))
+  if (openLoop) {
+    for (const name of wanted) {
+      if (!openLoopScenarios.includes(name as OpenLoopScenario)) fail(`BENCH_SCENARIOS: the open loop runs ${openLoopScenarios.join(", ")}, not "${name}"`)
+    }
+    const names: ReadonlyArray<string> = wanted.length === 0 ? openLoopScenarios : wanted
+    return allScenarios.filter((scenario) => names.includes(scenario.name))
+  }
   const known = [...allScenarios, ...pageScenarios]
   for (const name of wanted) {
     if (!known.some((scenario) => scenario.name === name)) {
@@ -144,9 +213,15 @@ const accessLogSeconds = envSeconds("BENCH_LOG_SECONDS", 5)
 const metricsOnly = process.env["BENCH_METRICS_ONLY"] === "1"
 const metricsAgainst = process.env["BENCH_METRICS_AGAINST"]?.trim() || undefined
 
+/** The longest an open-loop run may take: its seconds, the generator's drain, a server's start. */
+const openLoopRunBudgetSeconds = (seconds: number) => seconds + 10 + 60 + 20
+
 /** Everything stops by itself after this, whatever happens. */
-const budgetMs = (300 + scenarios.length * (3 * (warmupSeconds + durationSeconds + 40) +
-  (accessLogRuns + 1) * (accessLogSeconds + 20))) * 1000
+const budgetMs = (openLoop
+  ? 300 + scenarios.length * (2 * (warmupSeconds + 40) + 2 * (durationSeconds + 40) +
+    (openLoopRates ?? openLoopFractions).length * openLoopRounds * 2 * openLoopRunBudgetSeconds(durationSeconds)) +
+    startScenarios.length * 2 * (warmupSeconds + 120 + 2 * openLoopRunBudgetSeconds(startSeconds))
+  : 300 + scenarios.length * (3 * (warmupSeconds + durationSeconds + 40) + (accessLogRuns + 1) * (accessLogSeconds + 20))) * 1000
 
 // ---------------------------------------------------------------------------------------------
 // Child processes: all tracked, all killed at the end
@@ -346,6 +421,23 @@ interface Server {
   readonly startupMs: number
 }
 
+/** Starts a server on a free port, pinned to the servers' CPU, without waiting for it. */
+const spawnServer = (
+  cmd: ReadonlyArray<string>,
+  env: Record<string, string>,
+  databaseFile: string,
+  stderrFile?: string
+): { readonly spawned: Spawned; readonly url: string } => {
+  const port = freePort()
+  const spawned = spawn(["taskset", "-c", serverCpu, ...cmd], {
+    // Stopped between scenarios: no balancer to wait for (README, Operating it: Shutdown).
+    env: { SHUTDOWN_DELAY_SECONDS: "0", ...env, PORT: String(port), HOST: "127.0.0.1", DATABASE_URL: databaseFile },
+    timeoutMs: budgetMs,
+    ...(stderrFile === undefined ? {} : { stderrFile })
+  })
+  return { spawned, url: `http://127.0.0.1:${port}` }
+}
+
 const startServer = async (
   name: ServerName,
   cmd: ReadonlyArray<string>,
@@ -354,15 +446,8 @@ const startServer = async (
   apiKey: string,
   stderrFile?: string
 ): Promise<Server> => {
-  const port = freePort()
-  const url = `http://127.0.0.1:${port}`
   const startedAt = performance.now()
-  const spawned = spawn(["taskset", "-c", serverCpu, ...cmd], {
-    // Stopped between scenarios: no balancer to wait for (README, Operating it: Shutdown).
-    env: { SHUTDOWN_DELAY_SECONDS: "0", ...env, PORT: String(port), HOST: "127.0.0.1", DATABASE_URL: databaseFile },
-    timeoutMs: budgetMs,
-    ...(stderrFile === undefined ? {} : { stderrFile })
-  })
+  const { spawned, url } = spawnServer(cmd, env, databaseFile, stderrFile)
   const startupMs = await waitForWhoami(spawned, url, apiKey, { startedAt, intervalMs: 20, timeoutMs: 60_000 })
   console.log(`${name} up on ${url} (pid ${spawned.process.pid}, CPU ${serverCpu}) after ${startupMs.toFixed(0)} ms`)
   return { name, spawned, pid: spawned.process.pid, url, apiKey, databaseFile, startupMs }
@@ -588,6 +673,371 @@ const measureMetrics = async (binary: string, dir: string) => {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Open loop (BENCH_OPEN_LOOP=1): latency at a constant rate, from each request's due time
+
+/** One run of the generator: its result, each request's latency, what the rest of the machine used meanwhile. */
+interface OpenLoopRun {
+  readonly result: GeneratorResult
+  readonly samples: Float64Array
+  /** CPU the rest of the machine used during the run (100 = one whole core), the generator and the server apart. */
+  readonly otherCpuPercent: number
+}
+
+interface OpenLoopTarget {
+  readonly name: string
+  readonly url: string
+  readonly apiKey: string
+  readonly pid: number
+}
+
+/**
+ * The generator on its CPU against `target` at `rate` for `seconds`. With `ready`, it first polls
+ * `/readyz` every millisecond and starts the moment it answers 200 (a fresh instance's first seconds).
+ */
+const runGenerator = async (
+  generator: string,
+  target: OpenLoopTarget,
+  scenario: OpenLoopScenario,
+  keyPrefix: string,
+  options: { readonly rate: number; readonly seconds: number; readonly ready?: boolean }
+): Promise<OpenLoopRun> => {
+  const file = join(workDir!, keyPrefix)
+  writeFileSync(`${file}.http`, rawRequest(target.url, scenario, target.apiKey, keyPrefix))
+  if (options.ready === true) writeFileSync(`${file}.ready.http`, readinessRequest(target.url))
+  const before = { server: cpuSeconds(target.pid), machine: machineBusySeconds(), own: ownCpuSeconds() }
+  const startedAt = performance.now()
+  const spawned = spawn(["taskset", "-c", loadCpu, ...generatorArgs(generator, target.url, {
+    rate: options.rate,
+    seconds: options.seconds,
+    connections: openLoopConnections,
+    requestFile: `${file}.http`,
+    samplesFile: `${file}.latency`,
+    ...(options.ready === true ? { readyFile: `${file}.ready.http` } : {})
+  })], { timeoutMs: openLoopRunBudgetSeconds(options.seconds) * 1000 })
+  const exitCode = await spawned.process.exited
+  await Promise.all([spawned.stdout.done, spawned.stderr.done])
+  const wallSeconds = (performance.now() - startedAt) / 1000
+  const result = generatorResultOf(spawned.stdout.toString())
+  if (exitCode !== 0 || result === undefined) {
+    throw new Error(`the generator exited with ${exitCode} and no result:\n${spawned.stdout}${spawned.stderr}`)
+  }
+  const usage = spawned.process.resourceUsage()
+  const generatorCpu = usage === undefined ? 0 : Number(usage.cpuTime.user + usage.cpuTime.system) / 1e6
+  const serverCpu = cpuSeconds(target.pid) - before.server
+  const otherCpu = machineBusySeconds() - before.machine - serverCpu - generatorCpu - (ownCpuSeconds() - before.own)
+  const samples = readSamples(`${file}.latency`)
+  rmSync(`${file}.latency`)
+  return { result, samples, otherCpuPercent: Math.max(0, (otherCpu / wallSeconds) * 100) }
+}
+
+/** Rows a run wrote against the answers it got: one per successful fresh activation, none otherwise. */
+const rowProblems = (who: string, scenario: OpenLoopScenario, run: GeneratorResult, rowsWritten: number): Array<string> => {
+  const twoXx = run.answered - run.non2xx
+  // A request that was never answered may still have been committed.
+  const unknown = run.unanswered + run.errors.read + run.errors.write + run.errors.malformed
+  if (scenario === "fresh" && (rowsWritten < twoXx || rowsWritten > twoXx + unknown)) {
+    return [`${who} wrote ${rowsWritten} activations for ${twoXx} successful fresh activations`]
+  }
+  if (scenario !== "fresh" && rowsWritten !== 0) return [`${who} wrote ${rowsWritten} activations during ${scenario}, expected none`]
+  return []
+}
+
+/** A server's runs at one rate: the latency of all of them pooled, and whether it measures the server. */
+interface PooledRuns {
+  readonly latencyMs: Summary
+  readonly verdict: Verdict
+  readonly runs: ReadonlyArray<GeneratorResult & { readonly otherCpuPercent: number; readonly order: number }>
+}
+
+const pool = (runs: ReadonlyArray<OpenLoopRun & { readonly order: number }>): PooledRuns => {
+  const latencyMs = summarize(runs.map((run) => run.samples))
+  return {
+    latencyMs,
+    verdict: verdictOf(runs.map((run) => run.result), latencyMs),
+    runs: runs.map((run) => ({ ...run.result, otherCpuPercent: run.otherCpuPercent, order: run.order }))
+  }
+}
+
+interface RateResult {
+  readonly rate: number
+  /** The rate over the baseline's closed-loop peak measured in the same run (undefined when BENCH_OPEN_LOOP_RATES set it). */
+  readonly fraction: number | undefined
+  readonly servers: Record<string, PooledRuns>
+  /** The service's percentile over the baseline's at this rate. */
+  readonly ratios: { readonly p99: number; readonly p999: number } | undefined
+}
+
+/**
+ * One scenario: each server warmed up, its closed-loop peak (wrk), then each rate on each server in
+ * turns, `openLoopRounds` rounds, the order reversed every other round (service, baseline, baseline,
+ * service, ...) so that a drift of the VM's speed over the minutes of one rate falls on both alike.
+ * Side by side on one core the two would wait on each other's time slices: latency would measure
+ * the scheduler (bench/README.md).
+ */
+const measureRates = async (generator: string, servers: ReadonlyArray<Server>, scenario: OpenLoopScenario, title: string, runId: string) => {
+  const replayKey = (server: Server) => `ol-replay-${runId}-${server.name}`
+  if (scenario === "replay") for (const server of servers) await storeReplayed(server.url, server.apiKey, replayKey(server), server.name)
+  const wrkPrefix = (server: Server, purpose: string) => scenario === "replay" ? replayKey(server) : `ol-${purpose}-${runId}-${server.name}`
+  console.log(`\n${title}\nwarm-up: ${warmupSeconds} s of wrk on each server ...`)
+  for (const server of servers) await runWrk(server, scenario, warmupSeconds, wrkPrefix(server, "warm"))
+  await Bun.sleep(settleMs)
+  const problems: Array<string> = []
+  const peaks: Record<string, number> = {}
+  for (const server of servers) {
+    const { result } = await runWrk(server, scenario, durationSeconds, wrkPrefix(server, "peak"))
+    problems.push(...answerProblems(`${server.name} (closed-loop peak)`, { ...result, socketErrors: result.errors }))
+    peaks[server.name] = result.requests / (result.durationMicros / 1e6)
+    await Bun.sleep(settleMs)
+  }
+  console.log(`closed-loop peak (wrk, ${connections} connections, ${durationSeconds} s): ` +
+    servers.map((server) => `${server.name} ${number(peaks[server.name]!)} req/s`).join(", "))
+  const rates = openLoopRates ?? openLoopFractions.map((fraction) => Math.round(fraction * peaks["baseline"]!))
+  const results: Array<RateResult> = []
+  for (const [index, rate] of rates.entries()) {
+    const runs = new Map<string, Array<OpenLoopRun & { readonly order: number }>>(servers.map((server) => [server.name, []]))
+    let order = 0
+    for (let round = 0; round < openLoopRounds; round++) {
+      for (const server of round % 2 === 0 ? servers : [...servers].reverse()) {
+        const who = `${server.name} at ${number(rate)} req/s, round ${round + 1}`
+        const rowsBefore = countActivations(server.databaseFile)
+        const keyPrefix = scenario === "replay" ? replayKey(server) : `ol-${runId}-${rate}-${round}-${server.name}`
+        const run = await runGenerator(generator, server, scenario, keyPrefix, { rate, seconds: durationSeconds })
+        await Bun.sleep(settleMs)
+        problems.push(...generatorProblems(who, run.result),
+          ...rowProblems(who, scenario, run.result, countActivations(server.databaseFile) - rowsBefore))
+        runs.get(server.name)!.push({ ...run, order: order++ })
+      }
+    }
+    const pooled = Object.fromEntries([...runs].map(([name, serverRuns]) => [name, pool(serverRuns)]))
+    const service = pooled["service"]
+    const baseline = pooled["baseline"]
+    results.push({
+      rate,
+      fraction: openLoopRates === undefined ? openLoopFractions[index] : undefined,
+      servers: pooled,
+      ratios: service === undefined || baseline === undefined ? undefined : {
+        p99: service.latencyMs.p99 / baseline.latencyMs.p99,
+        p999: service.latencyMs.p999 / baseline.latencyMs.p999
+      }
+    })
+    console.log(rateTable(results.slice(-1)))
+  }
+  console.log(`\n${title}, open loop, ${openLoopConnections} connections, ${openLoopRounds} × ${durationSeconds} s per server and rate, ` +
+    `in turns; the service at LOG_LEVEL=${openLoopLogLevel}`)
+  console.log(rateTable(results))
+  printRateNotes(results)
+  for (const problem of problems) console.log(`!!! ERRORS: ${problem}; these figures are not valid`)
+  return { scenario, title, closedLoopPeaks: peaks, rates: results, problems }
+}
+
+/** The percentiles of one server's runs at each rate, the generator's own lag beside them. */
+const rateTable = (results: ReadonlyArray<RateResult>): string =>
+  table([
+    ["rate req/s", "server", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "p99 by run", "answered/s", "held", "gen lag p99/p99.9/max ms", "gen busy", "other CPU", "verdict"],
+    ...results.flatMap((result) => [
+      ...Object.entries(result.servers).map(([name, { latencyMs, runs, verdict }]) => {
+        const worst = (pick: (run: GeneratorResult) => number) => Math.max(...runs.map(pick))
+        return [
+          `${number(result.rate)}${result.fraction === undefined ? "" : ` (${result.fraction})`}`,
+          name,
+          number(latencyMs.p50, 2),
+          number(latencyMs.p99, 2),
+          number(latencyMs.p999, 2),
+          number(latencyMs.max, 2),
+          [...runs].sort((a, b) => a.order - b.order).map((run) => number(run.latencyMs.p99, 1)).join(" "),
+          number(Math.min(...runs.map((run) => run.answeredInWindowPerSecond))),
+          number(runs.reduce((n, run) => n + run.held, 0)),
+          `${number(worst((run) => run.ownLagMs.p99), 3)} / ${number(worst((run) => run.ownLagMs.p999), 3)} / ${number(worst((run) => run.ownLagMs.max), 2)}`,
+          `${number(worst((run) => run.busyPercent))}%`,
+          `${number(Math.max(...runs.map((run) => run.otherCpuPercent)))}%`,
+          verdictWord(verdict, Math.max(...runs.map((run) => run.otherCpuPercent)))
+        ]
+      }),
+      ...(result.ratios === undefined ? [] : [[
+        "", "service/baseline", "", `${number(result.ratios.p99, 2)}×`, `${number(result.ratios.p999, 2)}×`, "", "", "", "", "", "", "", ""
+      ]])
+    ])
+  ])
+
+/** "ok" or "UNTRUSTED" (the generator was the limit), and what else to know: p99.9 not the server's, over capacity, other load. */
+const verdictWord = (verdict: Verdict, otherCpuPercent: number): string =>
+  [
+    verdict.untrusted.length > 0 ? "UNTRUSTED" : "ok",
+    ...(verdict.untrusted.length === 0 && verdict.p999Untrusted.length > 0 ? ["(p99.9 not)"] : []),
+    ...(verdict.overCapacity ? ["over capacity"] : []),
+    ...(otherCpuPercent > otherCpuWarningPercent ? ["noisy"] : [])
+  ].join(" ")
+
+const printRateNotes = (results: ReadonlyArray<RateResult>) => {
+  for (const result of results) {
+    for (const [name, { runs, verdict }] of Object.entries(result.servers)) {
+      for (const reason of verdict.untrusted) console.log(`!   ${name} at ${number(result.rate)} req/s is not the server's latency: ${reason}`)
+      for (const reason of verdict.p999Untrusted) console.log(`    ${name} at ${number(result.rate)} req/s, p99.9 not the server's: ${reason}`)
+      const held = heldNote(runs)
+      if (held !== undefined) console.log(`    ${name} at ${number(result.rate)} req/s: ${held}`)
+      if (verdict.overCapacity) {
+        const unsent = runs.reduce((n, run) => n + run.unsent, 0)
+        const unanswered = runs.reduce((n, run) => n + run.unanswered, 0)
+        console.log(`    ${name} at ${number(result.rate)} req/s is over its capacity: it answered ` +
+          `${runs.map((run) => number(run.answeredInWindowPerSecond)).join(", ")} req/s within the runs (latency is a queue growing)` +
+          (unsent + unanswered > 0 ? `; ${unsent} requests unsent and ${unanswered} unanswered 10 s after, left out of the percentiles` : ""))
+      }
+      const noisy = runs.filter((run) => run.otherCpuPercent > otherCpuWarningPercent)
+      if (noisy.length > 0) {
+        console.log(`!   other processes used ${noisy.map((run) => `${number(run.otherCpuPercent)}%`).join(", ")} of a core during ` +
+          `${name}'s runs at ${number(result.rate)} req/s: noisy`)
+      }
+    }
+  }
+}
+
+/** A fresh instance's first seconds, then the same instance warm, under the same constant load. */
+interface StartRun {
+  readonly result: GeneratorResult
+  readonly latencyMs: Summary
+  readonly perSecondMs: ReadonlyArray<Summary>
+  readonly verdict: Verdict
+  readonly otherCpuPercent: number
+}
+
+const startRunOf = (run: OpenLoopRun): StartRun => {
+  const latencyMs = summarize([run.samples])
+  return {
+    result: run.result,
+    latencyMs,
+    perSecondMs: perSecond(run.samples, startRate),
+    verdict: verdictOf([run.result], latencyMs),
+    otherCpuPercent: run.otherCpuPercent
+  }
+}
+
+/**
+ * A new process of `name` on a database of its own that already holds the key and the seeded
+ * records (for replay, the stored first activation, by an instance started and stopped before it):
+ * the generator polls its `/readyz` and starts `startRate` the moment it answers 200, for
+ * `startSeconds`; then the same instance is warmed up (wrk, `warmupSeconds`) and the same load runs
+ * again, its `/readyz` answering at once: connecting is in both.
+ */
+const measureStart = async (
+  generator: string,
+  serviceCli: ReadonlyArray<string>,
+  name: "service" | "baseline",
+  scenario: OpenLoopScenario,
+  runId: string
+) => {
+  const databaseFile = join(workDir!, `start-${scenario}-${name}.sqlite`)
+  const apiKey = await createKey(serviceCli, databaseFile)
+  seedReads(databaseFile)
+  const cmd = name === "service" ? [...serviceCli, "serve"] : [bun, "bench/baseline.ts"]
+  const env: Record<string, string> = name === "service" ? { RATE_LIMIT_MAX: "1000000000", LOG_LEVEL: openLoopLogLevel } : {}
+  const logFile = name === "service" && openLoopLogLevel === "info" ? join(workDir!, `start-${scenario}.log`) : undefined
+  const replayKey = `start-replay-${runId}`
+  if (scenario === "replay") {
+    const before = await startServer(name, cmd, env, databaseFile, apiKey)
+    await storeReplayed(before.url, apiKey, replayKey, name)
+    await stop(before.spawned.process)
+  }
+  const prefix = (purpose: string) => scenario === "replay" ? replayKey : `start-${purpose}-${runId}-${name}`
+  console.log(`\na fresh ${name} instance (${scenario}): ${number(startRate)} req/s from its first /readyz 200, ${startSeconds} s ...`)
+  const { spawned, url } = spawnServer(cmd, env, databaseFile, logFile)
+  const server: Server = { name, spawned, pid: spawned.process.pid, url, apiKey, databaseFile, startupMs: 0 }
+  try {
+    const rowsBefore = countActivations(databaseFile)
+    const fresh = await runGenerator(generator, server, scenario, prefix("fresh"), { rate: startRate, seconds: startSeconds, ready: true })
+    await Bun.sleep(settleMs)
+    const rowsAfterFresh = countActivations(databaseFile)
+    console.log(`/readyz answered 200 after ${number(fresh.result.readyWaitMs, 1)} ms; warm-up: ${warmupSeconds} s of wrk, then the same load ...`)
+    await runWrk(server, scenario, warmupSeconds, prefix("warm"))
+    await Bun.sleep(settleMs)
+    const rowsBeforeWarm = countActivations(databaseFile)
+    const warm = await runGenerator(generator, server, scenario, prefix("warmed"), { rate: startRate, seconds: startSeconds, ready: true })
+    await Bun.sleep(settleMs)
+    const problems = [
+      ...generatorProblems(`fresh ${name}`, fresh.result),
+      ...rowProblems(`fresh ${name}`, scenario, fresh.result, rowsAfterFresh - rowsBefore),
+      ...generatorProblems(`warm ${name}`, warm.result),
+      ...rowProblems(`warm ${name}`, scenario, warm.result, countActivations(databaseFile) - rowsBeforeWarm)
+    ]
+    const result = { server: name, scenario, rate: startRate, seconds: startSeconds, fresh: startRunOf(fresh), warm: startRunOf(warm), problems }
+    printStart(result)
+    return result
+  } finally {
+    await stop(spawned.process)
+  }
+}
+
+const printStart = (start: { readonly server: string; readonly scenario: string; readonly fresh: StartRun; readonly warm: StartRun; readonly problems: ReadonlyArray<string> }) => {
+  const cells = (summary: Summary) => [number(summary.p50, 2), number(summary.p99, 2), number(summary.max, 2)]
+  console.log(`\n${start.server}, ${start.scenario} at ${number(startRate)} req/s: a fresh instance's first ${startSeconds} s ` +
+    `(from /readyz's first 200, ${number(start.fresh.result.readyWaitMs, 1)} ms after the generator's first probe) ` +
+    `against the same instance warm` + (start.server === "service" ? `, LOG_LEVEL=${openLoopLogLevel}` : ""))
+  console.log(table([
+    ["second", "fresh p50", "p99", "max ms", "warm p50", "p99", "max ms"],
+    ...start.fresh.perSecondMs.map((summary, second) => [
+      `${second}–${second + 1}`,
+      ...cells(summary),
+      ...(start.warm.perSecondMs[second] === undefined ? ["", "", ""] : cells(start.warm.perSecondMs[second]!))
+    ]),
+    ["all", ...cells(start.fresh.latencyMs), ...cells(start.warm.latencyMs)],
+    ["p99.9", number(start.fresh.latencyMs.p999, 2), "", "", number(start.warm.latencyMs.p999, 2), "", ""]
+  ]))
+  console.log(`fresh/warm p99: ${number(start.fresh.latencyMs.p99 / start.warm.latencyMs.p99, 2)}×; ` +
+    `generator's own lag p99/max: fresh ${number(start.fresh.result.ownLagMs.p99, 3)}/${number(start.fresh.result.ownLagMs.max, 2)} ms, ` +
+    `warm ${number(start.warm.result.ownLagMs.p99, 3)}/${number(start.warm.result.ownLagMs.max, 2)} ms; ` +
+    `held for a connection: ${start.fresh.result.held}, ${start.warm.result.held}; ` +
+    `other CPU ${number(start.fresh.otherCpuPercent)}%, ${number(start.warm.otherCpuPercent)}%`)
+  for (const [which, run] of [["fresh", start.fresh], ["warm", start.warm]] as const) {
+    for (const reason of run.verdict.untrusted) console.log(`!   the ${which} run is not the server's latency: ${reason}`)
+    const held = heldNote([run.result])
+    if (held !== undefined) console.log(`    the ${which} run: ${held}`)
+    if (run.otherCpuPercent > otherCpuWarningPercent) {
+      console.log(`!   other processes used ${number(run.otherCpuPercent)}% of a core during the ${which} run: noisy`)
+    }
+    if (run.verdict.overCapacity) {
+      console.log(`    the ${which} run did not hold the rate: ${number(run.result.answeredInWindowPerSecond)} req/s answered within it, ` +
+        `${run.result.unsent} requests unsent and ${run.result.unanswered} unanswered 10 s after (left out of the percentiles)`)
+    }
+  }
+  for (const problem of start.problems) console.log(`!!! ERRORS: ${problem}; these figures are not valid`)
+}
+
+/** BENCH_OPEN_LOOP=1: the rates of each scenario on the warm servers, then the fresh-instance curves. */
+const measureOpenLoop = async (dir: string) => {
+  console.log("building the single binary and the generator ...")
+  const { binary, sizeBytes } = await buildBinary(dir)
+  const generator = buildGenerator(dir)
+  const serviceCli = [binary]
+  const runId = Date.now().toString(36)
+  const servers: Array<Server> = []
+  const rates: Array<Awaited<ReturnType<typeof measureRates>>> = []
+  const starts: Array<Awaited<ReturnType<typeof measureStart>>> = []
+  try {
+    if (scenarios.length > 0) {
+      for (const name of openLoopServers) {
+        const databaseFile = join(dir, `${name}.sqlite`)
+        const apiKey = await createKey(serviceCli, databaseFile)
+        seedReads(databaseFile)
+        servers.push(name === "service"
+          ? await startServer("service", [...serviceCli, "serve"], { RATE_LIMIT_MAX: "1000000000", LOG_LEVEL: openLoopLogLevel },
+            databaseFile, apiKey, openLoopLogLevel === "info" ? join(dir, "service.log") : undefined)
+          : await startServer("baseline", [bun, "bench/baseline.ts"], {}, databaseFile, apiKey))
+      }
+      for (const scenario of scenarios) {
+        rates.push(await measureRates(generator, servers, scenario.name as OpenLoopScenario, scenario.title, `${runId}-${scenario.name}`))
+      }
+    }
+  } finally {
+    for (const server of servers) await stop(server.spawned.process)
+  }
+  for (const scenario of startScenarios) {
+    for (const name of openLoopServers) {
+      starts.push(await measureStart(generator, serviceCli, name as "service" | "baseline", scenario as OpenLoopScenario, runId))
+    }
+  }
+  return { binarySizeBytes: sizeBytes, rates, starts, problems: [...rates, ...starts].flatMap((r) => r.problems) }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The compiled binary
 
 const median = (values: ReadonlyArray<number>): number => {
@@ -606,12 +1056,16 @@ interface BinaryResult {
   readonly medianBareStartToFirst200Ms: number
 }
 
-const measureBinary = async (dir: string): Promise<BinaryResult> => {
+/** `bun build --compile` of the service into `dir`, as it is deployed; its path. */
+const buildBinary = async (dir: string) => {
   const binary = join(dir, "campaign-api")
   const buildStarted = performance.now()
   await runCommand([bun, "build", "src/main.ts", "--compile", "--bytecode", "--outfile", binary], { timeoutMs: 180_000 })
-  const buildSeconds = (performance.now() - buildStarted) / 1000
-  const sizeBytes = statSync(binary).size
+  return { binary, buildSeconds: (performance.now() - buildStarted) / 1000, sizeBytes: statSync(binary).size }
+}
+
+const measureBinary = async (dir: string): Promise<BinaryResult> => {
+  const { binary, buildSeconds, sizeBytes } = await buildBinary(dir)
   const databaseFile = join(dir, "binary.sqlite")
   const apiKey = await createKey([binary], databaseFile)
 
@@ -698,7 +1152,7 @@ const machine = () => ({
 // ---------------------------------------------------------------------------------------------
 
 const preflight = () => {
-  for (const tool of ["wrk", "taskset", "setpriv"]) {
+  for (const tool of ["wrk", "taskset", "setpriv", ...(openLoop ? ["gcc"] : [])]) {
     if (Bun.which(tool) === null) {
       fail(tool === "wrk"
         ? "wrk is not installed; install it with: apt-get update && apt-get install -y wrk"
@@ -726,9 +1180,34 @@ const main = async () => {
   workDir = dir
   const servers: Array<Server> = []
   try {
-    console.log(`bench: ${durationSeconds} s per run after a ${warmupSeconds} s warm-up, ${connections} connections, ` +
-      `servers on CPU ${serverCpu}, wrk on CPU ${loadCpu}; work directory ${dir}`)
+    console.log(openLoop
+      ? `bench, open loop: ${openLoopRounds} × ${durationSeconds} s per server and rate after a ${warmupSeconds} s warm-up, ` +
+        `${openLoopConnections} connections, servers on CPU ${serverCpu}, the generator and wrk on CPU ${loadCpu}; work directory ${dir}`
+      : `bench: ${durationSeconds} s per run after a ${warmupSeconds} s warm-up, ${connections} connections, ` +
+        `servers on CPU ${serverCpu}, wrk on CPU ${loadCpu}; work directory ${dir}`)
 
+    if (openLoop) {
+      const measured = await measureOpenLoop(dir)
+      mkdirSync(resultsDir, { recursive: true })
+      const file = join(resultsDir, `openloop-${new Date().toISOString().replace(/[:.]/g, "-")}.json`)
+      writeFileSync(file, JSON.stringify({
+        date: new Date().toISOString(),
+        machine: { ...machineAtStart, loadBeforeStartPercent: loadBeforeStart },
+        settings: {
+          durationSeconds, warmupSeconds, wrkConnections: connections, serverCpu, loadCpu, logLevel: openLoopLogLevel,
+          connections: openLoopConnections, rounds: openLoopRounds, fractions: openLoopRates === undefined ? openLoopFractions : null,
+          rates: openLoopRates ?? null, servers: openLoopServers, startScenarios, startRate, startSeconds
+        },
+        ...measured
+      }, null, 2) + "\n")
+      console.log(`\nresults written to ${file}`)
+      if (measured.problems.length > 0) {
+        console.log(`\n!!! ${measured.problems.length} PROBLEM(S): some figures above are not valid:\n` +
+          measured.problems.map((p) => `  - ${p}`).join("\n"))
+        process.exitCode = 1
+      }
+      return
+    }
     console.log("building the single binary...")
     const binary = await measureBinary(dir)
     console.log(`binary: ${number(binary.sizeBytes / 1024 / 1024, 1)} MB, start to first 200 from whoami: ` +
