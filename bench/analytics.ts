@@ -22,7 +22,7 @@
 import { BunContext } from "@effect/platform-bun"
 import { PgClient, PgMigrator } from "@effect/sql-pg"
 import { SqliteClient, SqliteMigrator } from "@effect/sql-sqlite-bun"
-import { SQL, spawn, spawnSync } from "bun"
+import { spawn, spawnSync, SQL } from "bun"
 import { Database } from "bun:sqlite"
 import { Effect, Redacted } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
@@ -38,12 +38,19 @@ const backends = (process.env["ANALYTICS_BACKENDS"] ?? "sqlite,postgres").split(
 const shapeNames = (process.env["ANALYTICS_SHAPES"] ?? "spread").split(",")
 const postgresServer = process.env["POSTGRES_URL"] ?? "postgres://postgres@127.0.0.1:5432"
 const campaign = "9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d"
-const before = { "0001_create_tables": CreateTables, "0002_api_keys_generation": ApiKeysGeneration, "0003_activation_reads": ActivationReads }
+const before = {
+  "0001_create_tables": CreateTables,
+  "0002_api_keys_generation": ApiKeysGeneration,
+  "0003_activation_reads": ActivationReads
+}
 
 const dir = mkdtempSync(join(tmpdir(), "campaign-api-analytics-"))
 const binary = join(dir, "campaign-api")
 const root = join(import.meta.dir, "..")
-if (spawnSync(["bun", "build", "src/main.ts", "--compile", "--bytecode", "--outfile", binary], { cwd: root }).exitCode !== 0) {
+if (
+  spawnSync(["bun", "build", "src/main.ts", "--compile", "--bytecode", "--outfile", binary], { cwd: root }).exitCode !==
+    0
+) {
   throw new Error("building the binary failed")
 }
 
@@ -68,7 +75,9 @@ const shapes: Record<string, (i: number, n: number) => { readonly at: number; re
     planned: dateOf(yearOne + i * day)
   })
 }
-for (const name of shapeNames) if (shapes[name] === undefined) throw new Error(`ANALYTICS_SHAPES: unknown shape "${name}"`)
+for (const name of shapeNames) {
+  if (shapes[name] === undefined) throw new Error(`ANALYTICS_SHAPES: unknown shape "${name}"`)
+}
 
 /** Activation `i` of `n` of the shape, as a row: 5,000 creators. */
 const activation = (shape: string, i: number, n: number) => {
@@ -86,7 +95,10 @@ const activation = (shape: string, i: number, n: number) => {
 }
 const insertSql = (placeholder: (n: number) => string, rows: number) =>
   `INSERT INTO activations (id, brand_id, key_id, creator_id, campaign_id, planned_post_at, activated_at, status, social_username) VALUES ${
-    Array.from({ length: rows }, (_, r) => `(${Array.from({ length: 7 }, (_, c) => placeholder(r * 7 + c + 1)).join(", ")}, 'ACTIVE', '@seeded')`).join(", ")
+    Array.from({ length: rows }, (_, r) =>
+      `(${
+        Array.from({ length: 7 }, (_, c) => placeholder(r * 7 + c + 1)).join(", ")
+      }, 'ACTIVE', '@seeded')`).join(", ")
   }`
 
 const fillSqlite = async (file: string, shape: string, n: number) => {
@@ -124,14 +136,24 @@ const median = (values: ReadonlyArray<number>) => [...values].sort((a, b) => a -
 const measure = async (database: string) => {
   // The first command on the database runs the migrations that fill the counts.
   const upgradeStarted = performance.now()
-  const created = spawnSync([binary, ...keysCreateArgs.map((word) => (word === "campaigns:write" ? "analytics:read" : word))], {
+  const created = spawnSync([
+    binary,
+    ...keysCreateArgs.map((word) => (word === "campaigns:write" ? "analytics:read" : word))
+  ], {
     env: { ...process.env, DATABASE_URL: database }
   })
   const upgradeMs = performance.now() - upgradeStarted
   const apiKey = apiKeyOf(created.stdout.toString())
   const port = freePort()
   const server = spawn([binary, "serve"], {
-    env: { ...process.env, DATABASE_URL: database, PORT: String(port), HOST: "127.0.0.1", LOG_LEVEL: "warn", SHUTDOWN_DELAY_SECONDS: "0" },
+    env: {
+      ...process.env,
+      DATABASE_URL: database,
+      PORT: String(port),
+      HOST: "127.0.0.1",
+      LOG_LEVEL: "warn",
+      SHUTDOWN_DELAY_SECONDS: "0"
+    },
     stdout: "ignore",
     stderr: "ignore"
   })
@@ -140,10 +162,16 @@ const measure = async (database: string) => {
     while (!(await whoamiOk(url, apiKey))) await Bun.sleep(50)
     const time = async (query: string) => {
       const started = performance.now()
-      const response = await fetch(`${url}/v1/campaigns/${campaign}/analytics${query}`, { headers: { authorization: `Bearer ${apiKey}` } })
+      const response = await fetch(`${url}/v1/campaigns/${campaign}/analytics${query}`, {
+        headers: { authorization: `Bearer ${apiKey}` }
+      })
       const text = await response.text()
       const { analytics } = JSON.parse(text) as {
-        analytics: { activations: number; activationsByDay: ReadonlyArray<unknown>; plannedPostsByDay: ReadonlyArray<unknown> }
+        analytics: {
+          activations: number
+          activationsByDay: ReadonlyArray<unknown>
+          plannedPostsByDay: ReadonlyArray<unknown>
+        }
       }
       return {
         ms: performance.now() - started,
@@ -167,7 +195,14 @@ const measure = async (database: string) => {
       healthz.push(performance.now() - started)
       await answer
     }
-    return { ...first, firstMs: first.ms, wholeMs: median(whole), monthMs: median(month), healthzMs: median(healthz), upgradeMs }
+    return {
+      ...first,
+      firstMs: first.ms,
+      wholeMs: median(whole),
+      monthMs: median(month),
+      healthzMs: median(healthz),
+      upgradeMs
+    }
   } finally {
     server.kill("SIGTERM")
     await server.exited
@@ -195,9 +230,15 @@ try {
         }
         const m = await measure(database)
         console.log(
-          `${backend.padEnd(8)}  ${shape.padEnd(13)}  ${String(n).padStart(11)}  ${String(m.activations).padStart(7)}  ` +
-            `${String(m.entries).padStart(7)}  ${String(m.bytes).padStart(8)}  ${(m.upgradeMs / 1000).toFixed(1).padStart(9)}  ` +
-            `${m.firstMs.toFixed(1).padStart(8)}  ${m.wholeMs.toFixed(1).padStart(31)}  ${m.monthMs.toFixed(1).padStart(12)}  ` +
+          `${backend.padEnd(8)}  ${shape.padEnd(13)}  ${String(n).padStart(11)}  ${
+            String(m.activations).padStart(7)
+          }  ` +
+            `${String(m.entries).padStart(7)}  ${String(m.bytes).padStart(8)}  ${
+              (m.upgradeMs / 1000).toFixed(1).padStart(9)
+            }  ` +
+            `${m.firstMs.toFixed(1).padStart(8)}  ${m.wholeMs.toFixed(1).padStart(31)}  ${
+              m.monthMs.toFixed(1).padStart(12)
+            }  ` +
             `${m.healthzMs.toFixed(1).padStart(21)}`
         )
         if (backend === "sqlite") {

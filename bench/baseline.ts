@@ -62,7 +62,11 @@ interface StoredActivation {
 interface Store {
   readonly findKey: (keyId: string) => KeyRow | null | Promise<KeyRow | null>
   readonly findActivation: (brandId: string, id: string) => StoredActivation | null | Promise<StoredActivation | null>
-  readonly pageByCampaign: (brandId: string, campaignId: string, limit: number) => ReadonlyArray<StoredActivation> | Promise<ReadonlyArray<StoredActivation>>
+  readonly pageByCampaign: (
+    brandId: string,
+    campaignId: string,
+    limit: number
+  ) => ReadonlyArray<StoredActivation> | Promise<ReadonlyArray<StoredActivation>>
   /** In one transaction: `work` gets the statements of that transaction. */
   readonly transaction: <A>(work: (tx: Transaction) => A | Promise<A>) => A | Promise<A>
   readonly close: () => void
@@ -75,8 +79,10 @@ interface Transaction {
   readonly insertIdempotency: (row: IdempotencyInsert) => unknown
 }
 
-const activationColumns = "(id, brand_id, key_id, creator_id, campaign_id, status, social_username, planned_post_at, activated_at)"
-const idempotencyColumns = "(brand_id, idempotency_key, fingerprint, resource_id, status_code, response_body, created_at, expires_at)"
+const activationColumns =
+  "(id, brand_id, key_id, creator_id, campaign_id, status, social_username, planned_post_at, activated_at)"
+const idempotencyColumns =
+  "(brand_id, idempotency_key, fingerprint, resource_id, status_code, response_body, created_at, expires_at)"
 
 const sqliteStore = (filename: string): Store => {
   const db = new Database(filename, { create: false, strict: true })
@@ -129,7 +135,9 @@ const postgresStore = (url: string): Store => {
   const sql = new SQL(url, { max: 10 })
   return {
     findKey: async (keyId) =>
-      ((await sql`SELECT brand_id, scopes, secret_sha256, expires_at, revoked_at FROM api_keys WHERE key_id = ${keyId}`) as Array<KeyRow>)[0] ?? null,
+      ((await sql`SELECT brand_id, scopes, secret_sha256, expires_at, revoked_at FROM api_keys WHERE key_id = ${keyId}`) as Array<
+        KeyRow
+      >)[0] ?? null,
     findActivation: async (brandId, id) =>
       ((await sql`SELECT id, campaign_id, creator_id, status, social_username, planned_post_at, activated_at
                   FROM activations WHERE id = ${id} AND brand_id = ${brandId}`) as Array<StoredActivation>)[0] ?? null,
@@ -145,16 +153,23 @@ const postgresStore = (url: string): Store => {
           findIdempotency: async (brandId, key) =>
             ((await db`SELECT fingerprint, status_code, response_body FROM idempotency_keys
                        WHERE brand_id = ${brandId} AND idempotency_key = ${key}`) as Array<IdempotencyRow>)[0] ?? null,
-          insertActivation: (row) => db.unsafe(`INSERT INTO activations ${activationColumns} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, [...row]),
+          insertActivation: (row) =>
+            db.unsafe(`INSERT INTO activations ${activationColumns} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, [
+              ...row
+            ]),
           insertIdempotency: (row) =>
-            db.unsafe(`INSERT INTO idempotency_keys ${idempotencyColumns} VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, [...row])
+            db.unsafe(`INSERT INTO idempotency_keys ${idempotencyColumns} VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, [
+              ...row
+            ])
         })
       ) as never,
     close: () => void sql.close()
   }
 }
 
-const store = /^postgres(ql)?:\/\//.test(databaseUrl) ? postgresStore(databaseUrl) : sqliteStore(databaseUrl.replace(/^sqlite:(\/\/)?/, ""))
+const store = /^postgres(ql)?:\/\//.test(databaseUrl)
+  ? postgresStore(databaseUrl)
+  : sqliteStore(databaseUrl.replace(/^sqlite:(\/\/)?/, ""))
 
 /** `value`, or what it resolves to: SQLite's answers stay synchronous (no extra turn of the event loop). */
 const then = <A, B>(value: A | Promise<A>, f: (a: A) => B | Promise<B>): B | Promise<B> =>
@@ -203,8 +218,10 @@ const checkKey = (keyId: string, secret: string, row: KeyRow | null): Identity |
 // whoami
 
 const whoami = (request: Request): Response | Promise<Response> =>
-  then(authenticate(request), (identity) =>
-    identity === undefined ? unauthorized() : json(200, JSON.stringify({ ok: true, ...identity })))
+  then(
+    authenticate(request),
+    (identity) => identity === undefined ? unauthorized() : json(200, JSON.stringify({ ok: true, ...identity }))
+  )
 
 // ---------------------------------------------------------------------------------------------
 // activate
@@ -221,7 +238,9 @@ interface ActivateBody {
 
 /** The body's rules, minimally: the validated body or the message naming what is wrong. */
 const validateBody = (value: unknown): ActivateBody | string => {
-  if (value === null || typeof value !== "object" || Array.isArray(value)) return "The request body must be a JSON object."
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    return "The request body must be a JSON object."
+  }
   const body = value as Record<string, unknown>
   for (const field of Object.keys(body)) {
     if (field !== "socialUsername" && field !== "plannedPostAt") return `${field} is not a known field.`
@@ -250,7 +269,8 @@ const activateOnce = (input: Activation) =>
   store.transaction((tx) => {
     const now = Date.now()
     return then(tx.deleteExpiredKey(input.identity.brandId, input.key, now), () =>
-      then(tx.findIdempotency(input.identity.brandId, input.key), (stored) => replayOrInsert(tx, input, now, stored)))
+      then(tx.findIdempotency(input.identity.brandId, input.key), (stored) =>
+        replayOrInsert(tx, input, now, stored)))
   })
 
 const replayOrInsert = (tx: Transaction, input: Activation, now: number, stored: IdempotencyRow | null) => {
@@ -288,7 +308,16 @@ const replayOrInsert = (tx: Transaction, input: Activation, now: number, stored:
   ])
   return then(inserted, () =>
     then(
-      tx.insertIdempotency([identity.brandId, key, fingerprint, activation.id, 200, responseBody, now, now + idempotencyTtlMillis]),
+      tx.insertIdempotency([
+        identity.brandId,
+        key,
+        fingerprint,
+        activation.id,
+        200,
+        responseBody,
+        now,
+        now + idempotencyTtlMillis
+      ]),
       () => json(200, responseBody)
     ))
 }
@@ -335,8 +364,10 @@ const toActivation = (row: StoredActivation) => ({
   activatedAt: row.activated_at
 })
 
-const readableBy = (identity: Identity) => identity.scopes.includes("campaigns:read") || identity.scopes.includes("campaigns:write")
-const cannotRead = () => error(403, "FORBIDDEN", `This API key lacks the scope "campaigns:read" that this operation requires.`)
+const readableBy = (identity: Identity) =>
+  identity.scopes.includes("campaigns:read") || identity.scopes.includes("campaigns:write")
+const cannotRead = () =>
+  error(403, "FORBIDDEN", `This API key lacks the scope "campaigns:read" that this operation requires.`)
 const activationIdPath = new RegExp(`^/v1/activations/(${uuid})$`)
 
 const getActivation = (request: Request, id: string): Response | Promise<Response> =>
@@ -356,8 +387,18 @@ const listActivations = (request: Request, url: URL): Response | Promise<Respons
     if (!readableBy(identity)) return cannotRead()
     const limit = Number(url.searchParams.get("limit") ?? "20")
     const campaignId = url.searchParams.get("campaignId")?.toLowerCase() ?? ""
-    return then(store.pageByCampaign(identity.brandId, campaignId, limit + 1), (rows) =>
-      json(200, JSON.stringify({ ok: true, activations: rows.slice(0, limit).map(toActivation), hasMore: rows.length > limit })))
+    return then(
+      store.pageByCampaign(identity.brandId, campaignId, limit + 1),
+      (rows) =>
+        json(
+          200,
+          JSON.stringify({
+            ok: true,
+            activations: rows.slice(0, limit).map(toActivation),
+            hasMore: rows.length > limit
+          })
+        )
+    )
   })
 
 // ---------------------------------------------------------------------------------------------

@@ -21,10 +21,16 @@ export const activateBody = JSON.stringify({ socialUsername: "@bench", plannedPo
 export const storeReplayed = async (url: string, apiKey: string, idempotencyKey: string, name: string) => {
   const first = await fetch(`${url}${activatePath}`, {
     method: "POST",
-    headers: { authorization: `Bearer ${apiKey}`, "content-type": "application/json", "idempotency-key": idempotencyKey },
+    headers: {
+      authorization: `Bearer ${apiKey}`,
+      "content-type": "application/json",
+      "idempotency-key": idempotencyKey
+    },
     body: activateBody
   })
-  if (first.status !== 200) throw new Error(`${name}: the first replay request got ${first.status}: ${await first.text()}`)
+  if (first.status !== 200) {
+    throw new Error(`${name}: the first replay request got ${first.status}: ${await first.text()}`)
+  }
 }
 
 /** Whether whoami answers 200 with `apiKey` within a second: the server is up and knows the key. */
@@ -50,18 +56,47 @@ export const freePort = (): number => {
 }
 
 /** The arguments after the program for `keys create` of the benchmark's key. */
-export const keysCreateArgs = ["keys", "create", "--brand", brandId, "--scopes", "campaigns:write", "--name", "bench", "--json"]
+export const keysCreateArgs = [
+  "keys",
+  "create",
+  "--brand",
+  brandId,
+  "--scopes",
+  "campaigns:write",
+  "--name",
+  "bench",
+  "--json"
+]
 
 /** The plaintext key from what `keys create --json` printed. */
-export const apiKeyOf = (stdout: string): string => (JSON.parse(stdout.trim().split("\n").at(-1)!) as { apiKey: string }).apiKey
+export const apiKeyOf = (stdout: string): string =>
+  (JSON.parse(stdout.trim().split("\n").at(-1)!) as { apiKey: string }).apiKey
 
 /** wrk drives all its connections from one thread (on a core of its own where the bench pins it). */
 export const wrkThreads = 1
 
 /** wrk's command line for one run of a scenario against `url`. */
-export const wrkArgs = (url: string, scenario: string, apiKey: string, keyPrefix: string, connections: number, seconds: number) => [
-  "wrk", `-t${wrkThreads}`, `-c${connections}`, `-d${seconds}s`, "--timeout", "5s", "-s", luaScript,
-  url, scenario, apiKey, activatePath, keyPrefix
+export const wrkArgs = (
+  url: string,
+  scenario: string,
+  apiKey: string,
+  keyPrefix: string,
+  connections: number,
+  seconds: number
+) => [
+  "wrk",
+  `-t${wrkThreads}`,
+  `-c${connections}`,
+  `-d${seconds}s`,
+  "--timeout",
+  "5s",
+  "-s",
+  luaScript,
+  url,
+  scenario,
+  apiKey,
+  activatePath,
+  keyPrefix
 ]
 
 /** What `scenario.lua` prints on its "BENCH_RESULT {json}" line. */
@@ -154,7 +189,9 @@ const pageFrom = { "": "", "-after": `&startingAfter=${pagedId(pagedActivations 
 export type PageScenario = `page-${keyof typeof pageQueries}${keyof typeof pageFrom}`
 export const pagePaths = Object.fromEntries(
   Object.entries(pageQueries).flatMap(([filters, query]) =>
-    Object.entries(pageFrom).map(([from, cursor]) => [`page-${filters}${from}`, `/v1/activations?limit=20${query}${cursor}`])
+    Object.entries(pageFrom).map((
+      [from, cursor]
+    ) => [`page-${filters}${from}`, `/v1/activations?limit=20${query}${cursor}`])
   )
 ) as Record<PageScenario, string>
 
@@ -168,7 +205,14 @@ export const seedPages = (file: string) => {
     db.transaction(() => {
       for (let n = 0; n < pagedActivations; n++) {
         const creator = n < 20 ? askedCreator : `6e3b8d4f-2c5a-4f7b-9d0e-${String(n % 3000).padStart(12, "0")}`
-        insert.run(pagedId(n), brandId, "seeded0000000000", creator, pagedCampaign, new Date(Date.UTC(2026, 0, 1) + n * 1000).toISOString())
+        insert.run(
+          pagedId(n),
+          brandId,
+          "seeded0000000000",
+          creator,
+          pagedCampaign,
+          new Date(Date.UTC(2026, 0, 1) + n * 1000).toISOString()
+        )
       }
     })()
   } finally {

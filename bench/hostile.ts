@@ -107,14 +107,16 @@ const startServer = async (env: Record<string, string> = {}): Promise<Server> =>
   }
 }
 
-const rssMb = (pid: number) => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) / 1024
+const rssMb = (pid: number) =>
+  Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1] ?? 0) / 1024
 const cpuSeconds = (pid: number) => {
   const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
   const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
   return (Number(fields[11]) + Number(fields[12])) / 100
 }
 
-const percentile = (sorted: ReadonlyArray<number>, p: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!
+const percentile = (sorted: ReadonlyArray<number>, p: number) =>
+  sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]!
 const ms = (value: number) => `${value.toFixed(1)} ms`
 
 /** A legitimate client's whoami latency, one request every 20 ms on a fresh connection each time. */
@@ -168,7 +170,8 @@ const mannWhitneyZ = (a: ReadonlyArray<number>, b: ReadonlyArray<number>) => {
 const transactionsSoFar = async () => {
   const sql = new SQL(`${postgresServer}/postgres`, { max: 1 })
   try {
-    const rows = await sql`SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = ${postgresDatabase}`
+    const rows =
+      await sql`SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = ${postgresDatabase}`
     return Number(rows[0].n)
   } finally {
     await sql.close()
@@ -209,13 +212,21 @@ const attacks: Record<string, Attack> = {
       const socket = await rawSocket(server.port)
       socket.on("error", () => {})
       const path = i % 2 === 0 ? activatePath : "/v1/nowhere"
-      socket.write(`POST ${path} HTTP/1.1\r\nhost: x\r\ncontent-length: 16000\r\ncontent-type: application/json\r\n\r\n${"x".repeat(15_999)}`)
+      socket.write(
+        `POST ${path} HTTP/1.1\r\nhost: x\r\ncontent-length: 16000\r\ncontent-type: application/json\r\n\r\n${
+          "x".repeat(15_999)
+        }`
+      )
       const answer = await new Promise<string>((resolve) => {
         socket.once("data", (data) => resolve(data.toString("latin1")))
         setTimeout(() => resolve("(no answer in 15 s)"), 15_000)
       })
       socket.destroy()
-      return { status: answer.split(" ")[1], close: /\r\nconnection: close\r\n/i.test(answer), at: performance.now() - started }
+      return {
+        status: answer.split(" ")[1],
+        close: /\r\nconnection: close\r\n/i.test(answer),
+        at: performance.now() - started
+      }
     }))
     const statuses = [...new Set(answers.map((a) => a.status))].join(", ")
     const slowest = Math.max(...answers.map((a) => a.at))
@@ -238,7 +249,9 @@ const attacks: Record<string, Attack> = {
     }
     socket.destroy()
     latencies.sort((a, b) => a - b)
-    return `one connection pipelining 40,000 whoamis: a fresh client's /healthz p50 ${ms(percentile(latencies, 0.5))}, ` +
+    return `one connection pipelining 40,000 whoamis: a fresh client's /healthz p50 ${
+      ms(percentile(latencies, 0.5))
+    }, ` +
       `p99 ${ms(percentile(latencies, 0.99))}, max ${ms(latencies.at(-1)!)}`
   },
 
@@ -252,7 +265,9 @@ const attacks: Record<string, Attack> = {
       while (performance.now() - started < 5_000) {
         const batch = Array.from({ length: 25 }, () =>
           fetch(`${server.url}/v1/whoami`, {
-            headers: { authorization: `Bearer cak_${crypto.randomUUID().replace(/-/g, "").slice(0, 16)}_${"0".repeat(64)}` }
+            headers: {
+              authorization: `Bearer cak_${crypto.randomUUID().replace(/-/g, "").slice(0, 16)}_${"0".repeat(64)}`
+            }
           }).then((r) => r.arrayBuffer()))
         await Promise.all(batch)
         sent += batch.length
@@ -296,11 +311,16 @@ const attacks: Record<string, Attack> = {
     if (quiet !== undefined) {
       await Bun.sleep(statisticsLagMs)
       const flood = (await transactionsSoFar()) - floodFrom
-      database = `; PostgreSQL transactions in the service's database over ${windowMs / 1000} s: ${flood} with the flood, ` +
+      database =
+        `; PostgreSQL transactions in the service's database over ${windowMs / 1000} s: ${flood} with the flood, ` +
         `${quiet} in as long a quiet window before it, ${flood - quiet} added`
     }
-    return `made-up key ids at ${(result.requests / seconds).toFixed(0)} req/s for ${seconds.toFixed(1)} s (${statuses}), ` +
-      `p50 ${(result.latencyMicros.p50 / 1000).toFixed(2)} ms, p99 ${(result.latencyMicros.p99 / 1000).toFixed(2)} ms; ` +
+    return `made-up key ids at ${(result.requests / seconds).toFixed(0)} req/s for ${
+      seconds.toFixed(1)
+    } s (${statuses}), ` +
+      `p50 ${(result.latencyMicros.p50 / 1000).toFixed(2)} ms, p99 ${
+        (result.latencyMicros.p99 / 1000).toFixed(2)
+      } ms; ` +
       `server CPU ${cpu.toFixed(0)} % of a core${database}`
   },
 
@@ -308,7 +328,10 @@ const attacks: Record<string, Attack> = {
   timing: async (server, key) => {
     const known = `cak_${key.keyId}_${"0".repeat(64)}`
     // Made beforehand, so that the client does the same work for both.
-    const unknowns = Array.from({ length: 3_000 }, () => `cak_${crypto.randomUUID().replace(/-/g, "").slice(0, 16)}_${"0".repeat(64)}`)
+    const unknowns = Array.from(
+      { length: 3_000 },
+      () => `cak_${crypto.randomUUID().replace(/-/g, "").slice(0, 16)}_${"0".repeat(64)}`
+    )
     const samples: Record<"known" | "unknown", Array<number>> = { known: [], unknown: [] }
     const socket = await fetch(`${server.url}/healthz`) // warm the client
     await socket.arrayBuffer()
@@ -320,8 +343,12 @@ const attacks: Record<string, Attack> = {
       if (i >= 1_000) samples[which].push((performance.now() - started) * 1000)
     }
     const median = (values: Array<number>) => [...values].sort((a, b) => a - b)[values.length >> 1]!
-    return `known key id with a wrong secret vs unknown key id, 2,500 each: median ${median(samples.known).toFixed(1)} vs ` +
-      `${median(samples.unknown).toFixed(1)} µs, Mann-Whitney z ${mannWhitneyZ(samples.known, samples.unknown).toFixed(2)}`
+    return `known key id with a wrong secret vs unknown key id, 2,500 each: median ${
+      median(samples.known).toFixed(1)
+    } vs ` +
+      `${median(samples.unknown).toFixed(1)} µs, Mann-Whitney z ${
+        mannWhitneyZ(samples.known, samples.unknown).toFixed(2)
+      }`
   },
 
   /**
@@ -331,7 +358,17 @@ const attacks: Record<string, Attack> = {
    */
   "rolled-timing": async (server) => {
     const created = JSON.parse(cli([
-      "keys", "create", "--brand", crypto.randomUUID(), "--scopes", "campaigns:read", "--rate-limit", "1000000/60", "--expires-in", "1", "--json"
+      "keys",
+      "create",
+      "--brand",
+      crypto.randomUUID(),
+      "--scopes",
+      "campaigns:read",
+      "--rate-limit",
+      "1000000/60",
+      "--expires-in",
+      "1",
+      "--json"
     ])) as { apiKey: string; keyId: string }
     const rolled = JSON.parse(cli(["keys", "roll", created.keyId, "--grace", "1h", "--json"])) as { apiKey: string }
     if (onPostgres) await Bun.sleep(keyPropagationMs)
@@ -347,8 +384,12 @@ const attacks: Record<string, Attack> = {
       if (i >= 1_000) samples[which].push((performance.now() - started) * 1000)
     }
     const median = (values: Array<number>) => [...values].sort((a, b) => a - b)[values.length >> 1]!
-    return `a rolled key's new secret vs its previous one in its grace, 2,500 each: median ${median(samples.current).toFixed(1)} vs ` +
-      `${median(samples.previous).toFixed(1)} µs, Mann-Whitney z ${mannWhitneyZ(samples.current, samples.previous).toFixed(2)}`
+    return `a rolled key's new secret vs its previous one in its grace, 2,500 each: median ${
+      median(samples.current).toFixed(1)
+    } vs ` +
+      `${median(samples.previous).toFixed(1)} µs, Mann-Whitney z ${
+        mannWhitneyZ(samples.current, samples.previous).toFixed(2)
+      }`
   },
 
   /** 2: bodies in 1-byte chunks, each chunk its own write, on activate, an unknown path and /healthz. */
@@ -368,27 +409,44 @@ const attacks: Record<string, Attack> = {
           socket.once("close", () => resolve("closed"))
           setTimeout(() => resolve("(none in 15 s)"), 15_000)
         })
-        socket.write(`${method} ${path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${key.apiKey}\r\n` +
-          `idempotency-key: tiny-${i}-${Date.now()}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n`)
+        socket.write(
+          `${method} ${path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${key.apiKey}\r\n` +
+            `idempotency-key: tiny-${i}-${Date.now()}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n`
+        )
         for (let c = 0; c < 2_000 && !socket.destroyed; c++) socket.write("1\r\n \r\n")
         socket.write("0\r\n\r\n")
         statuses.add(await answer)
         socket.destroy()
       }
-      results.push(`${method} ${path}: ${[...statuses].join("/")}, ${(((cpuSeconds(server.pid) - cpuBefore) / 20) * 1000).toFixed(1)} ms CPU each`)
+      results.push(
+        `${method} ${path}: ${[...statuses].join("/")}, ${
+          (((cpuSeconds(server.pid) - cpuBefore) / 20) * 1000).toFixed(1)
+        } ms CPU each`
+      )
     }
     return `2,000 one-byte chunks, 20 requests per route: ${results.join("; ")}`
   },
 
   /** 10: other spellings of the routes. */
   spellings: async (server, key) => {
-    const paths = ["//v1/whoami", "/V1/WHOAMI", "/v1/whoami;x", "/v1/%77hoami", `${activatePath};x`, activatePath.replace(/activate$/, "%61ctivate")]
+    const paths = [
+      "//v1/whoami",
+      "/V1/WHOAMI",
+      "/v1/whoami;x",
+      "/v1/%77hoami",
+      `${activatePath};x`,
+      activatePath.replace(/activate$/, "%61ctivate")
+    ]
     const statuses = await Promise.all(paths.map(async (path) => {
       const socket = await rawSocket(server.port)
       socket.on("error", () => {})
       const method = path.toLowerCase().includes("whoami") ? "GET" : "POST"
-      socket.write(`${method} ${path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${key.apiKey}\r\ncontent-length: 0\r\n\r\n`)
-      const status = await new Promise<string>((resolve) => socket.once("data", (d) => resolve(d.toString("latin1").split(" ")[1]!)))
+      socket.write(
+        `${method} ${path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${key.apiKey}\r\ncontent-length: 0\r\n\r\n`
+      )
+      const status = await new Promise<string>((resolve) =>
+        socket.once("data", (d) => resolve(d.toString("latin1").split(" ")[1]!))
+      )
       socket.destroy()
       return `${path.length > 24 ? `…${path.slice(-16)}` : path} ${status}`
     }))
@@ -400,7 +458,11 @@ const attacks: Record<string, Attack> = {
     const activate = (n: number) =>
       fetch(`${server.url}${activatePath}`, {
         method: "POST",
-        headers: { authorization: `Bearer ${key.apiKey}`, "content-type": "application/json", "idempotency-key": `wal-${Date.now()}-${n}` },
+        headers: {
+          authorization: `Bearer ${key.apiKey}`,
+          "content-type": "application/json",
+          "idempotency-key": `wal-${Date.now()}-${n}`
+        },
         body: JSON.stringify({ socialUsername: "@wal" })
       }).then(async (r) => ({ status: r.status, body: await r.json() as { activation?: { id: string } } }))
     for (let i = 0; i < 5; i++) await activate(i)
@@ -414,14 +476,17 @@ const attacks: Record<string, Attack> = {
     const db = new Database(database, { readonly: true })
     const lost = answered.filter((id) => db.query("SELECT 1 FROM activations WHERE id = ?").get(id) === null).length
     db.close()
-    return `-wal deleted, then 60 activations: ${answered.length} answered 200 (${[...new Set(after.map((a) => a.status))].join("/")}); ` +
+    return `-wal deleted, then 60 activations: ${answered.length} answered 200 (${
+      [...new Set(after.map((a) => a.status))].join("/")
+    }); ` +
       `after SIGKILL and a restart ${lost} of those lost`
   },
 
   /** 9: the -shm file deleted while serving, then a key revoked with the command line. */
   "shm-revoke": async (server) => {
     const victim = createKey()
-    const before = (await fetch(`${server.url}/v1/whoami`, { headers: { authorization: `Bearer ${victim.apiKey}` } })).status
+    const before =
+      (await fetch(`${server.url}/v1/whoami`, { headers: { authorization: `Bearer ${victim.apiKey}` } })).status
     rmSync(`${database}-shm`)
     let revoked: string
     try {
@@ -430,7 +495,8 @@ const attacks: Record<string, Attack> = {
       revoked = `refused: ${String(error).slice(0, 80)}`
     }
     await Bun.sleep(500)
-    const after = (await fetch(`${server.url}/v1/whoami`, { headers: { authorization: `Bearer ${victim.apiKey}` } })).status
+    const after =
+      (await fetch(`${server.url}/v1/whoami`, { headers: { authorization: `Bearer ${victim.apiKey}` } })).status
     return `-shm deleted, key revoked through the CLI ("${revoked}"): whoami with it ${before} before, ${after} after`
   },
 
@@ -463,10 +529,14 @@ const fileTricks = ["wal-deleted", "shm-revoke"]
 const sqliteOnly = [...fileTricks, "purge"]
 
 const main = async () => {
-  const names = wanted.length === 0 ? Object.keys(attacks).filter((name) => !onPostgres || !sqliteOnly.includes(name)) : wanted
+  const names = wanted.length === 0
+    ? Object.keys(attacks).filter((name) => !onPostgres || !sqliteOnly.includes(name))
+    : wanted
   // Attacks that break the database file run after every other one.
   names.sort((a, b) => Number(fileTricks.includes(a)) - Number(fileTricks.includes(b)))
-  for (const name of names) if (!(name in attacks)) throw new Error(`unknown attack ${name}: ${Object.keys(attacks).join(", ")}`)
+  for (const name of names) {
+    if (!(name in attacks)) throw new Error(`unknown attack ${name}: ${Object.keys(attacks).join(", ")}`)
+  }
   if (onPostgres) {
     const refused = names.filter((name) => sqliteOnly.includes(name))
     if (refused.length > 0) throw new Error(`${refused.join(", ")} attack a SQLite file: not run on PostgreSQL`)
@@ -475,7 +545,9 @@ const main = async () => {
     await admin.close()
   }
   console.log(
-    `hostile: ${serverCommand.join(" ")} on CPU 1, loopback only, on ${onPostgres ? `PostgreSQL (${postgresServer}/${postgresDatabase}) + Redis (${redisUrl})` : "SQLite"}; work directory ${work}`
+    `hostile: ${serverCommand.join(" ")} on CPU 1, loopback only, on ${
+      onPostgres ? `PostgreSQL (${postgresServer}/${postgresDatabase}) + Redis (${redisUrl})` : "SQLite"
+    }; work directory ${work}`
   )
   // The key exists before the server starts, so a server of its own (the purge) knows it too.
   cli(["keys", "list"])

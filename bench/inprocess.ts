@@ -52,7 +52,10 @@ if (scenario === "get" || scenario === "list") seedReads(process.env["DATABASE_U
 // and made a span for every service call in every batch (fresh activations: 281 Effect operations each, against 185).
 // Metrics off, as the server's default.
 const runtime = ManagedRuntime.make(
-  ServicesLive.pipe(Layer.provideMerge(Layer.mergeAll(TracingLive, LoggingLive, MetricsOff)), Layer.provideMerge(BunContext.layer))
+  ServicesLive.pipe(
+    Layer.provideMerge(Layer.mergeAll(TracingLive, LoggingLive, MetricsOff)),
+    Layer.provideMerge(BunContext.layer)
+  )
 )
 const { fetch } = await runtime.runPromise(Effect.flatMap(EdgeLive, makeEdge).pipe(Effect.provide(MiddlewareLive)))
 

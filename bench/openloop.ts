@@ -75,7 +75,13 @@ export interface GeneratorResult {
   readonly unanswered: number
   readonly non2xx: number
   readonly statuses: Record<string, number>
-  readonly errors: { readonly connect: number; readonly read: number; readonly write: number; readonly closed: number; readonly malformed: number }
+  readonly errors: {
+    readonly connect: number
+    readonly read: number
+    readonly write: number
+    readonly closed: number
+    readonly malformed: number
+  }
   readonly sentInWindowPerSecond: number
   readonly answeredInWindowPerSecond: number
   readonly held: number
@@ -110,13 +116,20 @@ export const generatorArgs = (
   }
 ): Array<string> => [
   generator,
-  "--host", new URL(url).hostname,
-  "--port", new URL(url).port,
-  "--rate", String(options.rate),
-  "--seconds", String(options.seconds),
-  "--connections", String(options.connections),
-  "--request", options.requestFile,
-  "--samples", options.samplesFile,
+  "--host",
+  new URL(url).hostname,
+  "--port",
+  new URL(url).port,
+  "--rate",
+  String(options.rate),
+  "--seconds",
+  String(options.seconds),
+  "--connections",
+  String(options.connections),
+  "--request",
+  options.requestFile,
+  "--samples",
+  options.samplesFile,
   ...(options.readyFile === undefined ? [] : ["--ready", options.readyFile])
 ]
 
@@ -149,8 +162,13 @@ export const summarize = (runs: ReadonlyArray<Float64Array>): Summary => {
 /** One run's latency cut into seconds by due time (request n is due at n / rate). */
 export const perSecond = (samples: Float64Array, rate: number): Array<Summary> => {
   const seconds = Math.ceil(samples.length / rate)
-  return Array.from({ length: seconds }, (_, second) =>
-    summarize([samples.subarray(Math.round(second * rate), Math.min(samples.length, Math.round((second + 1) * rate)))]))
+  return Array.from(
+    { length: seconds },
+    (_, second) =>
+      summarize([
+        samples.subarray(Math.round(second * rate), Math.min(samples.length, Math.round((second + 1) * rate)))
+      ])
+  )
 }
 
 /**
@@ -183,16 +201,25 @@ export interface Verdict {
 export const verdictOf = (runs: ReadonlyArray<GeneratorResult>, latency: Summary): Verdict => {
   const worst = (pick: (run: GeneratorResult) => number) => Math.max(...runs.map(pick))
   const overCapacity = runs.some((run) =>
-    run.answeredInWindowPerSecond < capacityShare * run.rate || run.unsent > 0 || run.unanswered > 0)
+    run.answeredInWindowPerSecond < capacityShare * run.rate || run.unsent > 0 || run.unanswered > 0
+  )
   const untrusted: Array<string> = []
   const ownP99 = worst((run) => run.ownLagMs.p99)
   if (ownP99 > ownLagShare * latency.p99) {
-    untrusted.push(`the generator's own lag p99 ${ownP99.toFixed(3)} ms is over ${ownLagShare * 100}% of the p99 ${latency.p99.toFixed(3)} ms`)
+    untrusted.push(
+      `the generator's own lag p99 ${ownP99.toFixed(3)} ms is over ${ownLagShare * 100}% of the p99 ${
+        latency.p99.toFixed(3)
+      } ms`
+    )
   }
   const p999Untrusted: Array<string> = []
   const ownP999 = worst((run) => run.ownLagMs.p999)
   if (ownP999 > ownLagShare * latency.p999) {
-    p999Untrusted.push(`the generator's own lag p99.9 ${ownP999.toFixed(3)} ms is over ${ownLagShare * 100}% of the p99.9 ${latency.p999.toFixed(3)} ms`)
+    p999Untrusted.push(
+      `the generator's own lag p99.9 ${ownP999.toFixed(3)} ms is over ${ownLagShare * 100}% of the p99.9 ${
+        latency.p999.toFixed(3)
+      } ms`
+    )
   }
   return { overCapacity, untrusted, p999Untrusted }
 }
@@ -207,7 +234,9 @@ export const heldNote = (runs: ReadonlyArray<GeneratorResult>): string | undefin
   if (held === 0) return undefined
   const { connections, rate } = runs[0]!
   return `${held} requests found all ${connections} connections waiting on the server (${connections} outstanding: a stall of ` +
-    `${(connections / rate * 1000).toFixed(1)} ms or more at this rate), and waited up to ${Math.max(...runs.map((run) => run.heldMaxMs)).toFixed(1)} ms ` +
+    `${(connections / rate * 1000).toFixed(1)} ms or more at this rate), and waited up to ${
+      Math.max(...runs.map((run) => run.heldMaxMs)).toFixed(1)
+    } ms ` +
     `for one; their latency runs from their due time, but the server did not have them when due (BENCH_OPEN_LOOP_CONNECTIONS)`
 }
 

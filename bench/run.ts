@@ -20,8 +20,8 @@
  * Every child process is started under `setpriv --pdeathsig KILL` (it dies with this process, even
  * on SIGKILL) with a hard timeout, and is killed on exit, on error and on SIGINT/SIGTERM.
  */
-import { Database } from "bun:sqlite"
 import type { Subprocess } from "bun"
+import { Database } from "bun:sqlite"
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { cpus, release, tmpdir } from "node:os"
 import { join } from "node:path"
@@ -55,8 +55,8 @@ import {
   rawRequest,
   readinessRequest,
   readSamples,
-  type Summary,
   summarize,
+  type Summary,
   type Verdict,
   verdictOf
 } from "./openloop.ts"
@@ -107,7 +107,9 @@ const isPage = (scenario: ScenarioName): scenario is PageScenario => scenario in
 /** The page scenarios: run only when named (`pages` names them all), on the service alone. */
 const pageScenarios = (Object.keys(pagePaths) as Array<PageScenario>).map((name) => ({
   name,
-  title: `(g) a page of 20 among ${pagedActivations.toLocaleString("en-US")} activations of one campaign: GET ${pagePaths[name]}`
+  title: `(g) a page of 20 among ${pagedActivations.toLocaleString("en-US")} activations of one campaign: GET ${
+    pagePaths[name]
+  }`
 }))
 
 const allScenarios: ReadonlyArray<{ readonly name: ScenarioName; readonly title: string }> = [
@@ -143,7 +145,12 @@ const envNumbers = (name: string, fallback: string, valid: (value: number) => bo
  */
 const openLoop = process.env["BENCH_OPEN_LOOP"] === "1"
 /** The rates, as shares of the baseline's closed-loop peak in the same run; BENCH_OPEN_LOOP_RATES gives them in req/s instead. */
-const openLoopFractions = envNumbers("BENCH_OPEN_LOOP_FRACTIONS", "0.25,0.5,0.75", (f) => f > 0 && f <= 2, "shares of the peak (0.5)")
+const openLoopFractions = envNumbers(
+  "BENCH_OPEN_LOOP_FRACTIONS",
+  "0.25,0.5,0.75",
+  (f) => f > 0 && f <= 2,
+  "shares of the peak (0.5)"
+)
 const openLoopRates = process.env["BENCH_OPEN_LOOP_RATES"]?.trim()
   ? envNumbers("BENCH_OPEN_LOOP_RATES", "", (r) => Number.isInteger(r) && r > 0, "whole requests per second")
   : undefined
@@ -151,30 +158,42 @@ const openLoopRounds = envWhole("BENCH_OPEN_LOOP_ROUNDS", 2, "rounds")
 const openLoopConnections = envWhole("BENCH_OPEN_LOOP_CONNECTIONS", 256, "connections")
 /** As users run it by default: one access-log line per request, to a file. */
 const openLoopLogLevel = process.env["BENCH_OPEN_LOOP_LOG_LEVEL"]?.trim() || "info"
-if (!["info", "warn"].includes(openLoopLogLevel)) fail(`BENCH_OPEN_LOOP_LOG_LEVEL must be info or warn, got "${openLoopLogLevel}"`)
+if (!["info", "warn"].includes(openLoopLogLevel)) {
+  fail(`BENCH_OPEN_LOOP_LOG_LEVEL must be info or warn, got "${openLoopLogLevel}"`)
+}
 /** Which servers run at each rate (the calibration of the generator runs the baseline alone). */
 const openLoopServers = envList("BENCH_OPEN_LOOP_SERVERS", "service,baseline")
 for (const name of openLoopServers) {
-  if (name !== "service" && name !== "baseline") fail(`BENCH_OPEN_LOOP_SERVERS: "${name}" is neither service nor baseline`)
+  if (name !== "service" && name !== "baseline") {
+    fail(`BENCH_OPEN_LOOP_SERVERS: "${name}" is neither service nor baseline`)
+  }
 }
 if (openLoopRates === undefined && !openLoopServers.includes("baseline")) {
-  fail("BENCH_OPEN_LOOP_SERVERS without the baseline needs BENCH_OPEN_LOOP_RATES (the rates are shares of the baseline's peak)")
+  fail(
+    "BENCH_OPEN_LOOP_SERVERS without the baseline needs BENCH_OPEN_LOOP_RATES (the rates are shares of the baseline's peak)"
+  )
 }
 /** The fresh-instance curve: these scenarios (`none` for none), at this rate, for these seconds. */
 const startScenarios = envList("BENCH_START_SCENARIOS", "whoami,get").filter((name) => name !== "none")
 for (const name of startScenarios) {
-  if (!openLoopScenarios.includes(name as OpenLoopScenario)) fail(`BENCH_START_SCENARIOS: "${name}" is not one of ${openLoopScenarios.join(", ")}`)
+  if (!openLoopScenarios.includes(name as OpenLoopScenario)) {
+    fail(`BENCH_START_SCENARIOS: "${name}" is not one of ${openLoopScenarios.join(", ")}`)
+  }
 }
 const startRate = envWhole("BENCH_START_RATE", 5000, "requests per second")
 const startSeconds = envSeconds("BENCH_START_SECONDS", 10)
 
 /** BENCH_SCENARIOS=whoami,fresh runs only those (all but the pages by default; `pages` is every page scenario). */
 const scenarios = (() => {
-  const wanted = (process.env["BENCH_SCENARIOS"] ?? "").split(",").map((name) => name.trim()).filter((name) => name !== "")
+  const wanted = (process.env["BENCH_SCENARIOS"] ?? "").split(",").map((name) => name.trim()).filter((name) =>
+    name !== ""
+  )
     .flatMap((name) => (name === "pages" ? pageScenarios.map((page) => page.name) : [name]))
   if (openLoop) {
     for (const name of wanted) {
-      if (!openLoopScenarios.includes(name as OpenLoopScenario)) fail(`BENCH_SCENARIOS: the open loop runs ${openLoopScenarios.join(", ")}, not "${name}"`)
+      if (!openLoopScenarios.includes(name as OpenLoopScenario)) {
+        fail(`BENCH_SCENARIOS: the open loop runs ${openLoopScenarios.join(", ")}, not "${name}"`)
+      }
     }
     const names: ReadonlyArray<string> = wanted.length === 0 ? openLoopScenarios : wanted
     return allScenarios.filter((scenario) => names.includes(scenario.name))
@@ -201,7 +220,9 @@ const seed = (databaseFile: string) => {
  * servers side by side: bench/README.md says how and why.
  */
 const accessLogRuns = envWhole("BENCH_LOG_RUNS", 4, "runs")
-if (accessLogRuns % 2 === 1) fail(`BENCH_LOG_RUNS must be even (each server's wrk starts first equally often), got ${accessLogRuns}`)
+if (accessLogRuns % 2 === 1) {
+  fail(`BENCH_LOG_RUNS must be even (each server's wrk starts first equally often), got ${accessLogRuns}`)
+}
 const accessLogSeconds = envSeconds("BENCH_LOG_SECONDS", 5)
 
 /**
@@ -219,9 +240,11 @@ const openLoopRunBudgetSeconds = (seconds: number) => seconds + 10 + 60 + 20
 /** Everything stops by itself after this, whatever happens. */
 const budgetMs = (openLoop
   ? 300 + scenarios.length * (2 * (warmupSeconds + 40) + 2 * (durationSeconds + 40) +
-    (openLoopRates ?? openLoopFractions).length * openLoopRounds * 2 * openLoopRunBudgetSeconds(durationSeconds)) +
+        (openLoopRates ?? openLoopFractions).length * openLoopRounds * 2 * openLoopRunBudgetSeconds(durationSeconds)) +
     startScenarios.length * 2 * (warmupSeconds + 120 + 2 * openLoopRunBudgetSeconds(startSeconds))
-  : 300 + scenarios.length * (3 * (warmupSeconds + durationSeconds + 40) + (accessLogRuns + 1) * (accessLogSeconds + 20))) * 1000
+  : 300 +
+    scenarios.length * (3 * (warmupSeconds + durationSeconds + 40) + (accessLogRuns + 1) * (accessLogSeconds + 20))) *
+  1000
 
 // ---------------------------------------------------------------------------------------------
 // Child processes: all tracked, all killed at the end
@@ -368,7 +391,16 @@ const sampleRss = (pid: number) => {
 /** Busy CPU seconds of the whole machine (all cores, every process, ours included). */
 const machineBusySeconds = (): number => {
   const fields = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number)
-  const [user, nice, system, , , irq, softirq, steal] = fields as [number, number, number, number, number, number, number, number]
+  const [user, nice, system, , , irq, softirq, steal] = fields as [
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+    number
+  ]
   return (user + nice + system + irq + softirq + steal) / clockTicks
 }
 
@@ -455,14 +487,21 @@ const startServer = async (
 
 /** `keys create --json` through the given command line; the plaintext key. */
 const createKey = async (cli: ReadonlyArray<string>, databaseFile: string): Promise<string> =>
-  apiKeyOf((await runCommand([...cli, ...keysCreateArgs], { env: { DATABASE_URL: databaseFile }, timeoutMs: 60_000 })).stdout)
+  apiKeyOf(
+    (await runCommand([...cli, ...keysCreateArgs], { env: { DATABASE_URL: databaseFile }, timeoutMs: 60_000 })).stdout
+  )
 
 // ---------------------------------------------------------------------------------------------
 // wrk
 
 const runWrk = async (server: Server, scenario: ScenarioName, seconds: number, keyPrefix: string) => {
   const spawned = spawn(
-    ["taskset", "-c", loadCpu, ...wrkArgs(server.url, scenario, server.apiKey, keyPrefixOf(scenario, keyPrefix), connections, seconds)],
+    [
+      "taskset",
+      "-c",
+      loadCpu,
+      ...wrkArgs(server.url, scenario, server.apiKey, keyPrefixOf(scenario, keyPrefix), connections, seconds)
+    ],
     { timeoutMs: (seconds + 30) * 1000 }
   )
   const exitCode = await spawned.process.exited
@@ -482,11 +521,22 @@ const runWrk = async (server: Server, scenario: ScenarioName, seconds: number, k
 interface Measurement {
   readonly server: ServerName
   readonly requestsPerSecond: number
-  readonly latencyMs: { readonly mean: number; readonly p50: number; readonly p90: number; readonly p99: number; readonly max: number }
+  readonly latencyMs: {
+    readonly mean: number
+    readonly p50: number
+    readonly p90: number
+    readonly p99: number
+    readonly max: number
+  }
   readonly requests: number
   readonly non2xx: number
   readonly statuses: Record<string, number>
-  readonly socketErrors: { readonly connect: number; readonly read: number; readonly write: number; readonly timeout: number }
+  readonly socketErrors: {
+    readonly connect: number
+    readonly read: number
+    readonly write: number
+    readonly timeout: number
+  }
   /** Highest VmRSS polled every 50 ms during the warm-up and the measured run. */
   readonly peakRssMb: number
   /** The server's CPU time over the measured run's wall time (100 = its whole core). */
@@ -510,7 +560,12 @@ const measure = async (server: Server, scenario: ScenarioName, runId: string): P
   const rowsBefore = countActivations(server.databaseFile)
   const before = { server: cpuSeconds(server.pid), machine: machineBusySeconds(), own: ownCpuSeconds() }
   const startedAt = performance.now()
-  const { result, wrkCpuSeconds } = await runWrk(server, scenario, durationSeconds, scenario === "replay" ? replayKey : `run-${runId}`)
+  const { result, wrkCpuSeconds } = await runWrk(
+    server,
+    scenario,
+    durationSeconds,
+    scenario === "replay" ? replayKey : `run-${runId}`
+  )
   const wallSeconds = (performance.now() - startedAt) / 1000
   const serverCpu = cpuSeconds(server.pid) - before.server
   const otherCpu = machineBusySeconds() - before.machine - serverCpu - wrkCpuSeconds - (ownCpuSeconds() - before.own)
@@ -558,7 +613,11 @@ const answerProblems = (
   }
   const { connect, read, timeout, write } = run.socketErrors
   const socket = connect + read + write + timeout
-  if (socket > 0) problems.push(`${who} had ${socket} socket errors or timeouts (${JSON.stringify({ connect, read, write, timeout })})`)
+  if (socket > 0) {
+    problems.push(
+      `${who} had ${socket} socket errors or timeouts (${JSON.stringify({ connect, read, write, timeout })})`
+    )
+  }
   return problems
 }
 
@@ -599,13 +658,20 @@ const measureSideBySide = async (
   what: string,
   firstSeconds = accessLogSeconds
 ): Promise<AccessLogCost> => {
-  const replayKeys = new Map([[reference, `log-replay-${runId}-${reference.name}`], [measured, `log-replay-${runId}-${measured.name}`]])
-  if (scenario === "replay") for (const [server, key] of replayKeys) await storeReplayed(server.url, server.apiKey, key, server.name)
+  const replayKeys = new Map([[reference, `log-replay-${runId}-${reference.name}`], [
+    measured,
+    `log-replay-${runId}-${measured.name}`
+  ]])
+  if (scenario === "replay") {
+    for (const [server, key] of replayKeys) await storeReplayed(server.url, server.apiKey, key, server.name)
+  }
   const problems: Array<string> = []
   const requestsPerSecond = async (server: Server, run: number) => {
     const keyPrefix = scenario === "replay" ? replayKeys.get(server)! : `log-${runId}-${run}-${server.name}`
     const { result } = await runWrk(server, scenario, run === 0 ? firstSeconds : accessLogSeconds, keyPrefix)
-    problems.push(...answerProblems(`${server.name} (${what}'s run ${run})`, { ...result, socketErrors: result.errors }))
+    problems.push(
+      ...answerProblems(`${server.name} (${what}'s run ${run})`, { ...result, socketErrors: result.errors })
+    )
     return result.requests / (result.durationMicros / 1e6)
   }
   // Rows written and other processes' CPU are checked on the measured runs; these only compare rates.
@@ -636,7 +702,13 @@ const measureMetrics = async (binary: string, dir: string) => {
     // Made by the binary that serves it: another build's database has that build's migrations.
     const apiKey = await createKey(command, databaseFile)
     seed(databaseFile)
-    return startServer(name, [...command, "serve"], { RATE_LIMIT_MAX: "1000000000", LOG_LEVEL: serviceLogLevel, ...env }, databaseFile, apiKey)
+    return startServer(
+      name,
+      [...command, "serve"],
+      { RATE_LIMIT_MAX: "1000000000", LOG_LEVEL: serviceLogLevel, ...env },
+      databaseFile,
+      apiKey
+    )
   }
   const metricsPort = freePort()
   const servers = metricsAgainst === undefined
@@ -650,12 +722,25 @@ const measureMetrics = async (binary: string, dir: string) => {
   try {
     const runId = Date.now().toString(36)
     for (const scenario of scenarios) {
-      console.log(`\n${scenario.title}: ${measured.name} over ${reference.name}, ${accessLogRuns} runs side by side, ` +
-        `${accessLogSeconds} s each, after ${warmupSeconds} s of both ...`)
-      const cost = await measureSideBySide(reference, measured, scenario.name, `${runId}-${scenario.name}`, "metrics", warmupSeconds)
+      console.log(
+        `\n${scenario.title}: ${measured.name} over ${reference.name}, ${accessLogRuns} runs side by side, ` +
+          `${accessLogSeconds} s each, after ${warmupSeconds} s of both ...`
+      )
+      const cost = await measureSideBySide(
+        reference,
+        measured,
+        scenario.name,
+        `${runId}-${scenario.name}`,
+        "metrics",
+        warmupSeconds
+      )
       results.push({ scenario: scenario.name, ...cost })
-      console.log(`${measured.name}/${reference.name}: mean ${number(cost.ratio, 3)} (${cost.ratios.map((r) => number(r, 3)).join(", ")}; ` +
-        `spread ${number(Math.min(...cost.ratios), 3)}–${number(Math.max(...cost.ratios), 3)})`)
+      console.log(
+        `${measured.name}/${reference.name}: mean ${number(cost.ratio, 3)} (${
+          cost.ratios.map((r) => number(r, 3)).join(", ")
+        }; ` +
+          `spread ${number(Math.min(...cost.ratios), 3)}–${number(Math.max(...cost.ratios), 3)})`
+      )
       for (const problem of cost.problems) console.log(`!!! ERRORS: ${problem}; these figures are not valid`)
     }
     // A metrics server that counted nothing would make the comparison meaningless.
@@ -664,7 +749,14 @@ const measureMetrics = async (binary: string, dir: string) => {
       const counted = [...text.matchAll(/^http_server_request_duration_seconds_count\{[^}]*\} (\d+)$/gm)]
         .reduce((sum, match) => sum + Number(match[1]), 0)
       console.log(`metrics-on counted ${number(counted)} requests (GET /metrics)`)
-      if (counted === 0) results.push({ scenario: scenarios[0]!.name, ratios: [], ratio: 0, problems: ["metrics-on counted no request"] })
+      if (counted === 0) {
+        results.push({
+          scenario: scenarios[0]!.name,
+          ratios: [],
+          ratio: 0,
+          problems: ["metrics-on counted no request"]
+        })
+      }
     }
   } finally {
     for (const server of servers) await stop(server.spawned.process)
@@ -706,14 +798,19 @@ const runGenerator = async (
   if (options.ready === true) writeFileSync(`${file}.ready.http`, readinessRequest(target.url))
   const before = { server: cpuSeconds(target.pid), machine: machineBusySeconds(), own: ownCpuSeconds() }
   const startedAt = performance.now()
-  const spawned = spawn(["taskset", "-c", loadCpu, ...generatorArgs(generator, target.url, {
-    rate: options.rate,
-    seconds: options.seconds,
-    connections: openLoopConnections,
-    requestFile: `${file}.http`,
-    samplesFile: `${file}.latency`,
-    ...(options.ready === true ? { readyFile: `${file}.ready.http` } : {})
-  })], { timeoutMs: openLoopRunBudgetSeconds(options.seconds) * 1000 })
+  const spawned = spawn([
+    "taskset",
+    "-c",
+    loadCpu,
+    ...generatorArgs(generator, target.url, {
+      rate: options.rate,
+      seconds: options.seconds,
+      connections: openLoopConnections,
+      requestFile: `${file}.http`,
+      samplesFile: `${file}.latency`,
+      ...(options.ready === true ? { readyFile: `${file}.ready.http` } : {})
+    })
+  ], { timeoutMs: openLoopRunBudgetSeconds(options.seconds) * 1000 })
   const exitCode = await spawned.process.exited
   await Promise.all([spawned.stdout.done, spawned.stderr.done])
   const wallSeconds = (performance.now() - startedAt) / 1000
@@ -731,14 +828,21 @@ const runGenerator = async (
 }
 
 /** Rows a run wrote against the answers it got: one per successful fresh activation, none otherwise. */
-const rowProblems = (who: string, scenario: OpenLoopScenario, run: GeneratorResult, rowsWritten: number): Array<string> => {
+const rowProblems = (
+  who: string,
+  scenario: OpenLoopScenario,
+  run: GeneratorResult,
+  rowsWritten: number
+): Array<string> => {
   const twoXx = run.answered - run.non2xx
   // A request that was never answered may still have been committed.
   const unknown = run.unanswered + run.errors.read + run.errors.write + run.errors.malformed
   if (scenario === "fresh" && (rowsWritten < twoXx || rowsWritten > twoXx + unknown)) {
     return [`${who} wrote ${rowsWritten} activations for ${twoXx} successful fresh activations`]
   }
-  if (scenario !== "fresh" && rowsWritten !== 0) return [`${who} wrote ${rowsWritten} activations during ${scenario}, expected none`]
+  if (scenario !== "fresh" && rowsWritten !== 0) {
+    return [`${who} wrote ${rowsWritten} activations during ${scenario}, expected none`]
+  }
   return []
 }
 
@@ -774,10 +878,19 @@ interface RateResult {
  * Side by side on one core the two would wait on each other's time slices: latency would measure
  * the scheduler (bench/README.md).
  */
-const measureRates = async (generator: string, servers: ReadonlyArray<Server>, scenario: OpenLoopScenario, title: string, runId: string) => {
+const measureRates = async (
+  generator: string,
+  servers: ReadonlyArray<Server>,
+  scenario: OpenLoopScenario,
+  title: string,
+  runId: string
+) => {
   const replayKey = (server: Server) => `ol-replay-${runId}-${server.name}`
-  if (scenario === "replay") for (const server of servers) await storeReplayed(server.url, server.apiKey, replayKey(server), server.name)
-  const wrkPrefix = (server: Server, purpose: string) => scenario === "replay" ? replayKey(server) : `ol-${purpose}-${runId}-${server.name}`
+  if (scenario === "replay") {
+    for (const server of servers) await storeReplayed(server.url, server.apiKey, replayKey(server), server.name)
+  }
+  const wrkPrefix = (server: Server, purpose: string) =>
+    scenario === "replay" ? replayKey(server) : `ol-${purpose}-${runId}-${server.name}`
   console.log(`\n${title}\nwarm-up: ${warmupSeconds} s of wrk on each server ...`)
   for (const server of servers) await runWrk(server, scenario, warmupSeconds, wrkPrefix(server, "warm"))
   await Bun.sleep(settleMs)
@@ -789,12 +902,16 @@ const measureRates = async (generator: string, servers: ReadonlyArray<Server>, s
     peaks[server.name] = result.requests / (result.durationMicros / 1e6)
     await Bun.sleep(settleMs)
   }
-  console.log(`closed-loop peak (wrk, ${connections} connections, ${durationSeconds} s): ` +
-    servers.map((server) => `${server.name} ${number(peaks[server.name]!)} req/s`).join(", "))
+  console.log(
+    `closed-loop peak (wrk, ${connections} connections, ${durationSeconds} s): ` +
+      servers.map((server) => `${server.name} ${number(peaks[server.name]!)} req/s`).join(", ")
+  )
   const rates = openLoopRates ?? openLoopFractions.map((fraction) => Math.round(fraction * peaks["baseline"]!))
   const results: Array<RateResult> = []
   for (const [index, rate] of rates.entries()) {
-    const runs = new Map<string, Array<OpenLoopRun & { readonly order: number }>>(servers.map((server) => [server.name, []]))
+    const runs = new Map<string, Array<OpenLoopRun & { readonly order: number }>>(
+      servers.map((server) => [server.name, []])
+    )
     let order = 0
     for (let round = 0; round < openLoopRounds; round++) {
       for (const server of round % 2 === 0 ? servers : [...servers].reverse()) {
@@ -803,8 +920,10 @@ const measureRates = async (generator: string, servers: ReadonlyArray<Server>, s
         const keyPrefix = scenario === "replay" ? replayKey(server) : `ol-${runId}-${rate}-${round}-${server.name}`
         const run = await runGenerator(generator, server, scenario, keyPrefix, { rate, seconds: durationSeconds })
         await Bun.sleep(settleMs)
-        problems.push(...generatorProblems(who, run.result),
-          ...rowProblems(who, scenario, run.result, countActivations(server.databaseFile) - rowsBefore))
+        problems.push(
+          ...generatorProblems(who, run.result),
+          ...rowProblems(who, scenario, run.result, countActivations(server.databaseFile) - rowsBefore)
+        )
         runs.get(server.name)!.push({ ...run, order: order++ })
       }
     }
@@ -822,8 +941,10 @@ const measureRates = async (generator: string, servers: ReadonlyArray<Server>, s
     })
     console.log(rateTable(results.slice(-1)))
   }
-  console.log(`\n${title}, open loop, ${openLoopConnections} connections, ${openLoopRounds} × ${durationSeconds} s per server and rate, ` +
-    `in turns; the service at LOG_LEVEL=${openLoopLogLevel}`)
+  console.log(
+    `\n${title}, open loop, ${openLoopConnections} connections, ${openLoopRounds} × ${durationSeconds} s per server and rate, ` +
+      `in turns; the service at LOG_LEVEL=${openLoopLogLevel}`
+  )
   console.log(rateTable(results))
   printRateNotes(results)
   for (const problem of problems) console.log(`!!! ERRORS: ${problem}; these figures are not valid`)
@@ -833,7 +954,21 @@ const measureRates = async (generator: string, servers: ReadonlyArray<Server>, s
 /** The percentiles of one server's runs at each rate, the generator's own lag beside them. */
 const rateTable = (results: ReadonlyArray<RateResult>): string =>
   table([
-    ["rate req/s", "server", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "p99 by run", "answered/s", "held", "gen lag p99/p99.9/max ms", "gen busy", "other CPU", "verdict"],
+    [
+      "rate req/s",
+      "server",
+      "p50 ms",
+      "p99 ms",
+      "p99.9 ms",
+      "max ms",
+      "p99 by run",
+      "answered/s",
+      "held",
+      "gen lag p99/p99.9/max ms",
+      "gen busy",
+      "other CPU",
+      "verdict"
+    ],
     ...results.flatMap((result) => [
       ...Object.entries(result.servers).map(([name, { latencyMs, runs, verdict }]) => {
         const worst = (pick: (run: GeneratorResult) => number) => Math.max(...runs.map(pick))
@@ -847,14 +982,28 @@ const rateTable = (results: ReadonlyArray<RateResult>): string =>
           [...runs].sort((a, b) => a.order - b.order).map((run) => number(run.latencyMs.p99, 1)).join(" "),
           number(Math.min(...runs.map((run) => run.answeredInWindowPerSecond))),
           number(runs.reduce((n, run) => n + run.held, 0)),
-          `${number(worst((run) => run.ownLagMs.p99), 3)} / ${number(worst((run) => run.ownLagMs.p999), 3)} / ${number(worst((run) => run.ownLagMs.max), 2)}`,
+          `${number(worst((run) => run.ownLagMs.p99), 3)} / ${number(worst((run) => run.ownLagMs.p999), 3)} / ${
+            number(worst((run) => run.ownLagMs.max), 2)
+          }`,
           `${number(worst((run) => run.busyPercent))}%`,
           `${number(Math.max(...runs.map((run) => run.otherCpuPercent)))}%`,
           verdictWord(verdict, Math.max(...runs.map((run) => run.otherCpuPercent)))
         ]
       }),
       ...(result.ratios === undefined ? [] : [[
-        "", "service/baseline", "", `${number(result.ratios.p99, 2)}×`, `${number(result.ratios.p999, 2)}×`, "", "", "", "", "", "", "", ""
+        "",
+        "service/baseline",
+        "",
+        `${number(result.ratios.p99, 2)}×`,
+        `${number(result.ratios.p999, 2)}×`,
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
+        "",
+        ""
       ]])
     ])
   ])
@@ -871,21 +1020,35 @@ const verdictWord = (verdict: Verdict, otherCpuPercent: number): string =>
 const printRateNotes = (results: ReadonlyArray<RateResult>) => {
   for (const result of results) {
     for (const [name, { runs, verdict }] of Object.entries(result.servers)) {
-      for (const reason of verdict.untrusted) console.log(`!   ${name} at ${number(result.rate)} req/s is not the server's latency: ${reason}`)
-      for (const reason of verdict.p999Untrusted) console.log(`    ${name} at ${number(result.rate)} req/s, p99.9 not the server's: ${reason}`)
+      for (const reason of verdict.untrusted) {
+        console.log(`!   ${name} at ${number(result.rate)} req/s is not the server's latency: ${reason}`)
+      }
+      for (const reason of verdict.p999Untrusted) {
+        console.log(`    ${name} at ${number(result.rate)} req/s, p99.9 not the server's: ${reason}`)
+      }
       const held = heldNote(runs)
       if (held !== undefined) console.log(`    ${name} at ${number(result.rate)} req/s: ${held}`)
       if (verdict.overCapacity) {
         const unsent = runs.reduce((n, run) => n + run.unsent, 0)
         const unanswered = runs.reduce((n, run) => n + run.unanswered, 0)
-        console.log(`    ${name} at ${number(result.rate)} req/s is over its capacity: it answered ` +
-          `${runs.map((run) => number(run.answeredInWindowPerSecond)).join(", ")} req/s within the runs (latency is a queue growing)` +
-          (unsent + unanswered > 0 ? `; ${unsent} requests unsent and ${unanswered} unanswered 10 s after, left out of the percentiles` : ""))
+        console.log(
+          `    ${name} at ${number(result.rate)} req/s is over its capacity: it answered ` +
+            `${
+              runs.map((run) => number(run.answeredInWindowPerSecond)).join(", ")
+            } req/s within the runs (latency is a queue growing)` +
+            (unsent + unanswered > 0
+              ? `; ${unsent} requests unsent and ${unanswered} unanswered 10 s after, left out of the percentiles`
+              : "")
+        )
       }
       const noisy = runs.filter((run) => run.otherCpuPercent > otherCpuWarningPercent)
       if (noisy.length > 0) {
-        console.log(`!   other processes used ${noisy.map((run) => `${number(run.otherCpuPercent)}%`).join(", ")} of a core during ` +
-          `${name}'s runs at ${number(result.rate)} req/s: noisy`)
+        console.log(
+          `!   other processes used ${
+            noisy.map((run) => `${number(run.otherCpuPercent)}%`).join(", ")
+          } of a core during ` +
+            `${name}'s runs at ${number(result.rate)} req/s: noisy`
+        )
       }
     }
   }
@@ -929,8 +1092,12 @@ const measureStart = async (
   const apiKey = await createKey(serviceCli, databaseFile)
   seedReads(databaseFile)
   const cmd = name === "service" ? [...serviceCli, "serve"] : [bun, "bench/baseline.ts"]
-  const env: Record<string, string> = name === "service" ? { RATE_LIMIT_MAX: "1000000000", LOG_LEVEL: openLoopLogLevel } : {}
-  const logFile = name === "service" && openLoopLogLevel === "info" ? join(workDir!, `start-${scenario}.log`) : undefined
+  const env: Record<string, string> = name === "service"
+    ? { RATE_LIMIT_MAX: "1000000000", LOG_LEVEL: openLoopLogLevel }
+    : {}
+  const logFile = name === "service" && openLoopLogLevel === "info"
+    ? join(workDir!, `start-${scenario}.log`)
+    : undefined
   const replayKey = `start-replay-${runId}`
   if (scenario === "replay") {
     const before = await startServer(name, cmd, env, databaseFile, apiKey)
@@ -938,19 +1105,35 @@ const measureStart = async (
     await stop(before.spawned.process)
   }
   const prefix = (purpose: string) => scenario === "replay" ? replayKey : `start-${purpose}-${runId}-${name}`
-  console.log(`\na fresh ${name} instance (${scenario}): ${number(startRate)} req/s from its first /readyz 200, ${startSeconds} s ...`)
+  console.log(
+    `\na fresh ${name} instance (${scenario}): ${
+      number(startRate)
+    } req/s from its first /readyz 200, ${startSeconds} s ...`
+  )
   const { spawned, url } = spawnServer(cmd, env, databaseFile, logFile)
   const server: Server = { name, spawned, pid: spawned.process.pid, url, apiKey, databaseFile, startupMs: 0 }
   try {
     const rowsBefore = countActivations(databaseFile)
-    const fresh = await runGenerator(generator, server, scenario, prefix("fresh"), { rate: startRate, seconds: startSeconds, ready: true })
+    const fresh = await runGenerator(generator, server, scenario, prefix("fresh"), {
+      rate: startRate,
+      seconds: startSeconds,
+      ready: true
+    })
     await Bun.sleep(settleMs)
     const rowsAfterFresh = countActivations(databaseFile)
-    console.log(`/readyz answered 200 after ${number(fresh.result.readyWaitMs, 1)} ms; warm-up: ${warmupSeconds} s of wrk, then the same load ...`)
+    console.log(
+      `/readyz answered 200 after ${
+        number(fresh.result.readyWaitMs, 1)
+      } ms; warm-up: ${warmupSeconds} s of wrk, then the same load ...`
+    )
     await runWrk(server, scenario, warmupSeconds, prefix("warm"))
     await Bun.sleep(settleMs)
     const rowsBeforeWarm = countActivations(databaseFile)
-    const warm = await runGenerator(generator, server, scenario, prefix("warmed"), { rate: startRate, seconds: startSeconds, ready: true })
+    const warm = await runGenerator(generator, server, scenario, prefix("warmed"), {
+      rate: startRate,
+      seconds: startSeconds,
+      ready: true
+    })
     await Bun.sleep(settleMs)
     const problems = [
       ...generatorProblems(`fresh ${name}`, fresh.result),
@@ -958,7 +1141,15 @@ const measureStart = async (
       ...generatorProblems(`warm ${name}`, warm.result),
       ...rowProblems(`warm ${name}`, scenario, warm.result, countActivations(databaseFile) - rowsBeforeWarm)
     ]
-    const result = { server: name, scenario, rate: startRate, seconds: startSeconds, fresh: startRunOf(fresh), warm: startRunOf(warm), problems }
+    const result = {
+      server: name,
+      scenario,
+      rate: startRate,
+      seconds: startSeconds,
+      fresh: startRunOf(fresh),
+      warm: startRunOf(warm),
+      problems
+    }
     printStart(result)
     return result
   } finally {
@@ -966,11 +1157,21 @@ const measureStart = async (
   }
 }
 
-const printStart = (start: { readonly server: string; readonly scenario: string; readonly fresh: StartRun; readonly warm: StartRun; readonly problems: ReadonlyArray<string> }) => {
+const printStart = (
+  start: {
+    readonly server: string
+    readonly scenario: string
+    readonly fresh: StartRun
+    readonly warm: StartRun
+    readonly problems: ReadonlyArray<string>
+  }
+) => {
   const cells = (summary: Summary) => [number(summary.p50, 2), number(summary.p99, 2), number(summary.max, 2)]
-  console.log(`\n${start.server}, ${start.scenario} at ${number(startRate)} req/s: a fresh instance's first ${startSeconds} s ` +
-    `(from /readyz's first 200, ${number(start.fresh.result.readyWaitMs, 1)} ms after the generator's first probe) ` +
-    `against the same instance warm` + (start.server === "service" ? `, LOG_LEVEL=${openLoopLogLevel}` : ""))
+  console.log(
+    `\n${start.server}, ${start.scenario} at ${number(startRate)} req/s: a fresh instance's first ${startSeconds} s ` +
+      `(from /readyz's first 200, ${number(start.fresh.result.readyWaitMs, 1)} ms after the generator's first probe) ` +
+      `against the same instance warm` + (start.server === "service" ? `, LOG_LEVEL=${openLoopLogLevel}` : "")
+  )
   console.log(table([
     ["second", "fresh p50", "p99", "max ms", "warm p50", "p99", "max ms"],
     ...start.fresh.perSecondMs.map((summary, second) => [
@@ -981,21 +1182,31 @@ const printStart = (start: { readonly server: string; readonly scenario: string;
     ["all", ...cells(start.fresh.latencyMs), ...cells(start.warm.latencyMs)],
     ["p99.9", number(start.fresh.latencyMs.p999, 2), "", "", number(start.warm.latencyMs.p999, 2), "", ""]
   ]))
-  console.log(`fresh/warm p99: ${number(start.fresh.latencyMs.p99 / start.warm.latencyMs.p99, 2)}×; ` +
-    `generator's own lag p99/max: fresh ${number(start.fresh.result.ownLagMs.p99, 3)}/${number(start.fresh.result.ownLagMs.max, 2)} ms, ` +
-    `warm ${number(start.warm.result.ownLagMs.p99, 3)}/${number(start.warm.result.ownLagMs.max, 2)} ms; ` +
-    `held for a connection: ${start.fresh.result.held}, ${start.warm.result.held}; ` +
-    `other CPU ${number(start.fresh.otherCpuPercent)}%, ${number(start.warm.otherCpuPercent)}%`)
+  console.log(
+    `fresh/warm p99: ${number(start.fresh.latencyMs.p99 / start.warm.latencyMs.p99, 2)}×; ` +
+      `generator's own lag p99/max: fresh ${number(start.fresh.result.ownLagMs.p99, 3)}/${
+        number(start.fresh.result.ownLagMs.max, 2)
+      } ms, ` +
+      `warm ${number(start.warm.result.ownLagMs.p99, 3)}/${number(start.warm.result.ownLagMs.max, 2)} ms; ` +
+      `held for a connection: ${start.fresh.result.held}, ${start.warm.result.held}; ` +
+      `other CPU ${number(start.fresh.otherCpuPercent)}%, ${number(start.warm.otherCpuPercent)}%`
+  )
   for (const [which, run] of [["fresh", start.fresh], ["warm", start.warm]] as const) {
-    for (const reason of run.verdict.untrusted) console.log(`!   the ${which} run is not the server's latency: ${reason}`)
+    for (const reason of run.verdict.untrusted) {
+      console.log(`!   the ${which} run is not the server's latency: ${reason}`)
+    }
     const held = heldNote([run.result])
     if (held !== undefined) console.log(`    the ${which} run: ${held}`)
     if (run.otherCpuPercent > otherCpuWarningPercent) {
       console.log(`!   other processes used ${number(run.otherCpuPercent)}% of a core during the ${which} run: noisy`)
     }
     if (run.verdict.overCapacity) {
-      console.log(`    the ${which} run did not hold the rate: ${number(run.result.answeredInWindowPerSecond)} req/s answered within it, ` +
-        `${run.result.unsent} requests unsent and ${run.result.unanswered} unanswered 10 s after (left out of the percentiles)`)
+      console.log(
+        `    the ${which} run did not hold the rate: ${
+          number(run.result.answeredInWindowPerSecond)
+        } req/s answered within it, ` +
+          `${run.result.unsent} requests unsent and ${run.result.unanswered} unanswered 10 s after (left out of the percentiles)`
+      )
     }
   }
   for (const problem of start.problems) console.log(`!!! ERRORS: ${problem}; these figures are not valid`)
@@ -1017,13 +1228,29 @@ const measureOpenLoop = async (dir: string) => {
         const databaseFile = join(dir, `${name}.sqlite`)
         const apiKey = await createKey(serviceCli, databaseFile)
         seedReads(databaseFile)
-        servers.push(name === "service"
-          ? await startServer("service", [...serviceCli, "serve"], { RATE_LIMIT_MAX: "1000000000", LOG_LEVEL: openLoopLogLevel },
-            databaseFile, apiKey, openLoopLogLevel === "info" ? join(dir, "service.log") : undefined)
-          : await startServer("baseline", [bun, "bench/baseline.ts"], {}, databaseFile, apiKey))
+        servers.push(
+          name === "service"
+            ? await startServer(
+              "service",
+              [...serviceCli, "serve"],
+              { RATE_LIMIT_MAX: "1000000000", LOG_LEVEL: openLoopLogLevel },
+              databaseFile,
+              apiKey,
+              openLoopLogLevel === "info" ? join(dir, "service.log") : undefined
+            )
+            : await startServer("baseline", [bun, "bench/baseline.ts"], {}, databaseFile, apiKey)
+        )
       }
       for (const scenario of scenarios) {
-        rates.push(await measureRates(generator, servers, scenario.name as OpenLoopScenario, scenario.title, `${runId}-${scenario.name}`))
+        rates.push(
+          await measureRates(
+            generator,
+            servers,
+            scenario.name as OpenLoopScenario,
+            scenario.title,
+            `${runId}-${scenario.name}`
+          )
+        )
       }
     }
   } finally {
@@ -1031,7 +1258,9 @@ const measureOpenLoop = async (dir: string) => {
   }
   for (const scenario of startScenarios) {
     for (const name of openLoopServers) {
-      starts.push(await measureStart(generator, serviceCli, name as "service" | "baseline", scenario as OpenLoopScenario, runId))
+      starts.push(
+        await measureStart(generator, serviceCli, name as "service" | "baseline", scenario as OpenLoopScenario, runId)
+      )
     }
   }
   return { binarySizeBytes: sizeBytes, rates, starts, problems: [...rates, ...starts].flatMap((r) => r.problems) }
@@ -1060,7 +1289,9 @@ interface BinaryResult {
 const buildBinary = async (dir: string) => {
   const binary = join(dir, "campaign-api")
   const buildStarted = performance.now()
-  await runCommand([bun, "build", "src/main.ts", "--compile", "--bytecode", "--outfile", binary], { timeoutMs: 180_000 })
+  await runCommand([bun, "build", "src/main.ts", "--compile", "--bytecode", "--outfile", binary], {
+    timeoutMs: 180_000
+  })
   return { binary, buildSeconds: (performance.now() - buildStarted) / 1000, sizeBytes: statSync(binary).size }
 }
 
@@ -1070,17 +1301,29 @@ const measureBinary = async (dir: string): Promise<BinaryResult> => {
   const apiKey = await createKey([binary], databaseFile)
 
   const bare = join(dir, "bare-serve")
-  await runCommand([bun, "build", "bench/bare-serve.ts", "--compile", "--bytecode", "--outfile", bare], { timeoutMs: 180_000 })
+  await runCommand([bun, "build", "bench/bare-serve.ts", "--compile", "--bytecode", "--outfile", bare], {
+    timeoutMs: 180_000
+  })
 
   const startToFirst200 = async (cmd: ReadonlyArray<string>) => {
     const port = freePort()
     const startedAt = performance.now()
     const spawned = spawn(cmd, {
-      env: { PORT: String(port), HOST: "127.0.0.1", DATABASE_URL: databaseFile, LOG_LEVEL: serviceLogLevel, SHUTDOWN_DELAY_SECONDS: "0" },
+      env: {
+        PORT: String(port),
+        HOST: "127.0.0.1",
+        DATABASE_URL: databaseFile,
+        LOG_LEVEL: serviceLogLevel,
+        SHUTDOWN_DELAY_SECONDS: "0"
+      },
       timeoutMs: 60_000
     })
     try {
-      return await waitForWhoami(spawned, `http://127.0.0.1:${port}`, apiKey, { startedAt, intervalMs: 2, timeoutMs: 30_000 })
+      return await waitForWhoami(spawned, `http://127.0.0.1:${port}`, apiKey, {
+        startedAt,
+        intervalMs: 2,
+        timeoutMs: 30_000
+      })
     } finally {
       await stop(spawned.process)
     }
@@ -1108,7 +1351,9 @@ const measureBinary = async (dir: string): Promise<BinaryResult> => {
 const table = (rows: ReadonlyArray<ReadonlyArray<string>>): string => {
   const widths = rows[0]!.map((_, column) => Math.max(...rows.map((row) => row[column]!.length)))
   return rows
-    .map((row) => row.map((cell, column) => column === 0 ? cell.padEnd(widths[column]!) : cell.padStart(widths[column]!)).join("  "))
+    .map((row) =>
+      row.map((cell, column) => column === 0 ? cell.padEnd(widths[column]!) : cell.padStart(widths[column]!)).join("  ")
+    )
     .join("\n")
 }
 
@@ -1117,7 +1362,19 @@ const number = (value: number, digits = 0) =>
 
 const scenarioTable = (measurements: ReadonlyArray<Measurement>): string =>
   table([
-    ["server", "req/s", "p50 ms", "p99 ms", "peak RSS MB", "non-2xx", "sock err", "server CPU", "wrk CPU", "other CPU", "new rows"],
+    [
+      "server",
+      "req/s",
+      "p50 ms",
+      "p99 ms",
+      "peak RSS MB",
+      "non-2xx",
+      "sock err",
+      "server CPU",
+      "wrk CPU",
+      "other CPU",
+      "new rows"
+    ],
     ...measurements.map((m) => [
       m.server,
       number(m.requestsPerSecond),
@@ -1154,12 +1411,16 @@ const machine = () => ({
 const preflight = () => {
   for (const tool of ["wrk", "taskset", "setpriv", ...(openLoop ? ["gcc"] : [])]) {
     if (Bun.which(tool) === null) {
-      fail(tool === "wrk"
-        ? "wrk is not installed; install it with: apt-get update && apt-get install -y wrk"
-        : `${tool} is not installed (it comes with util-linux / coreutils)`)
+      fail(
+        tool === "wrk"
+          ? "wrk is not installed; install it with: apt-get update && apt-get install -y wrk"
+          : `${tool} is not installed (it comes with util-linux / coreutils)`
+      )
     }
   }
-  if (cpus().length < 2) fail(`needs 2 CPUs (server on CPU ${serverCpu}, wrk on CPU ${loadCpu}); this machine has ${cpus().length}`)
+  if (cpus().length < 2) {
+    fail(`needs 2 CPUs (server on CPU ${serverCpu}, wrk on CPU ${loadCpu}); this machine has ${cpus().length}`)
+  }
 }
 
 /** CPU the machine uses while this benchmark does nothing (100 = one core). */
@@ -1174,58 +1435,102 @@ const main = async () => {
   // The code measured: read before the run, so edits made while it runs do not change what it records.
   const machineAtStart = machine()
   const loadBeforeStart = await idleMachineLoadPercent()
-  console.log(`machine load before starting: ${number(loadBeforeStart)}% of a core` +
-    (loadBeforeStart > otherCpuWarningPercent ? " (other processes are busy: the figures will be noisy)" : ""))
+  console.log(
+    `machine load before starting: ${number(loadBeforeStart)}% of a core` +
+      (loadBeforeStart > otherCpuWarningPercent ? " (other processes are busy: the figures will be noisy)" : "")
+  )
   const dir = mkdtempSync(join(tmpdir(), "campaign-api-bench-"))
   workDir = dir
   const servers: Array<Server> = []
   try {
-    console.log(openLoop
-      ? `bench, open loop: ${openLoopRounds} × ${durationSeconds} s per server and rate after a ${warmupSeconds} s warm-up, ` +
-        `${openLoopConnections} connections, servers on CPU ${serverCpu}, the generator and wrk on CPU ${loadCpu}; work directory ${dir}`
-      : `bench: ${durationSeconds} s per run after a ${warmupSeconds} s warm-up, ${connections} connections, ` +
-        `servers on CPU ${serverCpu}, wrk on CPU ${loadCpu}; work directory ${dir}`)
+    console.log(
+      openLoop
+        ? `bench, open loop: ${openLoopRounds} × ${durationSeconds} s per server and rate after a ${warmupSeconds} s warm-up, ` +
+          `${openLoopConnections} connections, servers on CPU ${serverCpu}, the generator and wrk on CPU ${loadCpu}; work directory ${dir}`
+        : `bench: ${durationSeconds} s per run after a ${warmupSeconds} s warm-up, ${connections} connections, ` +
+          `servers on CPU ${serverCpu}, wrk on CPU ${loadCpu}; work directory ${dir}`
+    )
 
     if (openLoop) {
       const measured = await measureOpenLoop(dir)
       mkdirSync(resultsDir, { recursive: true })
       const file = join(resultsDir, `openloop-${new Date().toISOString().replace(/[:.]/g, "-")}.json`)
-      writeFileSync(file, JSON.stringify({
-        date: new Date().toISOString(),
-        machine: { ...machineAtStart, loadBeforeStartPercent: loadBeforeStart },
-        settings: {
-          durationSeconds, warmupSeconds, wrkConnections: connections, serverCpu, loadCpu, logLevel: openLoopLogLevel,
-          connections: openLoopConnections, rounds: openLoopRounds, fractions: openLoopRates === undefined ? openLoopFractions : null,
-          rates: openLoopRates ?? null, servers: openLoopServers, startScenarios, startRate, startSeconds
-        },
-        ...measured
-      }, null, 2) + "\n")
+      writeFileSync(
+        file,
+        JSON.stringify(
+          {
+            date: new Date().toISOString(),
+            machine: { ...machineAtStart, loadBeforeStartPercent: loadBeforeStart },
+            settings: {
+              durationSeconds,
+              warmupSeconds,
+              wrkConnections: connections,
+              serverCpu,
+              loadCpu,
+              logLevel: openLoopLogLevel,
+              connections: openLoopConnections,
+              rounds: openLoopRounds,
+              fractions: openLoopRates === undefined ? openLoopFractions : null,
+              rates: openLoopRates ?? null,
+              servers: openLoopServers,
+              startScenarios,
+              startRate,
+              startSeconds
+            },
+            ...measured
+          },
+          null,
+          2
+        ) + "\n"
+      )
       console.log(`\nresults written to ${file}`)
       if (measured.problems.length > 0) {
-        console.log(`\n!!! ${measured.problems.length} PROBLEM(S): some figures above are not valid:\n` +
-          measured.problems.map((p) => `  - ${p}`).join("\n"))
+        console.log(
+          `\n!!! ${measured.problems.length} PROBLEM(S): some figures above are not valid:\n` +
+            measured.problems.map((p) => `  - ${p}`).join("\n")
+        )
         process.exitCode = 1
       }
       return
     }
     console.log("building the single binary...")
     const binary = await measureBinary(dir)
-    console.log(`binary: ${number(binary.sizeBytes / 1024 / 1024, 1)} MB, start to first 200 from whoami: ` +
-      `median ${number(binary.medianStartToFirst200Ms, 1)} ms of ${binary.startToFirst200Ms.map((t) => t.toFixed(1)).join(", ")}; ` +
-      `bare compiled Bun.serve median ${number(binary.medianBareStartToFirst200Ms, 1)} ms of ` +
-      `${binary.bareStartToFirst200Ms.map((t) => t.toFixed(1)).join(", ")} ` +
-      `(${number(binary.medianStartToFirst200Ms / binary.medianBareStartToFirst200Ms, 1)}×)`)
+    console.log(
+      `binary: ${number(binary.sizeBytes / 1024 / 1024, 1)} MB, start to first 200 from whoami: ` +
+        `median ${number(binary.medianStartToFirst200Ms, 1)} ms of ${
+          binary.startToFirst200Ms.map((t) => t.toFixed(1)).join(", ")
+        }; ` +
+        `bare compiled Bun.serve median ${number(binary.medianBareStartToFirst200Ms, 1)} ms of ` +
+        `${binary.bareStartToFirst200Ms.map((t) => t.toFixed(1)).join(", ")} ` +
+        `(${number(binary.medianStartToFirst200Ms / binary.medianBareStartToFirst200Ms, 1)}×)`
+    )
     if (startupOnly) return
     if (metricsOnly) {
       const metrics = await measureMetrics(join(dir, "campaign-api"), dir)
       mkdirSync(resultsDir, { recursive: true })
       const file = join(resultsDir, `metrics-${new Date().toISOString().replace(/[:.]/g, "-")}.json`)
-      writeFileSync(file, JSON.stringify({
-        date: new Date().toISOString(),
-        machine: { ...machineAtStart, loadBeforeStartPercent: loadBeforeStart },
-        settings: { warmupSeconds, connections, wrkThreads, serverCpu, loadCpu, serviceLogLevel, runs: accessLogRuns, runSeconds: accessLogSeconds },
-        metrics
-      }, null, 2) + "\n")
+      writeFileSync(
+        file,
+        JSON.stringify(
+          {
+            date: new Date().toISOString(),
+            machine: { ...machineAtStart, loadBeforeStartPercent: loadBeforeStart },
+            settings: {
+              warmupSeconds,
+              connections,
+              wrkThreads,
+              serverCpu,
+              loadCpu,
+              serviceLogLevel,
+              runs: accessLogRuns,
+              runSeconds: accessLogSeconds
+            },
+            metrics
+          },
+          null,
+          2
+        ) + "\n"
+      )
       console.log(`\nresults written to ${file}`)
       if (metrics.results.some((r) => r.problems.length > 0)) process.exitCode = 1
       return
@@ -1241,17 +1546,36 @@ const main = async () => {
     const serviceInfoKey = await createKey(serviceCli, serviceInfoDb)
     const baselineKey = await createKey(serviceCli, baselineDb)
     for (const database of [serviceDb, serviceInfoDb, baselineDb]) seed(database)
-    console.log(`seeded ${seededActivations} activations of the bench's brand into each database for the reads` +
-      (runsPages ? `, and ${pagedActivations} of one campaign for the pages` : ""))
-    servers.push(await startServer("service", [...serviceCli, "serve"], {
-      RATE_LIMIT_MAX: "1000000000",
-      LOG_LEVEL: serviceLogLevel
-    }, serviceDb, serviceKey))
+    console.log(
+      `seeded ${seededActivations} activations of the bench's brand into each database for the reads` +
+        (runsPages ? `, and ${pagedActivations} of one campaign for the pages` : "")
+    )
+    servers.push(
+      await startServer(
+        "service",
+        [...serviceCli, "serve"],
+        {
+          RATE_LIMIT_MAX: "1000000000",
+          LOG_LEVEL: serviceLogLevel
+        },
+        serviceDb,
+        serviceKey
+      )
+    )
     // As users run it: the default LOG_LEVEL, one access-log line per request, to a file.
-    servers.push(await startServer("service-info", [...serviceCli, "serve"], {
-      RATE_LIMIT_MAX: "1000000000",
-      LOG_LEVEL: "info"
-    }, serviceInfoDb, serviceInfoKey, join(dir, "service-info.log")))
+    servers.push(
+      await startServer(
+        "service-info",
+        [...serviceCli, "serve"],
+        {
+          RATE_LIMIT_MAX: "1000000000",
+          LOG_LEVEL: "info"
+        },
+        serviceInfoDb,
+        serviceInfoKey,
+        join(dir, "service-info.log")
+      )
+    )
     servers.push(await startServer("baseline", [bun, "bench/baseline.ts"], {}, baselineDb, baselineKey))
 
     const results: Array<{
@@ -1266,7 +1590,14 @@ const main = async () => {
       readonly problems: ReadonlyArray<string>
     }> = []
     /** The page scenarios, on the service alone: each combination's latency at one campaign's size, not a ratio. */
-    const pages: Array<{ readonly scenario: PageScenario; readonly path: string; readonly service: Measurement; readonly problems: ReadonlyArray<string> }> = []
+    const pages: Array<
+      {
+        readonly scenario: PageScenario
+        readonly path: string
+        readonly service: Measurement
+        readonly problems: ReadonlyArray<string>
+      }
+    > = []
     const runId = Date.now().toString(36)
     for (const scenario of scenarios) {
       if (isPage(scenario.name)) {
@@ -1277,7 +1608,11 @@ const main = async () => {
         console.log(scenarioTable([service]))
         for (const problem of problems) console.log(`!!! ERRORS: ${problem}; these figures are not valid`)
         if (service.otherCpuPercent > otherCpuWarningPercent) {
-          console.log(`!   other processes used ${number(service.otherCpuPercent)}% of a core during the run: its figures are noisy`)
+          console.log(
+            `!   other processes used ${
+              number(service.otherCpuPercent)
+            }% of a core during the run: its figures are noisy`
+          )
         }
         continue
       }
@@ -1285,11 +1620,16 @@ const main = async () => {
       const service = await measure(servers[0]!, scenario.name, `${runId}-${scenario.name}-service`)
       const serviceInfo = await measure(servers[1]!, scenario.name, `${runId}-${scenario.name}-service-info`)
       const baseline = await measure(servers[2]!, scenario.name, `${runId}-${scenario.name}-baseline`)
-      console.log(`the access log: ${accessLogRuns} runs of the warn and info servers side by side, ${accessLogSeconds} s each, ` +
-        `after one uncounted ...`)
+      console.log(
+        `the access log: ${accessLogRuns} runs of the warn and info servers side by side, ${accessLogSeconds} s each, ` +
+          `after one uncounted ...`
+      )
       const accessLog = await measureAccessLog(servers[0]!, servers[1]!, scenario.name, `${runId}-${scenario.name}`)
       const ratio = service.requestsPerSecond / baseline.requestsPerSecond
-      const problems = [...[service, serviceInfo, baseline].flatMap((m) => problemsOf(scenario.name, m)), ...accessLog.problems]
+      const problems = [
+        ...[service, serviceInfo, baseline].flatMap((m) => problemsOf(scenario.name, m)),
+        ...accessLog.problems
+      ]
       results.push({
         scenario: scenario.name,
         title: scenario.title,
@@ -1302,21 +1642,37 @@ const main = async () => {
       })
       console.log(`\n${scenario.title}, ${connections} connections, ${durationSeconds} s`)
       console.log(scenarioTable([service, serviceInfo, baseline]))
-      console.log(`service/baseline req/s: ${number(ratio, 3)} (LOG_LEVEL=${serviceLogLevel}); service-info/baseline ` +
-        `${number(serviceInfo.requestsPerSecond / baseline.requestsPerSecond, 3)} (runs minutes apart: the access log's cost is the next line)`)
-      console.log(`the access log costs ${number((1 - accessLog.ratio) * 100, 1)}% of the throughput ` +
-        `(mean of ${accessLogRuns} side-by-side runs, info over warn: ${accessLog.ratios.map((r) => number(r, 3)).join(", ")})`)
+      console.log(
+        `service/baseline req/s: ${number(ratio, 3)} (LOG_LEVEL=${serviceLogLevel}); service-info/baseline ` +
+          `${
+            number(serviceInfo.requestsPerSecond / baseline.requestsPerSecond, 3)
+          } (runs minutes apart: the access log's cost is the next line)`
+      )
+      console.log(
+        `the access log costs ${number((1 - accessLog.ratio) * 100, 1)}% of the throughput ` +
+          `(mean of ${accessLogRuns} side-by-side runs, info over warn: ${
+            accessLog.ratios.map((r) => number(r, 3)).join(", ")
+          })`
+      )
       for (const problem of problems) console.log(`!!! ERRORS: ${problem}; these figures are not valid`)
       for (const m of [service, serviceInfo, baseline]) {
         if (m.otherCpuPercent > otherCpuWarningPercent) {
-          console.log(`!   other processes used ${number(m.otherCpuPercent)}% of a core during the ${m.server} run: its figures are noisy`)
+          console.log(
+            `!   other processes used ${
+              number(m.otherCpuPercent)
+            }% of a core during the ${m.server} run: its figures are noisy`
+          )
         }
       }
     }
 
     if (pages.length > 0) {
-      console.log(`\npages of 20 among ${number(pagedActivations)} activations of one campaign, the service at LOG_LEVEL=${serviceLogLevel}, ` +
-        `${connections} connections, ${durationSeconds} s each`)
+      console.log(
+        `\npages of 20 among ${
+          number(pagedActivations)
+        } activations of one campaign, the service at LOG_LEVEL=${serviceLogLevel}, ` +
+          `${connections} connections, ${durationSeconds} s each`
+      )
       console.log(table([
         ["scenario", "req/s", "p50 ms", "p99 ms", "max ms", "non-2xx", "other CPU"],
         ...pages.map(({ scenario, service: m }) => [
@@ -1336,8 +1692,12 @@ const main = async () => {
     const whoamiResult = results.find((r) => r.scenario === "whoami")
     for (const read of results.filter((r) => r.scenario === "get" || r.scenario === "list")) {
       if (whoamiResult === undefined) break
-      console.log(`${read.scenario}/whoami req/s: service ${number(read.service.requestsPerSecond / whoamiResult.service.requestsPerSecond, 3)}, ` +
-        `baseline ${number(read.baseline.requestsPerSecond / whoamiResult.baseline.requestsPerSecond, 3)}`)
+      console.log(
+        `${read.scenario}/whoami req/s: service ${
+          number(read.service.requestsPerSecond / whoamiResult.service.requestsPerSecond, 3)
+        }, ` +
+          `baseline ${number(read.baseline.requestsPerSecond / whoamiResult.baseline.requestsPerSecond, 3)}`
+      )
     }
 
     const lifetimePeakRssMb = Object.fromEntries(servers.map((s) => [s.name, statusKb(s.pid, "VmHWM") / 1024]))
@@ -1345,35 +1705,64 @@ const main = async () => {
     await Promise.all(servers.flatMap((s) => [s.spawned.stdout.done, s.spawned.stderr.done]))
     const serverLogs = Object.fromEntries(servers.map((s) => [s.name, `${s.spawned.stdout}${s.spawned.stderr}`.trim()]))
 
-    console.log(`\nbinary: ${number(binary.sizeBytes / 1024 / 1024, 1)} MB (${binary.sizeBytes} bytes), ` +
-      `start to first 200 from whoami: median ${number(binary.medianStartToFirst200Ms, 1)} ms of ${startupRuns} runs; ` +
-      `a bare compiled Bun.serve in turns with it: ${number(binary.medianBareStartToFirst200Ms, 1)} ms ` +
-      `(${number(binary.medianStartToFirst200Ms / binary.medianBareStartToFirst200Ms, 1)}×)`)
-    console.log(`peak RSS over the whole run (VmHWM): ` +
-      servers.map((s) => `${s.name} ${number(lifetimePeakRssMb[s.name]!, 1)} MB`).join(", "))
+    console.log(
+      `\nbinary: ${number(binary.sizeBytes / 1024 / 1024, 1)} MB (${binary.sizeBytes} bytes), ` +
+        `start to first 200 from whoami: median ${
+          number(binary.medianStartToFirst200Ms, 1)
+        } ms of ${startupRuns} runs; ` +
+        `a bare compiled Bun.serve in turns with it: ${number(binary.medianBareStartToFirst200Ms, 1)} ms ` +
+        `(${number(binary.medianStartToFirst200Ms / binary.medianBareStartToFirst200Ms, 1)}×)`
+    )
+    console.log(
+      `peak RSS over the whole run (VmHWM): ` +
+        servers.map((s) => `${s.name} ${number(lifetimePeakRssMb[s.name]!, 1)} MB`).join(", ")
+    )
     if (serverLogs["service"] !== "") {
-      console.log(`\nthe service logged (LOG_LEVEL=${serviceLogLevel}), last lines:\n` +
-        serverLogs["service"]!.split("\n").slice(-10).join("\n"))
+      console.log(
+        `\nthe service logged (LOG_LEVEL=${serviceLogLevel}), last lines:\n` +
+          serverLogs["service"]!.split("\n").slice(-10).join("\n")
+      )
     }
 
     mkdirSync(resultsDir, { recursive: true })
     const file = join(resultsDir, `${new Date().toISOString().replace(/[:.]/g, "-")}.json`)
-    writeFileSync(file, JSON.stringify({
-      date: new Date().toISOString(),
-      machine: { ...machineAtStart, loadBeforeStartPercent: loadBeforeStart },
-      settings: { durationSeconds, warmupSeconds, connections, wrkThreads, serverCpu, loadCpu, serviceLogLevel, accessLogRuns, accessLogSeconds },
-      binary,
-      startupMs: Object.fromEntries(servers.map((s) => [s.name, s.startupMs])),
-      lifetimePeakRssMb,
-      scenarios: results,
-      pages,
-      serverLogs
-    }, null, 2) + "\n")
+    writeFileSync(
+      file,
+      JSON.stringify(
+        {
+          date: new Date().toISOString(),
+          machine: { ...machineAtStart, loadBeforeStartPercent: loadBeforeStart },
+          settings: {
+            durationSeconds,
+            warmupSeconds,
+            connections,
+            wrkThreads,
+            serverCpu,
+            loadCpu,
+            serviceLogLevel,
+            accessLogRuns,
+            accessLogSeconds
+          },
+          binary,
+          startupMs: Object.fromEntries(servers.map((s) => [s.name, s.startupMs])),
+          lifetimePeakRssMb,
+          scenarios: results,
+          pages,
+          serverLogs
+        },
+        null,
+        2
+      ) + "\n"
+    )
     console.log(`\nresults written to ${file}`)
 
     const problems = [...results, ...pages].flatMap((r) => r.problems.map((p) => `${r.scenario}: ${p}`))
     if (problems.length > 0) {
-      console.log(`\n!!! ${problems.length} PROBLEM(S): some figures above are not valid:\n${problems.map((p) => `  - ${p}`).join("\n")}`)
+      console.log(
+        `\n!!! ${problems.length} PROBLEM(S): some figures above are not valid:\n${
+          problems.map((p) => `  - ${p}`).join("\n")
+        }`
+      )
       process.exitCode = 1
     }
   } finally {

@@ -12,7 +12,7 @@
  * of their two p99 latencies is shown. Each target gets a database of its own (the two instances
  * share theirs), dropped at the end.
  */
-import { SQL, spawn, type Subprocess } from "bun"
+import { spawn, SQL, type Subprocess } from "bun"
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -24,7 +24,9 @@ const durationSeconds = Number(process.env["BENCH_DURATION"] ?? "10")
 const warmupSeconds = Number(process.env["BENCH_WARMUP"] ?? "5")
 const allScenarios = ["whoami", "fresh", "replay", "mix"] as const
 type Scenario = (typeof allScenarios)[number]
-const scenarios = (process.env["BENCH_SCENARIOS"]?.split(",").map((s) => s.trim()) ?? [...allScenarios]) as Array<Scenario>
+const scenarios = (process.env["BENCH_SCENARIOS"]?.split(",").map((s) => s.trim()) ?? [...allScenarios]) as Array<
+  Scenario
+>
 for (const scenario of scenarios) {
   if (!allScenarios.includes(scenario)) throw new Error(`BENCH_SCENARIOS: unknown scenario "${scenario}"`)
 }
@@ -49,7 +51,11 @@ const newDatabase = async (name: string): Promise<string> => {
 
 const runToEnd = async (cmd: Array<string>, env: Record<string, string> = {}) => {
   const child = spawn(cmd, { cwd: root, env: { ...process.env, ...env }, stdout: "pipe", stderr: "pipe" })
-  const [stdout, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited])
+  const [stdout, stderr, code] = await Promise.all([
+    new Response(child.stdout).text(),
+    new Response(child.stderr).text(),
+    child.exited
+  ])
   if (code !== 0) throw new Error(`${cmd.join(" ")} exited with ${code}:\n${stdout}${stderr}`)
   return stdout
 }
@@ -61,7 +67,15 @@ const startServer = async (cmd: Array<string>, env: Record<string, string>, apiK
   const port = freePort()
   const child = spawn(cmd, {
     cwd: root,
-    env: { ...process.env, SHUTDOWN_DELAY_SECONDS: "0", ...env, PORT: String(port), HOST: "127.0.0.1", LOG_LEVEL: "warn", RATE_LIMIT_MAX: "1000000000" },
+    env: {
+      ...process.env,
+      SHUTDOWN_DELAY_SECONDS: "0",
+      ...env,
+      PORT: String(port),
+      HOST: "127.0.0.1",
+      LOG_LEVEL: "warn",
+      RATE_LIMIT_MAX: "1000000000"
+    },
     stdout: "ignore",
     stderr: "inherit"
   })
@@ -74,7 +88,14 @@ const startServer = async (cmd: Array<string>, env: Record<string, string>, apiK
   throw new Error(`${cmd.join(" ")} did not answer on ${url}`)
 }
 
-const wrk = async (url: string, scenario: Scenario, apiKey: string, keyPrefix: string, connections: number, seconds: number) => {
+const wrk = async (
+  url: string,
+  scenario: Scenario,
+  apiKey: string,
+  keyPrefix: string,
+  connections: number,
+  seconds: number
+) => {
   const out = await runToEnd(wrkArgs(url, scenario, apiKey, keyPrefix, connections, seconds))
   const result = wrkResultOf(out)
   if (result === undefined) throw new Error(`wrk printed no result:\n${out}`)
@@ -104,7 +125,10 @@ const measure = async (target: Target, scenario: Scenario): Promise<Measured> =>
   return {
     requestsPerSecond: results.reduce((sum, r) => sum + r.requests / (r.durationMicros / 1e6), 0),
     p99Ms: Math.max(...results.map((r) => r.latencyMicros.p99 / 1000)),
-    failures: results.reduce((sum, r) => sum + r.non2xx + r.errors.connect + r.errors.read + r.errors.write + r.errors.timeout, 0)
+    failures: results.reduce(
+      (sum, r) => sum + r.non2xx + r.errors.connect + r.errors.read + r.errors.write + r.errors.timeout,
+      0
+    )
   }
 }
 
@@ -141,7 +165,9 @@ const main = async () => {
       apiKey: twoKey
     }
 
-    console.log(`PostgreSQL ${postgresServer}, Redis ${redisUrl}; ${warmupSeconds} s warm-up, ${durationSeconds} s measured, 50 connections`)
+    console.log(
+      `PostgreSQL ${postgresServer}, Redis ${redisUrl}; ${warmupSeconds} s warm-up, ${durationSeconds} s measured, 50 connections`
+    )
     const rows: Array<Record<string, unknown>> = []
     for (const scenario of scenarios) {
       const b = await measure(baseline, scenario)
@@ -158,12 +184,22 @@ const main = async () => {
       rows.push(row)
       // As bench/run.ts: a failed request makes the run's exit code 1.
       if ([b, o, t].some((m) => m.failures > 0)) process.exitCode = 1
-      const f = (m: Measured) => `${m.requestsPerSecond.toFixed(0)} req/s, p99 ${m.p99Ms.toFixed(1)} ms${m.failures > 0 ? `, ${m.failures} FAILED` : ""}`
-      console.log(`${scenario.padEnd(7)} baseline ${f(b)} | one instance ${f(o)} (${row.ratioOne.toFixed(3)}) | two instances ${f(t)} (${row.ratioTwo.toFixed(3)})`)
+      const f = (m: Measured) =>
+        `${m.requestsPerSecond.toFixed(0)} req/s, p99 ${m.p99Ms.toFixed(1)} ms${
+          m.failures > 0 ? `, ${m.failures} FAILED` : ""
+        }`
+      console.log(
+        `${scenario.padEnd(7)} baseline ${f(b)} | one instance ${f(o)} (${row.ratioOne.toFixed(3)}) | two instances ${
+          f(t)
+        } (${row.ratioTwo.toFixed(3)})`
+      )
     }
     mkdirSync(resultsDir, { recursive: true })
     const file = join(resultsDir, `shared-${new Date().toISOString().replace(/[:.]/g, "-")}.json`)
-    writeFileSync(file, `${JSON.stringify({ date: new Date().toISOString(), durationSeconds, warmupSeconds, rows }, null, 2)}\n`)
+    writeFileSync(
+      file,
+      `${JSON.stringify({ date: new Date().toISOString(), durationSeconds, warmupSeconds, rows }, null, 2)}\n`
+    )
     console.log(`results written to ${file}`)
   } finally {
     for (const child of children) child.kill("SIGTERM")

@@ -129,7 +129,11 @@ const kinds: ReadonlyArray<readonly [string, () => Promise<void>]> = [
   ["conflict", async () => {
     const original = freshEnough()
     if (original === undefined) return
-    record("conflict", await activate(url, { apiKey: key.apiKey, key: original.key, body: { socialUsername: "@other" } }), [409])
+    record(
+      "conflict",
+      await activate(url, { apiKey: key.apiKey, key: original.key, body: { socialUsername: "@other" } }),
+      [409]
+    )
   }],
   ["invalid body", async () => {
     const rawBody = Math.random() < 0.5 ? "{\"socialUsername\":\"no-at\"}" : "{not json"
@@ -176,8 +180,10 @@ await Promise.all(Array.from({ length: concurrency }, async () => {
 clearInterval(sampler)
 await sample()
 
-const effectiveTtlMs = inspect(database, (db) =>
-  (db.query("SELECT MAX(expires_at - created_at) AS ms FROM idempotency_keys").get() as { ms: number | null }).ms
+const effectiveTtlMs = inspect(
+  database,
+  (db) =>
+    (db.query("SELECT MAX(expires_at - created_at) AS ms FROM idempotency_keys").get() as { ms: number | null }).ms
 ) ?? 0
 const errorLines = serverLog().split("\n").filter((line) => /"logLevel":"(ERROR|FATAL)"/.test(line))
 await cleanUp()
@@ -189,7 +195,9 @@ const median = (values: ReadonlyArray<number>) => [...values].sort((a, b) => a -
 const warm = samples.find((s) => s.second >= Math.max(30, seconds / 5)) ?? samples.at(-1)!
 const endRss = median(rss.slice(-3))
 const rssGrowth = endRss - warm.rssMb
-if (rssGrowth > maxRssGrowthMb) failures.push(`RSS grew ${rssGrowth.toFixed(1)} MB after warm-up (allowed ${maxRssGrowthMb})`)
+if (rssGrowth > maxRssGrowthMb) {
+  failures.push(`RSS grew ${rssGrowth.toFixed(1)} MB after warm-up (allowed ${maxRssGrowthMb})`)
+}
 
 const ttlHonoured = Math.round(effectiveTtlMs / 1000) === ttlSeconds
 const purgeObservable = ttlHonoured && ttlSeconds + purgeIntervalSeconds < seconds / 2
@@ -203,12 +211,26 @@ if (unexpected.length > 0) failures.push(`${unexpected.length} unexpected answer
 if (errorLines.length > 0) failures.push(`${errorLines.length} ERROR lines in the server log`)
 
 console.log(`soak: ${seconds} s, ${concurrency} loops, ${createdAt.length} activations created`)
-console.log(`RSS MB: start ${rss[0]}, after warm-up ${warm.rssMb} (at ${warm.second} s), end ${endRss} (median of the last 3 samples), max ${Math.max(...rss)}`)
+console.log(
+  `RSS MB: start ${
+    rss[0]
+  }, after warm-up ${warm.rssMb} (at ${warm.second} s), end ${endRss} (median of the last 3 samples), max ${
+    Math.max(...rss)
+  }`
+)
 console.log(`idempotency_keys rows (second: rows): ${samples.map((s) => `${s.second}: ${s.rows}`).join(", ")}`)
 console.log(
   ttlHonoured
-    ? `TTL in effect: ${ttlSeconds} s; purge ${purgeObservable ? `kept the table bounded: ${finalRows} rows at the end for ${createdAt.length} created` : "not judged: the run is too short for it"}`
-    : `TTL in effect: ${Math.round(effectiveTtlMs / 1000)} s, not the ${ttlSeconds} s asked for: the server did not take IDEMPOTENCY_TTL_HOURS=${ttlSeconds / 3600}, so the purge cannot be observed`
+    ? `TTL in effect: ${ttlSeconds} s; purge ${
+      purgeObservable
+        ? `kept the table bounded: ${finalRows} rows at the end for ${createdAt.length} created`
+        : "not judged: the run is too short for it"
+    }`
+    : `TTL in effect: ${
+      Math.round(effectiveTtlMs / 1000)
+    } s, not the ${ttlSeconds} s asked for: the server did not take IDEMPOTENCY_TTL_HOURS=${
+      ttlSeconds / 3600
+    }, so the purge cannot be observed`
 )
 console.log("answers:")
 for (const [label, n] of [...counts].sort()) console.log(`  ${label.padEnd(24)} ${n}`)
