@@ -1,5 +1,5 @@
 import { HttpApiBuilder } from "@effect/platform"
-import { Effect, Layer, Option } from "effect"
+import { ConfigProvider, Duration, Effect, FiberRef, HashSet, Layer, Option } from "effect"
 import { Activations } from "./Activations.ts"
 import { ActivationsRepo } from "./Activations/ActivationsRepo.ts"
 import { ActivationsHandlers, ActivationsLive } from "./Activations/Http.ts"
@@ -11,12 +11,21 @@ import { ApiKeys } from "./ApiKeys.ts"
 import { ApiKeysRepo } from "./ApiKeys/ApiKeysRepo.ts"
 import { ApiKeysMiddlewareLive } from "./ApiKeys/Http.ts"
 import { KeyUsage } from "./ApiKeys/KeyUsage.ts"
-import { AppConfig, checkedFirst, DatabaseConfig, KeysConfig, RedisConfig, ServeConfig } from "./Config.ts"
+import {
+  AppConfig,
+  checkedFirst,
+  DatabaseConfig,
+  KeysConfig,
+  RedisConfig,
+  ServeConfig,
+  WarmUpConfig
+} from "./Config.ts"
 import { GroupCommit } from "./Database/GroupCommit.ts"
 import { DatabaseOutage } from "./Database/Outage.ts"
 import { DatabaseInUse, SqlExistingLive, SqlLive, SqlServerLive } from "./Database/Sql.ts"
+import type { BrandId } from "./Domain/ApiKey.ts"
 import { Draining } from "./Draining.ts"
-import type { EdgeOptions } from "./Edge/Edge.ts"
+import { type EdgeOptions, makeEdge } from "./Edge/Edge.ts"
 import { WebServerLive } from "./Edge/WebServer.ts"
 import { HealthRepo } from "./Health/HealthRepo.ts"
 import { HealthHandlers, HealthLive } from "./Health/Http.ts"
@@ -25,10 +34,11 @@ import { RequireIdempotencyKeyLive } from "./Idempotency/Http.ts"
 import { IdempotencyRepo } from "./Idempotency/IdempotencyRepo.ts"
 import { IdentityHandlers, IdentityLive } from "./Identity/Http.ts"
 import { Ids } from "./Ids.ts"
-import { logAtStart } from "./Logging.ts"
-import { MetricsLive } from "./Metrics.ts"
+import { logAtStart, UnwrittenAccessLines } from "./Logging.ts"
+import { MetricsLive, MetricsOff } from "./Metrics.ts"
 import { RateLimit } from "./RateLimit.ts"
 import { TracingLive } from "./Tracing.ts"
+import { Warming, warmUpBrand, warmUpRequests } from "./WarmUp.ts"
 
 /**
  * The wiring, in one place: which live layer stands behind each service. Tests build the same
@@ -46,7 +56,7 @@ export const servicesWith = <E>(ids: Layer.Layer<Ids, E>) =>
     Layer.provideMerge(Layer.mergeAll(ApiKeys.Live, RateLimit.Live, KeyUsage.Live)),
     Layer.provideMerge(Layer.merge(ReposLive, GroupCommit.Live)),
     Layer.provideMerge(SqlServerLive),
-    Layer.provideMerge(Layer.mergeAll(ids, AppConfig.Live, Draining.Live, DatabaseOutage.Live))
+    Layer.provideMerge(Layer.mergeAll(ids, AppConfig.Live, Draining.Live, Warming.Live, DatabaseOutage.Live))
   )
 
 export const ServicesLive = servicesWith(Ids.Live)
@@ -99,9 +109,65 @@ export const EdgeLive = Effect.gen(function*() {
   return options
 })
 
+/**
+ * The warm-up (README, Operating it: Start-up): the request path run on a private copy of the
+ * service, the same layers on an in-memory database of their own (a fresh build: `Effect.provide`
+ * memoizes nothing of the server's), with a key of its own, metrics off, access lines made and
+ * dropped, every other log line dropped and no span. Nothing of it reaches the server's database,
+ * log, metrics or traces; the copy is closed when it is done.
+ */
+const warmUp = Effect.gen(function*() {
+  const keys = yield* ApiKeys
+  const { apiKey } = yield* keys.create({
+    brandId: warmUpBrand as BrandId,
+    scopes: ["campaigns:read", "campaigns:write", "analytics:read"],
+    name: Option.none(),
+    expiresIn: Option.none()
+  })
+  const { fetch } = yield* Effect.flatMap(EdgeLive, makeEdge)
+  return yield* warmUpRequests((request) => fetch(request), apiKey)
+}).pipe(
+  Effect.provide(MiddlewareLive),
+  Effect.provide(ServicesLive),
+  Effect.provide(Layer.merge(MetricsOff, UnwrittenAccessLines)),
+  Effect.withConfigProvider(ConfigProvider.fromMap(
+    new Map([["DATABASE_URL", ":memory:"], ["RATE_LIMIT_MAX", "1000000000"]])
+  )),
+  Effect.locally(FiberRef.currentLoggers, HashSet.empty()),
+  Effect.withTracerEnabled(false)
+)
+
+const warmUpAfter = Duration.millis(50)
+
+/** With WARM_UP on, readiness waits for the warm-up from before the server listens. */
+const WarmUpBegins = Layer.effectDiscard(Effect.gen(function*() {
+  if (yield* WarmUpConfig) (yield* Warming).begin()
+}))
+
+/**
+ * The warm-up, from `warmUpAfter` after the server listens: a first request, often the very moment
+ * the port opens, is answered before the copy is built (tens of milliseconds on the event loop), and
+ * clients are answered between its rounds; readiness after.
+ */
+const WarmUpRuns = Layer.scopedDiscard(Effect.gen(function*() {
+  const warming = yield* Warming
+  if (!warming.pending()) return
+  yield* Effect.delay(warmUp, warmUpAfter).pipe(
+    Effect.timed,
+    Effect.flatMap(([took, rounds]) =>
+      Effect.logInfo("warmed up", { rounds, milliseconds: Math.round(Duration.toMillis(took)) })
+    ),
+    // Whatever went wrong in the copy, the server itself is as it was: it is ready without the warm-up.
+    Effect.catchAllCause((cause) => Effect.logWarning("the warm-up failed; ready without it", cause)),
+    Effect.ensuring(Effect.sync(warming.end)),
+    Effect.forkScoped
+  )
+}))
+
 /** The HTTP server: the API on Bun, with the services it needs. */
-export const ServerLive = DatabaseAnnounced.pipe(
+export const ServerLive = Layer.merge(DatabaseAnnounced, WarmUpRuns).pipe(
   Layer.provideMerge(WebServerLive(EdgeLive)),
+  Layer.provideMerge(WarmUpBegins),
   Layer.provide(MiddlewareLive),
   Layer.provide(ServicesLive),
   // Built before the services and the server, which ask for it once each; its listener outlives

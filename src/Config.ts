@@ -23,7 +23,7 @@ const logLevels: Record<string, LogLevel.LogLevel> = {
   none: LogLevel.None
 }
 
-/** The words DOCS_ENABLED takes, each pair's first for on and second for off. */
+/** The words DOCS_ENABLED and WARM_UP take, each pair's first for on and second for off. */
 const switchWords = [["true", "false"], ["yes", "no"], ["on", "off"], ["1", "0"]] as const
 const switchChoices = `true or false (or ${switchWords.slice(1).map((pair) => pair.join("/")).join(", ")})`
 
@@ -68,6 +68,11 @@ export const settings = {
   },
   LOG_LEVEL: { default: "info", meaning: `the log's level: ${Object.keys(logLevels).join(", ")}` },
   DOCS_ENABLED: { default: "true", meaning: `serve the docs page at /docs: ${switchChoices}` },
+  WARM_UP: {
+    default: "true",
+    meaning:
+      `before /readyz first answers 200, run the request path on a private in-memory copy of the service (about a second), so that the first clients meet compiled code: ${switchChoices}`
+  },
   PUBLIC_URL: { meaning: "the base URL the OpenAPI document names in servers; unset: http://localhost:<PORT>" },
   OTEL_EXPORTER_OTLP_ENDPOINT: {
     secret: true,
@@ -338,15 +343,14 @@ export const ShutdownConfig = seconds("SHUTDOWN_DELAY_SECONDS", 300)
 
 const switches = new Map<string, boolean>(switchWords.flatMap(([on, off]) => [[on, true], [off, false]]))
 
+/** A switch's value: one of `switchWords`, in any case. */
+const onOff = (text: string): Either.Either<boolean, string> => {
+  const value = switches.get(text.trim().toLowerCase())
+  return value === undefined ? Either.left(`neither true nor false; use ${switchChoices}`) : Either.right(value)
+}
+
 export const EdgeConfig = Config.all({
-  docsEnabled: variable("DOCS_ENABLED", {
-    parse: (text) => {
-      const value = switches.get(text.trim().toLowerCase())
-      return value === undefined
-        ? Either.left(`neither true nor false; use ${switchChoices}`)
-        : Either.right(value)
-    }
-  }),
+  docsEnabled: variable("DOCS_ENABLED", { parse: onOff }),
   /** The base URL the OpenAPI document names in `servers`; by default this server on localhost. */
   publicUrl: variable("PUBLIC_URL", {
     unset: Option.none<URL>(),
@@ -356,6 +360,9 @@ export const EdgeConfig = Config.all({
         : Either.left("not an http:// or https:// URL; give the base URL clients call, e.g. https://api.example.com")
   })
 })
+
+/** Whether the server warms its request path up before it is ready (`WarmUp.ts`). */
+export const WarmUpConfig = variable("WARM_UP", { parse: onOff })
 
 export const LogLevelConfig = variable("LOG_LEVEL", {
   parse: (text) => {
@@ -463,7 +470,8 @@ export const ServeConfig = Config.all([
   IdempotencyTtlConfig,
   ShutdownConfig,
   MetricsConfig,
-  TrustedProxiesConfig
+  TrustedProxiesConfig,
+  WarmUpConfig
 ])
 
 /** What the key commands read: the server's database, and the log level. */

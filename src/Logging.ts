@@ -107,42 +107,68 @@ export class AccessLogOutput extends Context.Tag("AccessLogOutput")<
 >() {}
 
 /**
- * Lines for stderr, written together once per turn of the event loop: a write per line (what
- * `console.error` does) cost much of a whoami's throughput at the default level. Whatever is
- * still buffered is written when the process exits, so no line is lost to a failed start.
+ * Lines for stderr, written together: a write per line (what `console.error` does) cost much of a
+ * whoami's throughput at the default level, and a write per turn of the event loop still cost a
+ * few percent. Lines wait at most `flushAfterMs` milliseconds, or until `flushAtLines` of them are
+ * waiting, and go out as one string (no buffer of our own unless stderr takes only part of it).
+ * Whatever is still waiting is written when the process exits, so no line is lost to a failed
+ * start or a graceful stop.
  */
+const flushAfterMs = 10
+const flushAtLines = 256
 const bufferedStderr = (() => {
   let pending: Array<string> = []
   let unwritten: Buffer | undefined
-  let retry: ReturnType<typeof setTimeout> | undefined
-  /** Writes what is pending; false when stderr is full (EAGAIN) and the rest must wait. */
-  const write = (): boolean => {
-    if (pending.length > 0) {
-      const text = Buffer.from(`${pending.join("\n")}\n`)
-      unwritten = unwritten === undefined ? text : Buffer.concat([unwritten, text])
-      pending = []
-    }
-    while (unwritten !== undefined && unwritten.length > 0) {
+  let timer: ReturnType<typeof setTimeout> | undefined
+  /** Writes `text` as far as stderr takes it; the rest, or undefined when all went out or stderr is gone. */
+  const writeOut = (text: string | Buffer): Buffer | undefined => {
+    let rest: string | Buffer = text
+    while (rest.length > 0) {
       try {
-        unwritten = unwritten.subarray(writeSync(2, unwritten))
+        const written = typeof rest === "string" ? writeSync(2, rest) : writeSync(2, rest)
+        if (typeof rest === "string") {
+          // Most writes take everything: only a partial one needs the bytes counted.
+          if (written === Buffer.byteLength(rest)) return undefined
+          rest = Buffer.from(rest)
+        }
+        rest = rest.subarray(written)
       } catch (error) {
-        if ((error as NodeJS.ErrnoException).code === "EAGAIN") return false
+        if ((error as NodeJS.ErrnoException).code === "EAGAIN") {
+          return typeof rest === "string"
+            ? Buffer.from(rest)
+            : rest
+        }
         // Nobody reads stderr any more (EPIPE, say): the lines are dropped, the service goes on.
-        unwritten = undefined
+        return undefined
       }
     }
-    unwritten = undefined
-    return true
+    return undefined
+  }
+  /** Writes what is waiting; false when stderr is full (EAGAIN) and the rest must wait. */
+  const write = (): boolean => {
+    if (unwritten !== undefined) {
+      unwritten = writeOut(unwritten)
+      if (unwritten !== undefined) return false
+    }
+    if (pending.length > 0) {
+      const text = `${pending.join("\n")}\n`
+      pending = []
+      unwritten = writeOut(text)
+    }
+    return unwritten === undefined
   }
   const flush = () => {
-    retry = undefined
-    if (!write()) retry = setTimeout(flush, 1)
+    if (timer !== undefined) clearTimeout(timer)
+    timer = undefined
+    if (!write()) timer = setTimeout(flush, 1)
   }
   process.on("exit", () => {
     for (let attempt = 0; attempt < 1_000 && !write(); attempt++) Bun.sleepSync(1)
   })
   return (line: string) => {
-    if (pending.push(line) === 1 && retry === undefined) setImmediate(flush)
+    const waiting = pending.push(line)
+    if (waiting >= flushAtLines && unwritten === undefined) flush()
+    else if (timer === undefined) timer = setTimeout(flush, flushAfterMs)
   }
 })()
 
@@ -237,14 +263,21 @@ export const accessLine = (
 }
 
 /** The access line, from the request's fiber: its own annotations, log spans and id. */
-const accessLines = AccessLogOutput.of((fiber, fields) =>
-  bufferedStderr(accessLine(
+const lineOf = (fiber: Fiber.RuntimeFiber<unknown, unknown>, fields: AccessLogFields) =>
+  accessLine(
     fiber.getFiberRef(FiberRef.currentLogAnnotations),
     fields,
     fiber.getFiberRef(FiberRef.currentLogSpan),
     fiber.id(),
     Date.now()
-  ))
+  )
+
+const accessLines = AccessLogOutput.of((fiber, fields) => bufferedStderr(lineOf(fiber, fields)))
+
+/** Access lines made as the JSON logging makes them, and dropped: the warm-up's (`WarmUp.ts`). */
+export const UnwrittenAccessLines = Layer.succeed(
+  AccessLogOutput,
+  AccessLogOutput.of((fiber, fields) => void lineOf(fiber, fields))
 )
 
 /**

@@ -30,6 +30,7 @@ import { RequireIdempotencyKeyLive } from "../src/Idempotency/Http.ts"
 import { IdentityHandlers } from "../src/Identity/Http.ts"
 import { MetricsOff } from "../src/Metrics.ts"
 import { RateLimit, type RateLimitDecision } from "../src/RateLimit.ts"
+import { Warming } from "../src/WarmUp.ts"
 import { activatePath } from "./support/client.ts"
 import { makeTestLayer } from "./support/testLayer.ts"
 
@@ -76,6 +77,7 @@ const makeDoubles = (doubles: Doubles) =>
     MetricsOff,
     makeTestLayer(HealthRepo)({ database: "sqlite", ping: Effect.void }),
     Draining.Live,
+    Warming.Live,
     makeTestLayer(ApiKeys)({
       authenticate: (token) =>
         tokens[token] === undefined

@@ -151,6 +151,60 @@ describe("health", () => {
   })
 })
 
+describe("the warm-up (README, Operating it: Start-up)", () => {
+  it("by default /readyz is 503 until the request path has run on a private copy, and the copy leaves nothing in the database, the log or the metrics", async () => {
+    const warmed = tempDatabase()
+    const key = await createKey(warmed)
+    // WARM_UP unset: the server's default.
+    const warming = await startServer(warmed, { WARM_UP: undefined, METRICS_PORT: "0" })
+    try {
+      // A request the moment the server listens is answered, ready or not.
+      expect((await call(warming.url, { path: "/v1/whoami", apiKey: key.apiKey })).status).toBe(200)
+      const probes: Array<Answer> = []
+      await eventually("/readyz to answer 200", async () => {
+        const answer = await call(warming.url, { path: "/readyz" })
+        probes.push(answer)
+        return answer.status === 200
+      }, { timeoutMs: 30_000 })
+      // Each answer before it: the warm-up still running (how many there are is the machine's speed).
+      for (const probe of probes.slice(0, -1)) {
+        expectEnvelope(probe, 503, "SERVICE_UNAVAILABLE")
+        expect(probe.json.message).toBe("The server is starting; it is ready in a moment.")
+      }
+      await eventually(
+        "the ready answer's access line",
+        async () => accessLog(warming.logs()).some((line) => line.route === "/readyz" && line.status === 200)
+      )
+      const lines = logLines(warming.logs())
+      const warmedUp = lines.find((line) => line.message === "warmed up")
+      expect(warmedUp?.annotations).toMatchObject({ rounds: 300, milliseconds: expect.any(Number) })
+      const ready = lines.find((line) =>
+        line.message === "request" && line.annotations.route === "/readyz" && line.annotations.status === 200
+      )
+      expect(Date.parse(ready!.timestamp)).toBeGreaterThanOrEqual(Date.parse(warmedUp!.timestamp))
+      // Its own requests only: one whoami and the probes, nothing of the copy's.
+      expect(accessLog(warming.logs()).map((line) => line.route).sort()).toEqual(
+        ["/v1/whoami", ...probes.map(() => "/readyz")].sort()
+      )
+      expect(lines.filter((line) => line.logLevel !== "INFO")).toEqual([])
+      expect(inspect(warmed, (db) => db.query("SELECT count(*) AS n FROM activations").get())).toEqual({ n: 0 })
+      expect(inspect(warmed, (db) => db.query("SELECT count(*) AS n FROM api_keys").get())).toEqual({ n: 1 })
+      const metricsUrl = lines.find((line) => line.message === "metrics")!.annotations.url
+      const metrics = await (await fetch(metricsUrl)).text()
+      const valueOf = (series: string) =>
+        metrics.split("\n").filter((line) => line.startsWith(series)).map((line) => Number(line.split(" ").at(-1)))
+      for (
+        const series of ["api_activations_created_total", "api_unauthorized_total", "api_idempotent_replays_total"]
+      ) {
+        expect(valueOf(series).every((value) => value === 0)).toBe(true)
+      }
+      expect(metrics).not.toMatch(/route="\/v1\/activations/)
+    } finally {
+      await warming.stop()
+    }
+  })
+})
+
 describe("the heap's sizing (README, Operating it)", () => {
   /** A NUL-separated file of /proc/<pid> (`environ`, `cmdline`) as its entries (as src/Memory.ts reads its own: importing it would run it). */
   const procEntries = (pid: number, file: "environ" | "cmdline") =>

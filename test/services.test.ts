@@ -50,6 +50,7 @@ import { accessLine, jsonLine } from "../src/Logging.ts"
 import { MetricsOff } from "../src/Metrics.ts"
 import { RateLimit } from "../src/RateLimit.ts"
 import { RateLimitStore } from "../src/RateLimit/Store.ts"
+import { Warming } from "../src/WarmUp.ts"
 import { annotationOf, captureLogs } from "./support/telemetry.ts"
 import { makeTestLayer } from "./support/testLayer.ts"
 
@@ -746,6 +747,7 @@ describe("readiness", () => {
     }),
     makeTestLayer(RateLimit)({ status: () => "memory" }),
     Draining.Live,
+    Warming.Live,
     DatabaseOutage.Live.pipe(Layer.provide(MetricsOff))
   )
   const probe = (handlers: Effect.Effect.Success<typeof HealthHandlers>) =>
@@ -781,6 +783,21 @@ describe("readiness", () => {
       expect(lines.length).toBeGreaterThan(0)
       expect(lines.length).toBeLessThanOrEqual(4)
       expect(new Set(lines)).toEqual(new Set(["database unavailable"]))
+    }).pipe(Effect.provide(doubles), Effect.provide(captured)))
+
+  it.scoped("is 503 while the server warms up, whatever the database says, and 200 once it has", () =>
+    Effect.gen(function*() {
+      const handlers = yield* HealthHandlers
+      const warming = yield* Warming
+      answers = true
+      warming.begin()
+      expect(yield* probe(handlers)).toBe(503)
+      const answer = yield* Effect.flip(handlers.ready({
+        request: HttpServerRequest.fromWeb(new Request("http://127.0.0.1/readyz"))
+      }))
+      expect(answer.message).toBe("The server is starting; it is ready in a moment.")
+      warming.end()
+      expect(yield* probe(handlers)).toBe(200)
     }).pipe(Effect.provide(doubles), Effect.provide(captured)))
 })
 

@@ -5,10 +5,12 @@ import { DatabaseOutage } from "../Database/Outage.ts"
 import { ServiceUnavailable } from "../Domain/Errors.ts"
 import { Draining } from "../Draining.ts"
 import { RateLimit } from "../RateLimit.ts"
+import { Warming } from "../WarmUp.ts"
 import { HealthRepo } from "./HealthRepo.ts"
 
 const notReady = new ServiceUnavailable({ message: "The database does not answer." })
 const stopping = Effect.fail(new ServiceUnavailable({ message: "The server is shutting down." }))
+const starting = Effect.fail(new ServiceUnavailable({ message: "The server is starting; it is ready in a moment." }))
 const alive = Effect.succeed({ ok: true as const, status: "alive" as const })
 
 /**
@@ -22,6 +24,7 @@ export const HealthHandlers = Effect.gen(function*() {
   const repo = yield* HealthRepo
   const rateLimit = yield* RateLimit
   const draining = yield* Draining
+  const warming = yield* Warming
   const outage = yield* DatabaseOutage
   // A failure is one the database could not serve, as an activation's would be: counted and logged
   // as the outage's other failures are (README, Operating it), so that an outage with no traffic
@@ -35,13 +38,14 @@ export const HealthHandlers = Effect.gen(function*() {
   )
   return {
     alive: HttpApiBuilder.handler(CampaignApi, "health", "alive", () => alive),
-    // Not ready from the moment the server is told to stop, while it still serves everything else.
+    // Not ready while it warms up, nor from the moment it is told to stop: meanwhile it serves
+    // everything else.
     ready: HttpApiBuilder.handler(
       CampaignApi,
       "health",
       "ready",
       () =>
-        draining.started() ? stopping : Effect.map(databaseAnswers, () => ({
+        draining.started() ? stopping : warming.pending() ? starting : Effect.map(databaseAnswers, () => ({
           ok: true as const,
           status: "ready" as const,
           database: repo.database,

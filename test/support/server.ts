@@ -38,11 +38,15 @@ export interface StartOptions {
   readonly runtime?: ReadonlyArray<string>
 }
 
-/** A child stops at once on SIGTERM unless a test asks for the drain window (README, Operating it: Shutdown). */
+/**
+ * A child stops at once on SIGTERM unless a test asks for the drain window (README, Operating it:
+ * Shutdown), and is ready without the warm-up unless a test asks for it (README, Operating it:
+ * Start-up), so that a test may ask `/readyz` the moment the server listens.
+ */
 const spawnMain = (args: ReadonlyArray<string>, env: Environment, { cwd = root, runtime }: StartOptions = {}) =>
   spawn([...(runtime === undefined ? program : ["bun", ...runtime]), ...args], {
     cwd,
-    env: environment({ SHUTDOWN_DELAY_SECONDS: "0", ...env }),
+    env: environment({ SHUTDOWN_DELAY_SECONDS: "0", WARM_UP: "false", ...env }),
     stdin: "ignore",
     stdout: "pipe",
     stderr: "pipe"
