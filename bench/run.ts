@@ -481,7 +481,16 @@ const startServer = async (
   const startedAt = performance.now()
   const { spawned, url } = spawnServer(cmd, env, databaseFile, stderrFile)
   const startupMs = await waitForWhoami(spawned, url, apiKey, { startedAt, intervalMs: 20, timeoutMs: 60_000 })
-  console.log(`${name} up on ${url} (pid ${spawned.process.pid}, CPU ${serverCpu}) after ${startupMs.toFixed(0)} ms`)
+  // Measured once ready, as a balancer sends traffic: not while the server warms up (README, Operating it: Start-up).
+  while ((await fetch(`${url}/readyz`).then((answer) => answer.status, () => 0)) !== 200) {
+    if (performance.now() - startedAt > 60_000) throw new Error(`${url}/readyz did not answer 200 within 60 s`)
+    await Bun.sleep(20)
+  }
+  console.log(
+    `${name} up on ${url} (pid ${spawned.process.pid}, CPU ${serverCpu}) after ${
+      startupMs.toFixed(0)
+    } ms, ready after ${(performance.now() - startedAt).toFixed(0)} ms`
+  )
   return { name, spawned, pid: spawned.process.pid, url, apiKey, databaseFile, startupMs }
 }
 
