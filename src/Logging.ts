@@ -107,19 +107,15 @@ export class AccessLogOutput extends Context.Tag("AccessLogOutput")<
 >() {}
 
 /**
- * Lines for stderr, written together: a write per line (what `console.error` does) cost much of a
- * whoami's throughput at the default level, and a write per turn of the event loop still cost a
- * few percent. Lines wait at most `flushAfterMs` milliseconds, or until `flushAtLines` of them are
- * waiting, and go out as one string (no buffer of our own unless stderr takes only part of it).
- * Whatever is still waiting is written when the process exits, so no line is lost to a failed
- * start or a graceful stop.
+ * Lines for stderr, written together once per turn of the event loop: a write per line (what
+ * `console.error` does) cost much of a whoami's throughput at the default level. They go out as one
+ * string (a buffer of our own only when stderr takes part of it). Whatever is still waiting is
+ * written when the process exits, so no line is lost to a failed start or a graceful stop.
  */
-const flushAfterMs = 10
-const flushAtLines = 256
 const bufferedStderr = (() => {
   let pending: Array<string> = []
   let unwritten: Buffer | undefined
-  let timer: ReturnType<typeof setTimeout> | undefined
+  let timer: ReturnType<typeof setTimeout> | ReturnType<typeof setImmediate> | undefined
   /** Writes `text` as far as stderr takes it; the rest, or undefined when all went out or stderr is gone. */
   const writeOut = (text: string | Buffer): Buffer | undefined => {
     let rest: string | Buffer = text
@@ -158,7 +154,6 @@ const bufferedStderr = (() => {
     return unwritten === undefined
   }
   const flush = () => {
-    if (timer !== undefined) clearTimeout(timer)
     timer = undefined
     if (!write()) timer = setTimeout(flush, 1)
   }
@@ -166,9 +161,7 @@ const bufferedStderr = (() => {
     for (let attempt = 0; attempt < 1_000 && !write(); attempt++) Bun.sleepSync(1)
   })
   return (line: string) => {
-    const waiting = pending.push(line)
-    if (waiting >= flushAtLines && unwritten === undefined) flush()
-    else if (timer === undefined) timer = setTimeout(flush, flushAfterMs)
+    if (pending.push(line) === 1 && timer === undefined) timer = setImmediate(flush)
   }
 })()
 

@@ -19,6 +19,8 @@ export const serveInProcess = async (database: string, env: Environment = {}): P
     HOST: "127.0.0.1",
     DATABASE_URL: database,
     SHUTDOWN_DELAY_SECONDS: "0",
+    // Ready at once, as a child is (server.ts): the warm-up is tested on a real process.
+    WARM_UP: "false",
     ...env,
     PORT: String(port)
   }
