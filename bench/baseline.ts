@@ -17,12 +17,17 @@
  * With a `postgres://` DATABASE_URL the same work runs on PostgreSQL through Bun's own client
  * (`Bun.SQL`, a pool of 10), each activation in one transaction, durable at commit.
  *
- * Not done here (the service does it): rate limiting, logging, the full error catalogue.
+ * With a REDIS_URL, every authenticated request also makes the rate limit's one Redis round trip
+ * (Bun's own client, `RedisClient`): a token taken from the key's bucket by a script of the same
+ * work as the service's (two GETs and two SETs with expiry, `EVALSHA`), a 429 when it is empty, so
+ * that `bench:shared` compares the service with a bare server doing the same essential work.
+ *
+ * Not done here (the service does it): rate limiting without Redis, logging, the full error catalogue.
  *
  *   PORT=3001 DATABASE_URL=/tmp/x.sqlite bun bench/baseline.ts
- *   PORT=3001 DATABASE_URL=postgres://postgres@127.0.0.1:5432/x bun bench/baseline.ts
+ *   PORT=3001 DATABASE_URL=postgres://postgres@127.0.0.1:5432/x REDIS_URL=redis://127.0.0.1:6379 bun bench/baseline.ts
  */
-import { SQL } from "bun"
+import { RedisClient, SQL } from "bun"
 import { Database } from "bun:sqlite"
 import { createHash, timingSafeEqual } from "node:crypto"
 
@@ -198,12 +203,57 @@ interface Identity {
 const bearerFormat = /^bearer +cak_([a-z0-9]{16})_([0-9a-f]{64}) *$/i
 const decoyDigest = createHash("sha256").update("decoy").digest()
 
-const authenticate = (request: Request): Identity | undefined | Promise<Identity | undefined> => {
+// ---------------------------------------------------------------------------------------------
+// The rate limit's Redis round trip (with REDIS_URL only)
+
+const tokenBucket = `
+local tokens = tonumber(redis.call("GET", KEYS[1]))
+local last = tonumber(redis.call("GET", KEYS[2]))
+local refill_ms, limit, now = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if not tokens then tokens, last = limit, now end
+local refilled = math.floor((now - last) / refill_ms)
+if refilled > 0 then tokens, last = math.min(tokens + refilled, limit), last + refilled * refill_ms end
+local ttl = math.ceil(refill_ms * limit)
+redis.call("SET", KEYS[1], tokens > 0 and tokens - 1 or 0, "PX", ttl)
+redis.call("SET", KEYS[2], last, "PX", ttl)
+return tokens > 0 and 1 or 0
+`
+const rateLimitMax = Number(process.env.RATE_LIMIT_MAX ?? "120")
+const refillMillis = String((Number(process.env.RATE_LIMIT_WINDOW_SECONDS ?? "60") * 1000) / rateLimitMax)
+
+/** Takes a token of the key's bucket: whether there was one. */
+const takeToken: ((keyId: string) => Promise<boolean>) | undefined = await (async () => {
+  if (process.env.REDIS_URL === undefined) return undefined
+  const redis = new RedisClient(process.env.REDIS_URL)
+  const sha = String(await redis.send("SCRIPT", ["LOAD", tokenBucket]))
+  return async (keyId: string) =>
+    (await redis.send("EVALSHA", [
+      sha,
+      "2",
+      `baseline:{${keyId}}`,
+      `baseline:{${keyId}}:refill`,
+      refillMillis,
+      String(rateLimitMax),
+      String(Date.now())
+    ])) === 1
+})()
+
+const limited = Symbol("limited")
+
+type Authenticated = Identity | undefined | typeof limited
+
+const authenticate = (request: Request): Authenticated | Promise<Authenticated> => {
   const match = bearerFormat.exec(request.headers.get("authorization") ?? "")
   if (match === null) return undefined
   const keyId = match[1]!
-  return then(store.findKey(keyId), (row) => checkKey(keyId, match[2]!, row))
+  return then(store.findKey(keyId), (row): Authenticated | Promise<Authenticated> => {
+    const identity = checkKey(keyId, match[2]!, row)
+    if (identity === undefined || takeToken === undefined) return identity
+    return takeToken(keyId).then((taken) => (taken ? identity : limited))
+  }) as Authenticated | Promise<Authenticated>
 }
+
+const rateLimited = () => error(429, "RATE_LIMITED", "Too many requests.", { "retry-after": "1" })
 
 const checkKey = (keyId: string, secret: string, row: KeyRow | null): Identity | undefined => {
   const presented = createHash("sha256").update(secret).digest()
@@ -220,7 +270,12 @@ const checkKey = (keyId: string, secret: string, row: KeyRow | null): Identity |
 const whoami = (request: Request): Response | Promise<Response> =>
   then(
     authenticate(request),
-    (identity) => identity === undefined ? unauthorized() : json(200, JSON.stringify({ ok: true, ...identity }))
+    (identity) =>
+      identity === undefined
+        ? unauthorized()
+        : identity === limited
+        ? rateLimited()
+        : json(200, JSON.stringify({ ok: true, ...identity }))
   )
 
 // ---------------------------------------------------------------------------------------------
@@ -325,6 +380,7 @@ const replayOrInsert = (tx: Transaction, input: Activation, now: number, stored:
 const activate = async (request: Request, path: string, ids: RegExpExecArray): Promise<Response> => {
   const identity = await authenticate(request)
   if (identity === undefined) return unauthorized()
+  if (identity === limited) return rateLimited()
   if (!identity.scopes.includes("campaigns:write")) {
     return error(403, "FORBIDDEN", `This API key lacks the scope "campaigns:write" that this operation requires.`)
   }
@@ -373,6 +429,7 @@ const activationIdPath = new RegExp(`^/v1/activations/(${uuid})$`)
 const getActivation = (request: Request, id: string): Response | Promise<Response> =>
   then(authenticate(request), (identity) => {
     if (identity === undefined) return unauthorized()
+    if (identity === limited) return rateLimited()
     if (!readableBy(identity)) return cannotRead()
     return then(store.findActivation(identity.brandId, id.toLowerCase()), (row) => {
       if (row === null) return error(404, "NOT_FOUND", `No activation ${id}.`)
@@ -384,6 +441,7 @@ const getActivation = (request: Request, id: string): Response | Promise<Respons
 const listActivations = (request: Request, url: URL): Response | Promise<Response> =>
   then(authenticate(request), (identity) => {
     if (identity === undefined) return unauthorized()
+    if (identity === limited) return rateLimited()
     if (!readableBy(identity)) return cannotRead()
     const limit = Number(url.searchParams.get("limit") ?? "20")
     const campaignId = url.searchParams.get("campaignId")?.toLowerCase() ?? ""

@@ -4,6 +4,7 @@
  * the first request of a replay run, whether a server is up, a free port, and wrk's result as
  * `scenario.lua` prints it.
  */
+import { SQL } from "bun"
 import { Database } from "bun:sqlite"
 import { join } from "node:path"
 
@@ -142,29 +143,59 @@ export const readPaths = {
   list: `/v1/activations?limit=20&campaignId=${seededCampaign(3).toUpperCase()}`
 } as const
 
+const seededInsert =
+  "INSERT INTO activations (id, brand_id, key_id, creator_id, campaign_id, status, social_username, planned_post_at, activated_at)"
+
+/** The seeded records' values: id, brand, key id, creator, campaign, planned post day, activation time. */
+const seededRows = () =>
+  Array.from({ length: seededActivations }, (_, n) => {
+    const at = new Date(Date.UTC(2026, 0, 1) + n * 60_000).toISOString()
+    return [
+      seededId(n),
+      brandId,
+      "seeded0000000000",
+      `5d2a7c3e-1b4f-4e6a-8c9d-${String(n % 500).padStart(12, "0")}`,
+      seededCampaign(n % seededCampaigns),
+      n % 4 === 0 ? null : at.slice(0, 10),
+      at
+    ] as const
+  })
+
 /** Writes the seeded records into the SQLite database `file`, migrated already, in one transaction. */
 export const seedReads = (file: string) => {
   const db = new Database(file)
   try {
-    const insert = db.query(
-      "INSERT INTO activations (id, brand_id, key_id, creator_id, campaign_id, status, social_username, planned_post_at, activated_at) VALUES (?, ?, ?, ?, ?, 'ACTIVE', '@seeded', ?, ?)"
-    )
+    const insert = db.query(`${seededInsert} VALUES (?, ?, ?, ?, ?, 'ACTIVE', '@seeded', ?, ?)`)
     db.transaction(() => {
-      for (let n = 0; n < seededActivations; n++) {
-        const at = new Date(Date.UTC(2026, 0, 1) + n * 60_000).toISOString()
-        insert.run(
-          seededId(n),
-          brandId,
-          "seeded0000000000",
-          `5d2a7c3e-1b4f-4e6a-8c9d-${String(n % 500).padStart(12, "0")}`,
-          seededCampaign(n % seededCampaigns),
-          n % 4 === 0 ? null : at.slice(0, 10),
-          at
-        )
-      }
+      for (const row of seededRows()) insert.run(...row)
     })()
   } finally {
     db.close()
+  }
+}
+
+/**
+ * The same records into the PostgreSQL database at `url`, migrated already, in one transaction
+ * (`bench:shared`'s reads). Only the records: the counts the service keeps for analytics are not
+ * read by these scenarios.
+ */
+export const seedReadsPostgres = async (url: string) => {
+  const sql = new SQL(url, { max: 1 })
+  try {
+    const rows = seededRows()
+    await sql.begin(async (tx) => {
+      for (let from = 0; from < rows.length; from += 1_000) {
+        const batch = rows.slice(from, from + 1_000)
+        const values = batch.map((_, i) =>
+          `($${i * 7 + 1}, $${i * 7 + 2}, $${i * 7 + 3}, $${i * 7 + 4}, $${i * 7 + 5}, 'ACTIVE', '@seeded', $${
+            i * 7 + 6
+          }, $${i * 7 + 7})`
+        )
+        await tx.unsafe(`${seededInsert} VALUES ${values.join(", ")}`, batch.flat())
+      }
+    })
+  } finally {
+    await sql.close()
   }
 }
 

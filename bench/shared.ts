@@ -3,26 +3,38 @@
  * and as two instances on one PostgreSQL and one Redis, against `bench/baseline.ts` on the same
  * PostgreSQL doing the same essential work with no framework (`Bun.serve` + `Bun.SQL`).
  *
- *   bun bench/shared.ts          # BENCH_DURATION=10 BENCH_WARMUP=5 BENCH_SCENARIOS=whoami,fresh,replay,mix
+ *   bun bench/shared.ts          # BENCH_DURATION=10 BENCH_WARMUP=5 BENCH_SCENARIOS=whoami,fresh,replay,mix,get,list
  *                                # POSTGRES_URL=postgres://postgres@127.0.0.1:5432 REDIS_URL=redis://127.0.0.1:6379
  *
  * PostgreSQL and Redis run on the same 2 cores as the servers and wrk, so nothing is pinned: the
  * figures say how the whole machine does, not one core. Two instances get one wrk each (25
  * connections apiece, 50 in all, as the single runs); their requests/s are added and the higher
  * of their two p99 latencies is shown. Each target gets a database of its own (the two instances
- * share theirs), dropped at the end.
+ * share theirs), dropped at the end, with the reads' records seeded in it (`get` asks for one by id,
+ * `list` for a page of 20 of one campaign). The baseline makes the rate limit's Redis round trip per
+ * request as the service does (`bench/baseline.ts` with REDIS_URL), under a limit too high to refuse.
  */
 import { spawn, SQL, type Subprocess } from "bun"
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { apiKeyOf, freePort, keysCreateArgs, storeReplayed, whoamiOk, wrkArgs, wrkResultOf } from "./common.ts"
+import {
+  apiKeyOf,
+  freePort,
+  keysCreateArgs,
+  readPaths,
+  seedReadsPostgres,
+  storeReplayed,
+  whoamiOk,
+  wrkArgs,
+  wrkResultOf
+} from "./common.ts"
 
 const postgresServer = process.env["POSTGRES_URL"] ?? "postgres://postgres@127.0.0.1:5432"
 const redisUrl = process.env["REDIS_URL"] ?? "redis://127.0.0.1:6379"
 const durationSeconds = Number(process.env["BENCH_DURATION"] ?? "10")
 const warmupSeconds = Number(process.env["BENCH_WARMUP"] ?? "5")
-const allScenarios = ["whoami", "fresh", "replay", "mix"] as const
+const allScenarios = ["whoami", "fresh", "replay", "mix", "get", "list"] as const
 type Scenario = (typeof allScenarios)[number]
 const scenarios = (process.env["BENCH_SCENARIOS"]?.split(",").map((s) => s.trim()) ?? [...allScenarios]) as Array<
   Scenario
@@ -60,8 +72,12 @@ const runToEnd = async (cmd: Array<string>, env: Record<string, string> = {}) =>
   return stdout
 }
 
-const createKey = async (binary: string, database: string): Promise<string> =>
-  apiKeyOf(await runToEnd([binary, ...keysCreateArgs], { DATABASE_URL: database }))
+/** A key in the new `database` (which its creation migrates), and the reads' records beside it. */
+const createKey = async (binary: string, database: string): Promise<string> => {
+  const apiKey = apiKeyOf(await runToEnd([binary, ...keysCreateArgs], { DATABASE_URL: database }))
+  await seedReadsPostgres(database)
+  return apiKey
+}
 
 const startServer = async (cmd: Array<string>, env: Record<string, string>, apiKey: string): Promise<string> => {
   const port = freePort()
@@ -120,8 +136,15 @@ const measure = async (target: Target, scenario: Scenario): Promise<Measured> =>
   const connections = 50 / target.urls.length
   const all = (seconds: number, keyPrefix: (i: number) => string) =>
     Promise.all(target.urls.map((url, i) => wrk(url, scenario, target.apiKey, keyPrefix(i), connections, seconds)))
-  await all(warmupSeconds, (i) => scenario === "replay" ? prefix : `warm-${prefix}-${i}`)
-  const results = await all(durationSeconds, (i) => scenario === "replay" ? prefix : `run-${prefix}-${i}`)
+  // A read's path goes where an activation's key prefix would (scenario.lua).
+  const keyPrefix = (phase: string) => (i: number) =>
+    scenario === "replay"
+      ? prefix
+      : scenario === "get" || scenario === "list"
+      ? readPaths[scenario]
+      : `${phase}-${prefix}-${i}`
+  await all(warmupSeconds, keyPrefix("warm"))
+  const results = await all(durationSeconds, keyPrefix("run"))
   return {
     requestsPerSecond: results.reduce((sum, r) => sum + r.requests / (r.durationMicros / 1e6), 0),
     p99Ms: Math.max(...results.map((r) => r.latencyMicros.p99 / 1000)),
@@ -143,7 +166,13 @@ const main = async () => {
     const baselineKey = await createKey(binary, baselineDb)
     const baseline: Target = {
       name: "baseline",
-      urls: [await startServer([process.execPath, "bench/baseline.ts"], { DATABASE_URL: baselineDb }, baselineKey)],
+      urls: [
+        await startServer(
+          [process.execPath, "bench/baseline.ts"],
+          { DATABASE_URL: baselineDb, REDIS_URL: redisUrl },
+          baselineKey
+        )
+      ],
       apiKey: baselineKey
     }
     const shared = { REDIS_URL: redisUrl }
