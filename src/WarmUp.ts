@@ -48,15 +48,20 @@ const drained = async (response: Response | Promise<Response>) => {
 /**
  * One round of what a server answers most: whoami, an activation and its replay, that activation
  * by id, a page of its campaign, its campaign's analytics, a refused key and an unknown path, each
- * through the edge's `fetch` as a request from a client is.
+ * sent with `fetch` to `base`, the private copy's listener.
  */
-const round = async (fetch: (request: Request) => Response | Promise<Response>, apiKey: string, n: number) => {
+const round = async (
+  fetch: (request: Request) => Response | Promise<Response>,
+  base: string,
+  apiKey: string,
+  n: number
+) => {
   const authorization = `Bearer ${apiKey}`
   const get = (path: string, headers: Record<string, string> = { authorization }) =>
-    drained(fetch(new Request(`http://localhost${path}`, { headers })))
+    drained(fetch(new Request(`${base}${path}`, { headers })))
   const activate = () =>
     fetch(
-      new Request(`http://localhost${activatePath}`, {
+      new Request(`${base}${activatePath}`, {
         method: "POST",
         headers: {
           authorization,
@@ -78,12 +83,13 @@ const round = async (fetch: (request: Request) => Response | Promise<Response>, 
 }
 
 /**
- * The warm-up's requests against `fetch`, the edge of a private copy of the service holding
+ * The warm-up's requests, sent with `fetch` to `base`, a private copy of the service holding
  * `apiKey`: `rounds` rounds, `inFlight` at a time, each round a turn of the event loop of its own
  * so that the server's clients are answered in between.
  */
 export const warmUpRequests = (
   fetch: (request: Request) => Response | Promise<Response>,
+  base: string,
   apiKey: string,
   rounds: number = warmUpRounds
 ) =>
@@ -91,7 +97,7 @@ export const warmUpRequests = (
     let next = 0
     const worker = async () => {
       while (next < rounds) {
-        await round(fetch, apiKey, next++)
+        await round(fetch, base, apiKey, next++)
         await new Promise((resolve) => setImmediate(resolve))
       }
     }
