@@ -1,5 +1,5 @@
 import { SqlClient } from "@effect/sql"
-import { Context, Effect, Layer } from "effect"
+import { Array as Arr, Context, Effect, Layer, Order } from "effect"
 import { keyChanges } from "../Database/KeyChanges.ts"
 import type { RateLimitPolicy } from "../Domain/ApiKey.ts"
 import { spans } from "../Spans.ts"
@@ -69,6 +69,12 @@ const fromStored = (row: Stored): ApiKeyRow => ({
 
 /** Rows per statement when last uses are written: far below either database's limit on parameters. */
 const usageBatch = 500
+
+/** Key id, then digest: the one order in which every instance writes a batch of uses. */
+const byKeyThenSecret = Order.combine(
+  Order.mapInput(Order.string, (use: SecretUse) => use.keyId),
+  Order.mapInput(Order.string, (use: SecretUse) => use.secretSha256)
+)
 
 /** API keys as stored: only the SHA-256 digest of each secret. SQL errors are defects. */
 export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo, {
@@ -180,17 +186,7 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
         // In one order on every instance (key id, then digest): two instances writing the same keys
         // at once take their rows' locks in the same order, so PostgreSQL never finds a deadlock.
         recordUsage: (unsorted) => {
-          const uses = [...unsorted].sort((a, b) =>
-            a.keyId < b.keyId
-              ? -1
-              : a.keyId > b.keyId
-              ? 1
-              : a.secretSha256 < b.secretSha256
-              ? -1
-              : a.secretSha256 > b.secretSha256
-              ? 1
-              : 0
-          )
+          const uses = Arr.sort(unsorted, byKeyThenSecret)
           return Effect.forEach(
             Array.from(
               { length: Math.ceil(uses.length / usageBatch) },

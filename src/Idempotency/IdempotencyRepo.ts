@@ -1,5 +1,5 @@
 import { SqlClient } from "@effect/sql"
-import { Context, Effect, Layer, Option } from "effect"
+import { Array as Arr, Context, Effect, Layer, Option, Order } from "effect"
 import { type BatchedInsert, insertBatched } from "../Database/GroupCommit.ts"
 import { ReadSql } from "../Database/Sql.ts"
 import { spans } from "../Spans.ts"
@@ -29,16 +29,10 @@ type Row = Stored & {
   readonly idempotency_key: string
 }
 
-const byKey = (a: Row, b: Row) =>
-  a.brand_id < b.brand_id
-    ? -1
-    : a.brand_id > b.brand_id
-    ? 1
-    : a.idempotency_key < b.idempotency_key
-    ? -1
-    : a.idempotency_key > b.idempotency_key
-    ? 1
-    : 0
+const byKey = Order.combine(
+  Order.mapInput(Order.string, (row: Row) => row.brand_id),
+  Order.mapInput(Order.string, (row: Row) => row.idempotency_key)
+)
 
 const fromStored = (brandId: string, key: string, row: Stored): IdempotencyRow => ({
   brandId,
@@ -83,7 +77,7 @@ export class IdempotencyRepo extends Context.Tag("Idempotency/IdempotencyRepo")<
         one: (row) => Effect.orDie(Effect.map(upsert([row]), (written) => written.length === 1)),
         // In key order: two instances' batches then lock shared keys in the same order (PostgreSQL
         // waits for the other's commit rather than declaring a deadlock).
-        many: (rows) => Effect.map(upsert([...rows].sort(byKey)), (written) => written.length)
+        many: (rows) => Effect.map(upsert(Arr.sort(rows, byKey)), (written) => written.length)
       }
       const select = read.prepare((brandId: string, key: string, now: number) =>
         sql<Stored>`
