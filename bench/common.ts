@@ -6,6 +6,7 @@
  */
 import { SQL } from "bun"
 import { Database } from "bun:sqlite"
+import { mkdirSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 
 const luaScript = join(import.meta.dir, "scenario.lua")
@@ -123,10 +124,27 @@ interface WrkResult {
   }
 }
 
+/** The JSON after `marker` on a line of a tool's output, or undefined when no line has it. */
+export const resultLineOf = <A>(stdout: string, marker: string): A | undefined => {
+  const line = stdout.split("\n").find((l) => l.startsWith(`${marker} `))
+  return line === undefined ? undefined : JSON.parse(line.slice(marker.length + 1)) as A
+}
+
 /** The result line of wrk's output, or undefined when there is none. */
-export const wrkResultOf = (stdout: string): WrkResult | undefined => {
-  const line = stdout.split("\n").find((l) => l.startsWith("BENCH_RESULT "))
-  return line === undefined ? undefined : JSON.parse(line.slice("BENCH_RESULT ".length)) as WrkResult
+export const wrkResultOf = (stdout: string): WrkResult | undefined => resultLineOf<WrkResult>(stdout, "BENCH_RESULT")
+
+/**
+ * Writes a run's record to `bench/results/<kind-><date>.json` (not committed), its date first,
+ * and says where.
+ */
+export const writeResults = (kind: string | undefined, record: Record<string, unknown>): string => {
+  const date = new Date().toISOString()
+  const directory = join(import.meta.dir, "results")
+  mkdirSync(directory, { recursive: true })
+  const file = join(directory, `${kind === undefined ? "" : `${kind}-`}${date.replace(/[:.]/g, "-")}.json`)
+  writeFileSync(file, `${JSON.stringify({ date, ...record }, null, 2)}\n`)
+  console.log(`\nresults written to ${file}`)
+  return file
 }
 
 /**

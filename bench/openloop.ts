@@ -6,7 +6,7 @@
  */
 import { readFileSync } from "node:fs"
 import { join } from "node:path"
-import { activateBody, activatePath, readPaths } from "./common.ts"
+import { activateBody, activatePath, readPaths, resultLineOf } from "./common.ts"
 
 const source = join(import.meta.dir, "openloop.c")
 
@@ -98,10 +98,8 @@ export interface GeneratorResult {
 }
 
 /** The result line of the generator's output, or undefined when there is none. */
-export const generatorResultOf = (stdout: string): GeneratorResult | undefined => {
-  const line = stdout.split("\n").find((l) => l.startsWith("OPENLOOP_RESULT "))
-  return line === undefined ? undefined : JSON.parse(line.slice("OPENLOOP_RESULT ".length)) as GeneratorResult
-}
+export const generatorResultOf = (stdout: string): GeneratorResult | undefined =>
+  resultLineOf<GeneratorResult>(stdout, "OPENLOOP_RESULT")
 
 export const generatorArgs = (
   generator: string,

@@ -22,7 +22,7 @@
  */
 import type { Subprocess } from "bun"
 import { Database } from "bun:sqlite"
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { cpus, release, tmpdir } from "node:os"
 import { join } from "node:path"
 import {
@@ -38,6 +38,7 @@ import {
   seedReads,
   storeReplayed,
   whoamiOk,
+  writeResults,
   wrkArgs,
   wrkResultOf,
   wrkThreads
@@ -66,7 +67,6 @@ import {
 
 const root = join(import.meta.dir, "..")
 const bun = process.execPath
-const resultsDir = join(import.meta.dir, "results")
 
 const fail = (message: string): never => {
   console.error(`bench: ${message}`)
@@ -1462,37 +1462,26 @@ const main = async () => {
 
     if (openLoop) {
       const measured = await measureOpenLoop(dir)
-      mkdirSync(resultsDir, { recursive: true })
-      const file = join(resultsDir, `openloop-${new Date().toISOString().replace(/[:.]/g, "-")}.json`)
-      writeFileSync(
-        file,
-        JSON.stringify(
-          {
-            date: new Date().toISOString(),
-            machine: { ...machineAtStart, loadBeforeStartPercent: loadBeforeStart },
-            settings: {
-              durationSeconds,
-              warmupSeconds,
-              wrkConnections: connections,
-              serverCpu,
-              loadCpu,
-              logLevel: openLoopLogLevel,
-              connections: openLoopConnections,
-              rounds: openLoopRounds,
-              fractions: openLoopRates === undefined ? openLoopFractions : null,
-              rates: openLoopRates ?? null,
-              servers: openLoopServers,
-              startScenarios,
-              startRate,
-              startSeconds
-            },
-            ...measured
-          },
-          null,
-          2
-        ) + "\n"
-      )
-      console.log(`\nresults written to ${file}`)
+      writeResults("openloop", {
+        machine: { ...machineAtStart, loadBeforeStartPercent: loadBeforeStart },
+        settings: {
+          durationSeconds,
+          warmupSeconds,
+          wrkConnections: connections,
+          serverCpu,
+          loadCpu,
+          logLevel: openLoopLogLevel,
+          connections: openLoopConnections,
+          rounds: openLoopRounds,
+          fractions: openLoopRates === undefined ? openLoopFractions : null,
+          rates: openLoopRates ?? null,
+          servers: openLoopServers,
+          startScenarios,
+          startRate,
+          startSeconds
+        },
+        ...measured
+      })
       if (measured.problems.length > 0) {
         console.log(
           `\n!!! ${measured.problems.length} PROBLEM(S): some figures above are not valid:\n` +
@@ -1516,31 +1505,20 @@ const main = async () => {
     if (startupOnly) return
     if (metricsOnly) {
       const metrics = await measureMetrics(join(dir, "campaign-api"), dir)
-      mkdirSync(resultsDir, { recursive: true })
-      const file = join(resultsDir, `metrics-${new Date().toISOString().replace(/[:.]/g, "-")}.json`)
-      writeFileSync(
-        file,
-        JSON.stringify(
-          {
-            date: new Date().toISOString(),
-            machine: { ...machineAtStart, loadBeforeStartPercent: loadBeforeStart },
-            settings: {
-              warmupSeconds,
-              connections,
-              wrkThreads,
-              serverCpu,
-              loadCpu,
-              serviceLogLevel,
-              runs: accessLogRuns,
-              runSeconds: accessLogSeconds
-            },
-            metrics
-          },
-          null,
-          2
-        ) + "\n"
-      )
-      console.log(`\nresults written to ${file}`)
+      writeResults("metrics", {
+        machine: { ...machineAtStart, loadBeforeStartPercent: loadBeforeStart },
+        settings: {
+          warmupSeconds,
+          connections,
+          wrkThreads,
+          serverCpu,
+          loadCpu,
+          serviceLogLevel,
+          runs: accessLogRuns,
+          runSeconds: accessLogSeconds
+        },
+        metrics
+      })
       if (metrics.results.some((r) => r.problems.length > 0)) process.exitCode = 1
       return
     }
@@ -1733,37 +1711,26 @@ const main = async () => {
       )
     }
 
-    mkdirSync(resultsDir, { recursive: true })
-    const file = join(resultsDir, `${new Date().toISOString().replace(/[:.]/g, "-")}.json`)
-    writeFileSync(
-      file,
-      JSON.stringify(
-        {
-          date: new Date().toISOString(),
-          machine: { ...machineAtStart, loadBeforeStartPercent: loadBeforeStart },
-          settings: {
-            durationSeconds,
-            warmupSeconds,
-            connections,
-            wrkThreads,
-            serverCpu,
-            loadCpu,
-            serviceLogLevel,
-            accessLogRuns,
-            accessLogSeconds
-          },
-          binary,
-          startupMs: Object.fromEntries(servers.map((s) => [s.name, s.startupMs])),
-          lifetimePeakRssMb,
-          scenarios: results,
-          pages,
-          serverLogs
-        },
-        null,
-        2
-      ) + "\n"
-    )
-    console.log(`\nresults written to ${file}`)
+    writeResults(undefined, {
+      machine: { ...machineAtStart, loadBeforeStartPercent: loadBeforeStart },
+      settings: {
+        durationSeconds,
+        warmupSeconds,
+        connections,
+        wrkThreads,
+        serverCpu,
+        loadCpu,
+        serviceLogLevel,
+        accessLogRuns,
+        accessLogSeconds
+      },
+      binary,
+      startupMs: Object.fromEntries(servers.map((s) => [s.name, s.startupMs])),
+      lifetimePeakRssMb,
+      scenarios: results,
+      pages,
+      serverLogs
+    })
 
     const problems = [...results, ...pages].flatMap((r) => r.problems.map((p) => `${r.scenario}: ${p}`))
     if (problems.length > 0) {

@@ -15,7 +15,7 @@
  * request as the service does (`bench/baseline.ts` with REDIS_URL), under a limit too high to refuse.
  */
 import { spawn, SQL, type Subprocess } from "bun"
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import {
@@ -26,6 +26,7 @@ import {
   seedReadsPostgres,
   storeReplayed,
   whoamiOk,
+  writeResults,
   wrkArgs,
   wrkResultOf
 } from "./common.ts"
@@ -44,7 +45,6 @@ for (const scenario of scenarios) {
 }
 
 const root = join(import.meta.dir, "..")
-const resultsDir = join(import.meta.dir, "results")
 
 const run = Date.now().toString(36)
 const children: Array<Subprocess> = []
@@ -223,13 +223,7 @@ const main = async () => {
         } (${row.ratioTwo.toFixed(3)})`
       )
     }
-    mkdirSync(resultsDir, { recursive: true })
-    const file = join(resultsDir, `shared-${new Date().toISOString().replace(/[:.]/g, "-")}.json`)
-    writeFileSync(
-      file,
-      `${JSON.stringify({ date: new Date().toISOString(), durationSeconds, warmupSeconds, rows }, null, 2)}\n`
-    )
-    console.log(`results written to ${file}`)
+    writeResults("shared", { durationSeconds, warmupSeconds, rows })
   } finally {
     for (const child of children) child.kill("SIGTERM")
     await Promise.all(children.map((child) => child.exited))
