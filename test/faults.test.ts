@@ -228,10 +228,14 @@ describe("database faults", () => {
     expect(rows()).toEqual({ activations: before.activations + 1, idempotencyKeys: before.idempotencyKeys + 1 })
   }
 
-  it("answers 503 while another process holds the write lock past the busy timeout, writes nothing, still answers reads, and recovers without a restart", async () => {
+  /**
+   * While the fault `cause` makes holds, an activation is 503 and writes nothing while whoami is
+   * still 200; once the function it returns has undone it, the same request is a fresh activation.
+   */
+  const expectRefusedUntilUndone = async (cause: () => () => void) => {
     const before = rows()
     const idempotencyKey = uniqueKey()
-    const release = lockDatabase(database, "writes")
+    const undo = cause()
     try {
       expectEnvelope(
         await activate(server.url, { apiKey: key.apiKey, key: idempotencyKey }),
@@ -241,9 +245,13 @@ describe("database faults", () => {
       expect(rows()).toEqual(before)
       expect((await whoami(server.url, key.apiKey)).status).toBe(200)
     } finally {
-      release()
+      undo()
     }
     await expectFreshActivation(idempotencyKey, before)
+  }
+
+  it("answers 503 while another process holds the write lock past the busy timeout, writes nothing, still answers reads, and recovers without a restart", async () => {
+    await expectRefusedUntilUndone(() => lockDatabase(database, "writes"))
   })
 
   it("answers a read while a write is waiting for another process's lock", async () => {
@@ -276,21 +284,10 @@ describe("database faults", () => {
   it.skipIf(!hasPrlimit)(
     "answers 503 while the database cannot be written (I/O error), writes nothing, and recovers by itself",
     async () => {
-      const before = rows()
-      const idempotencyKey = uniqueKey()
-      limitFileSize(server.process.pid, statSync(`${database}-wal`).size)
-      try {
-        expectEnvelope(
-          await activate(server.url, { apiKey: key.apiKey, key: idempotencyKey }),
-          503,
-          "SERVICE_UNAVAILABLE"
-        )
-        expect(rows()).toEqual(before)
-        expect((await whoami(server.url, key.apiKey)).status).toBe(200)
-      } finally {
-        limitFileSize(server.process.pid, "unlimited")
-      }
-      await expectFreshActivation(idempotencyKey, before)
+      await expectRefusedUntilUndone(() => {
+        limitFileSize(server.process.pid, statSync(`${database}-wal`).size)
+        return () => limitFileSize(server.process.pid, "unlimited")
+      })
     }
   )
 
