@@ -137,7 +137,7 @@ const warmUp = Effect.suspend(() => {
       expiresIn: Option.none()
     })
     yield* Layer.build(WebServerLive(EdgeLive))
-    return yield* warmUpRequests((request) => fetch(request), `http://127.0.0.1:${port}`, apiKey)
+    return yield* warmUpRequests(`http://127.0.0.1:${port}`, apiKey)
   }).pipe(
     Effect.scoped,
     Effect.provide(MiddlewareLive),

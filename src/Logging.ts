@@ -108,60 +108,41 @@ export class AccessLogOutput extends Context.Tag("AccessLogOutput")<
 
 /**
  * Lines for stderr, written together once per turn of the event loop: a write per line (what
- * `console.error` does) cost much of a whoami's throughput at the default level. They go out as one
- * string (a buffer of our own only when stderr takes part of it). Whatever is still waiting is
- * written when the process exits, so no line is lost to a failed start or a graceful stop.
+ * `console.error` does) cost much of a whoami's throughput at the default level. Whatever is
+ * still buffered is written when the process exits, so no line is lost to a failed start.
  */
 const bufferedStderr = (() => {
   let pending: Array<string> = []
   let unwritten: Buffer | undefined
-  let timer: ReturnType<typeof setTimeout> | ReturnType<typeof setImmediate> | undefined
-  /** Writes `text` as far as stderr takes it; the rest, or undefined when all went out or stderr is gone. */
-  const writeOut = (text: string | Buffer): Buffer | undefined => {
-    let rest: string | Buffer = text
-    while (rest.length > 0) {
+  let retry: ReturnType<typeof setTimeout> | undefined
+  /** Writes what is pending; false when stderr is full (EAGAIN) and the rest must wait. */
+  const write = (): boolean => {
+    if (pending.length > 0) {
+      const text = Buffer.from(`${pending.join("\n")}\n`)
+      unwritten = unwritten === undefined ? text : Buffer.concat([unwritten, text])
+      pending = []
+    }
+    while (unwritten !== undefined && unwritten.length > 0) {
       try {
-        const written = typeof rest === "string" ? writeSync(2, rest) : writeSync(2, rest)
-        if (typeof rest === "string") {
-          // Most writes take everything: only a partial one needs the bytes counted.
-          if (written === Buffer.byteLength(rest)) return undefined
-          rest = Buffer.from(rest)
-        }
-        rest = rest.subarray(written)
+        unwritten = unwritten.subarray(writeSync(2, unwritten))
       } catch (error) {
-        if ((error as NodeJS.ErrnoException).code === "EAGAIN") {
-          return typeof rest === "string"
-            ? Buffer.from(rest)
-            : rest
-        }
+        if ((error as NodeJS.ErrnoException).code === "EAGAIN") return false
         // Nobody reads stderr any more (EPIPE, say): the lines are dropped, the service goes on.
-        return undefined
+        unwritten = undefined
       }
     }
-    return undefined
-  }
-  /** Writes what is waiting; false when stderr is full (EAGAIN) and the rest must wait. */
-  const write = (): boolean => {
-    if (unwritten !== undefined) {
-      unwritten = writeOut(unwritten)
-      if (unwritten !== undefined) return false
-    }
-    if (pending.length > 0) {
-      const text = `${pending.join("\n")}\n`
-      pending = []
-      unwritten = writeOut(text)
-    }
-    return unwritten === undefined
+    unwritten = undefined
+    return true
   }
   const flush = () => {
-    timer = undefined
-    if (!write()) timer = setTimeout(flush, 1)
+    retry = undefined
+    if (!write()) retry = setTimeout(flush, 1)
   }
   process.on("exit", () => {
     for (let attempt = 0; attempt < 1_000 && !write(); attempt++) Bun.sleepSync(1)
   })
   return (line: string) => {
-    if (pending.push(line) === 1 && timer === undefined) timer = setImmediate(flush)
+    if (pending.push(line) === 1 && retry === undefined) setImmediate(flush)
   }
 })()
 

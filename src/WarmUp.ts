@@ -39,7 +39,7 @@ const activatePath = `/v1/creators/${creatorId}/campaigns/${campaignId}/activate
 const activateBody = JSON.stringify({ socialUsername: "@warm.up", plannedPostAt: "2030-01-01" })
 
 /** An answer read to its end, as a client reads it. */
-const drained = async (response: Response | Promise<Response>) => {
+const drained = async (response: Promise<Response>) => {
   const answer = await response
   await answer.arrayBuffer()
   return answer
@@ -48,30 +48,18 @@ const drained = async (response: Response | Promise<Response>) => {
 /**
  * One round of what a server answers most: whoami, an activation and its replay, that activation
  * by id, a page of its campaign, its campaign's analytics, a refused key and an unknown path, each
- * sent with `fetch` to `base`, the private copy's listener.
+ * sent over HTTP to `base`, the private copy's listener.
  */
-const round = async (
-  fetch: (request: Request) => Response | Promise<Response>,
-  base: string,
-  apiKey: string,
-  n: number
-) => {
+const round = async (base: string, apiKey: string, n: number) => {
   const authorization = `Bearer ${apiKey}`
   const get = (path: string, headers: Record<string, string> = { authorization }) =>
-    drained(fetch(new Request(`${base}${path}`, { headers })))
+    drained(fetch(`${base}${path}`, { headers }))
   const activate = () =>
-    fetch(
-      new Request(`${base}${activatePath}`, {
-        method: "POST",
-        headers: {
-          authorization,
-          "content-type": "application/json",
-          "content-length": String(activateBody.length),
-          "idempotency-key": `warm-up-${n}`
-        },
-        body: activateBody
-      })
-    )
+    fetch(`${base}${activatePath}`, {
+      method: "POST",
+      headers: { authorization, "content-type": "application/json", "idempotency-key": `warm-up-${n}` },
+      body: activateBody
+    })
   await get("/v1/whoami")
   const { activation } = (await (await activate()).json()) as { readonly activation?: { readonly id: string } }
   await drained(activate())
@@ -83,21 +71,16 @@ const round = async (
 }
 
 /**
- * The warm-up's requests, sent with `fetch` to `base`, a private copy of the service holding
- * `apiKey`: `rounds` rounds, `inFlight` at a time, each round a turn of the event loop of its own
- * so that the server's clients are answered in between.
+ * The warm-up's requests to `base`, a private copy of the service holding `apiKey`: `rounds`
+ * rounds, `inFlight` at a time, each round a turn of the event loop of its own so that the
+ * server's clients are answered in between.
  */
-export const warmUpRequests = (
-  fetch: (request: Request) => Response | Promise<Response>,
-  base: string,
-  apiKey: string,
-  rounds: number = warmUpRounds
-) =>
+export const warmUpRequests = (base: string, apiKey: string, rounds: number = warmUpRounds) =>
   Effect.promise(async () => {
     let next = 0
     const worker = async () => {
       while (next < rounds) {
-        await round(fetch, base, apiKey, next++)
+        await round(base, apiKey, next++)
         await new Promise((resolve) => setImmediate(resolve))
       }
     }
