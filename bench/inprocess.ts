@@ -29,21 +29,18 @@ if (allocations === "1") {
     stderr: "pipe"
   })
   if (!child.success) throw new Error(`the measuring child failed:\n${child.stderr.toString().slice(-2000)}`)
-  const perRequest = new Map<string, number>()
-  let current: { readonly label: string; readonly requests: number; bytes: number } | undefined
+  // The cycles that ended between the marks: each says what was allocated in it.
+  let measuring = false
+  let requests = 0
+  let bytes = 0
   for (const line of child.stderr.toString().split("\n")) {
-    const mark = /^MARK (\S+) (\d+)$/.exec(line)
-    if (mark !== null) current = { label: mark[1]!, requests: Number(mark[2]), bytes: 0 }
-    else if (line === "MARK end" && current !== undefined) {
-      perRequest.set(current.label, current.bytes / current.requests)
-      current = undefined
-    } else {
-      const cycle = /bytes allocated this cycle: (\d+)/.exec(line)
-      if (cycle !== null && current !== undefined) current.bytes += Number(cycle[1])
-    }
+    const begin = /^MARK begin (\d+)$/.exec(line)
+    if (begin !== null) [measuring, requests] = [true, Number(begin[1])]
+    else if (line === "MARK end") measuring = false
+    else if (measuring) bytes += Number(/bytes allocated this cycle: (\d+)/.exec(line)?.[1] ?? 0)
   }
   console.log(
-    `${scenario}: ${(perRequest.get("service")! / 1024).toFixed(1)} KB allocated per request (LOG_LEVEL=${
+    `${scenario}: ${(bytes / requests / 1024).toFixed(1)} KB allocated per request (LOG_LEVEL=${
       process.env["LOG_LEVEL"] ?? "warn"
     })`
   )
@@ -133,13 +130,10 @@ const round = async (requests: number) => {
 if (allocations === "child") {
   await round(Math.min(perRound, 5_000))
   const measured = perRound * rounds
-  const marked = async (label: string, run: () => Promise<unknown>) => {
-    Bun.gc(true)
-    process.stderr.write(`MARK ${label} ${measured}\n`)
-    await run()
-    process.stderr.write("MARK end\n")
-  }
-  await marked("service", () => round(measured))
+  Bun.gc(true)
+  process.stderr.write(`MARK begin ${measured}\n`)
+  await round(measured)
+  process.stderr.write("MARK end\n")
   process.exit(0)
 }
 
