@@ -3,6 +3,7 @@ import { Context, Option } from "effect"
 import { scopeOf } from "./ApiKeys/Api.ts"
 import {
   declaredEndpoints,
+  ErrorCases,
   middlewareOf,
   OptionalRequestHeaders,
   type SuccessHeader,
@@ -14,7 +15,8 @@ import { RequireIdempotencyKey } from "./Idempotency/Api.ts"
 /**
  * Finishing touches on the generated OpenAPI document, so that it matches the wire:
  * HttpApi always lists its own HttpApiDecodeError, which never reaches a client here
- * (it leaves as VALIDATION_ERROR), and response headers have no place in HttpApi schemas.
+ * (it leaves as VALIDATION_ERROR), response headers have no place in HttpApi schemas, and the
+ * `HEAD` the server answers on every GET route is no endpoint of the definition.
  * What differs between operations is read from their declaration: the scope each requires, and
  * whether it answers repeats of an `Idempotency-Key` (`Idempotent-Replayed`).
  */
@@ -25,10 +27,23 @@ const isDecodeErrorRef = (schema: Json) => schema.$ref === "#/components/schemas
 
 const header = (description: string, schema: Json = { type: "string" }) => ({ description, schema })
 
-const requestIdHeader = {
-  ...header("The request's id, as the service's log names it: a new UUID, or the one a trusted reverse proxy sent."),
-  required: true
+/** The headers on every answer of the service (README, For integrators), declared once and referred to. */
+const everyAnswer: Json = {
+  "X-Request-Id": {
+    ...header("The request's id, as the service's log names it: a new UUID, or the one a trusted reverse proxy sent."),
+    required: true
+  },
+  "X-Content-Type-Options": {
+    ...header("`nosniff`: no browser reads an answer as anything but its `Content-Type`.", {
+      type: "string",
+      enum: ["nosniff"]
+    }),
+    required: true
+  }
 }
+const everyAnswerRefs = Object.fromEntries(
+  Object.keys(everyAnswer).map((name) => [name, { $ref: `#/components/headers/${name}` }])
+)
 const rateLimitHeaders = {
   "RateLimit-Policy": {
     ...header("The key's quota (IETF draft-10), its own or the server's, e.g. `\"default\";q=120;w=60`."),
@@ -61,7 +76,7 @@ const rateLimitHeadersFor = (status: string): Json => {
 }
 
 const headersFor = (status: string, secured: boolean, replays: boolean): Json => ({
-  "X-Request-Id": requestIdHeader,
+  ...everyAnswerRefs,
   ...(secured ? rateLimitHeadersFor(status) : {}),
   ...(status === "401"
     ? { "WWW-Authenticate": { ...header("`Bearer`"), required: true } }
@@ -113,7 +128,13 @@ interface Declaration {
   readonly optionalHeaders: Readonly<Record<string, string>>
   /** Headers its 200 (and 304) carries, with what they mean. */
   readonly successHeaders: Readonly<Record<string, SuccessHeader>>
+  /** When it answers an error status, beyond its schemas, by status. */
+  readonly errorCases: Readonly<Record<string, string>>
 }
+
+/** Said of every operation's 400: the edge refuses these on each (README, Errors). */
+const unknownQuery =
+  "A query parameter the operation does not take, or one given twice, is `VALIDATION_ERROR` naming it."
 
 /** The transform for `api`'s document (`OpenApi.Transform`), by operation id (`group.endpoint`). */
 export const finishDocument = (api: HttpApi.HttpApi.Any) => {
@@ -127,7 +148,8 @@ export const finishDocument = (api: HttpApi.HttpApi.Any) => {
         optionalHeaders: Option.getOrElse(
           Context.getOption(declared.endpoint.annotations, OptionalRequestHeaders),
           () => ({})
-        )
+        ),
+        errorCases: Option.getOrElse(Context.getOption(declared.endpoint.annotations, ErrorCases), () => ({}))
       }
     ])
   )
@@ -148,12 +170,6 @@ const finish = (spec: Json, declarations: ReadonlyMap<string, Declaration>): Jso
       if (declaration !== undefined && Option.isSome(declaration.scope)) {
         operation.security = grantedBy(declaration.scope.value).map((scope) => ({ bearer: [scope] }))
       }
-      // Answered on every GET route, and said here rather than as operations of their own.
-      if (method === "get") {
-        operation.description = `${
-          operation.description ?? ""
-        } \`HEAD ${path}\` is answered as this GET, headers included, without the body.`.trim()
-      }
       for (const [name, description] of Object.entries(declaration?.optionalHeaders ?? {})) {
         operation.parameters.push({ name, in: "header", required: false, description, schema: { type: "string" } })
       }
@@ -167,7 +183,14 @@ const finish = (spec: Json, declarations: ReadonlyMap<string, Declaration>): Jso
             continue
           }
           content.schema = schema
-          if (Number(status) >= 400) response.description = codesOf(schema).join(", ")
+          if (Number(status) >= 400) {
+            const cases = [
+              ...(declaration?.errorCases[status] === undefined ? [] : [declaration.errorCases[status]]),
+              ...(status === "400" ? [unknownQuery] : [])
+            ]
+            const codes = codesOf(schema).join(", ")
+            response.description = cases.length === 0 ? codes : `${codes}. ${cases.join(" ")}`
+          }
         }
         response.headers = headersFor(status, secured, declaration?.replays ?? false)
         if (status === "200" || status === "304") {
@@ -184,8 +207,26 @@ const finish = (spec: Json, declarations: ReadonlyMap<string, Declaration>): Jso
         // Working values to try the operation with (the README's walkthrough).
         if (parameter.in === "path") parameter.example = pathExamples[parameter.name]
       }
+      if (method === "get") operations.head = headOf(path, operation)
     }
   }
   for (const name of decodeErrorSchemas) delete spec.components.schemas[name]
+  spec.components.headers = everyAnswer
   return spec
 }
+
+/**
+ * `HEAD` on a GET route, which the server answers as the GET without its body: the same
+ * parameters, security, statuses and headers, and no content.
+ */
+const headOf = (path: string, get: Json): Json => ({
+  ...structuredClone(get),
+  operationId: `${get.operationId}.head`,
+  summary: `${get.summary} (headers only)`,
+  description: `The answer of \`GET ${path}\`, its status and headers (\`Date\` too), without its body.`,
+  responses: Object.fromEntries(
+    Object.entries<Json>(get.responses).map((
+      [status, { content: _, ...response }]
+    ) => [status, structuredClone(response)])
+  )
+})

@@ -62,3 +62,10 @@ export class SuccessHeaders
 export class OptionalRequestHeaders
   extends Context.Tag("OptionalRequestHeaders")<OptionalRequestHeaders, Readonly<Record<string, string>>>()
 {}
+
+/**
+ * When an endpoint answers an error status beyond what its schemas say (the analytics window's
+ * `from` after `to`), by status, as sentences: an annotation, so that the OpenAPI document's
+ * response says it (`ApiDocument.ts`).
+ */
+export class ErrorCases extends Context.Tag("ErrorCases")<ErrorCases, Readonly<Record<string, string>>>() {}

@@ -57,8 +57,24 @@ const responseSchema = (response: Json): Json => response.content["application/j
 const alternatives = (schema: Json): Array<Json> =>
   (schema.anyOf ?? schema.oneOf ?? [schema]).map((s: Json) => (s.$ref === undefined ? s : component(s.$ref)))
 
+/** A response's headers by name, each a reusable one (`#/components/headers/…`) resolved. */
+const headersOf = (response: Json): Record<string, Json> =>
+  Object.fromEntries(
+    Object.entries<Json>(response.headers ?? {}).map(([name, header]) => {
+      if (header.$ref === undefined) return [name, header]
+      const prefix = "#/components/headers/"
+      if (!String(header.$ref).startsWith(prefix)) throw new Error(`not a component header: ${header.$ref}`)
+      const resolved = document.components.headers?.[header.$ref.slice(prefix.length)]
+      if (resolved === undefined) throw new Error(`dangling $ref ${header.$ref}`)
+      return [name, resolved]
+    })
+  )
+
 /** Another spelling of the path (404) or another method (405): any operation's path may get them. */
 const routeMisses = { "404": ["NOT_FOUND"], "405": ["METHOD_NOT_ALLOWED"] }
+
+/** A query parameter an operation does not take, or one given twice: any operation may get it. */
+const unknownQuery = { "400": ["VALIDATION_ERROR"] }
 
 /** A read's: a bad path id or query parameter, the key, its rate limit and its scope. */
 const readErrors = {
@@ -89,28 +105,31 @@ const contractErrors: Record<string, Record<string, Array<string>>> = {
   "activations.list": readErrors,
   "analytics.campaign": readErrors,
   "identity.whoami": {
+    ...unknownQuery,
     "401": ["UNAUTHORIZED"],
     "429": ["RATE_LIMITED"],
     ...routeMisses,
     "500": ["INTERNAL_ERROR"],
     "503": ["SERVICE_UNAVAILABLE"]
   },
-  "health.alive": { ...routeMisses, "500": ["INTERNAL_ERROR"], "503": ["SERVICE_UNAVAILABLE"] },
-  "health.ready": { ...routeMisses, "500": ["INTERNAL_ERROR"], "503": ["SERVICE_UNAVAILABLE"] }
+  "health.alive": { ...unknownQuery, ...routeMisses, "500": ["INTERNAL_ERROR"], "503": ["SERVICE_UNAVAILABLE"] },
+  "health.ready": { ...unknownQuery, ...routeMisses, "500": ["INTERNAL_ERROR"], "503": ["SERVICE_UNAVAILABLE"] }
 }
+
+/** The operations a GET route answers: the GET, and HEAD, as the GET without its body. */
+const getOperations = [
+  "activations.get",
+  "activations.list",
+  "analytics.campaign",
+  "identity.whoami",
+  "health.alive",
+  "health.ready"
+]
 
 const secured = ["activations.activate", "activations.get", "activations.list", "analytics.campaign", "identity.whoami"]
 
-// Sent with every answer (README, For integrators), as the HTTP ones are: not repeated on every response.
-const standardHeaders = [
-  "content-type",
-  "content-length",
-  "date",
-  "connection",
-  "keep-alive",
-  "allow",
-  "x-content-type-options"
-]
+// HTTP's own, which no operation's response lists.
+const standardHeaders = ["content-type", "content-length", "date", "connection", "keep-alive"]
 
 describe("GET /openapi.json", () => {
   it("is a valid OpenAPI 3.1 document", async () => {
@@ -124,19 +143,30 @@ describe("GET /openapi.json", () => {
     await expect(`${JSON.stringify(document, null, 2)}\n`).toMatchFileSnapshot("__snapshots__/openapi.json")
   })
 
-  it("has exactly the seven operations, and every $ref resolves", () => {
+  it("has exactly the seven operations and HEAD on each GET, and every $ref resolves", () => {
     expect(operations().map(({ method, operation, path }) => [operation.operationId, method, path]).sort()).toEqual([
       ["activations.activate", "post", "/v1/creators/{creatorId}/campaigns/{campaignId}/activate"],
       ["activations.get", "get", "/v1/activations/{activationId}"],
+      ["activations.get.head", "head", "/v1/activations/{activationId}"],
       ["activations.list", "get", "/v1/activations"],
+      ["activations.list.head", "head", "/v1/activations"],
       ["analytics.campaign", "get", "/v1/campaigns/{campaignId}/analytics"],
+      ["analytics.campaign.head", "head", "/v1/campaigns/{campaignId}/analytics"],
       ["health.alive", "get", "/healthz"],
+      ["health.alive.head", "head", "/healthz"],
       ["health.ready", "get", "/readyz"],
-      ["identity.whoami", "get", "/v1/whoami"]
+      ["health.ready.head", "head", "/readyz"],
+      ["identity.whoami", "get", "/v1/whoami"],
+      ["identity.whoami.head", "head", "/v1/whoami"]
     ])
     const refs = [...JSON.stringify(document).matchAll(/"\$ref":"([^"]+)"/g)].map((match) => match[1]!)
     expect(refs.length).toBeGreaterThan(0)
-    for (const ref of refs) expect(() => component(ref)).not.toThrow()
+    for (const ref of refs.filter((ref) => !ref.startsWith("#/components/headers/"))) {
+      expect(() => component(ref)).not.toThrow()
+    }
+    for (const { operation } of operations()) {
+      for (const response of Object.values<Json>(operation.responses)) expect(() => headersOf(response)).not.toThrow()
+    }
   })
 
   it("never mentions HttpApiDecodeError, which never reaches the wire", () => {
@@ -289,10 +319,47 @@ describe("GET /openapi.json", () => {
     }
   })
 
-  it("says HEAD is answered on each GET operation, lists If-None-Match on the get, and names a contact", () => {
-    for (const { method, operation, path } of operations()) {
-      if (method === "get") expect(operation.description, operation.operationId).toContain(`\`HEAD ${path}\``)
+  it("declares HEAD on each GET route as the GET without content: its parameters, security, statuses and headers", () => {
+    for (const operationId of getOperations) {
+      const { responses, ...get } = operation(operationId)
+      const head = operation(`${operationId}.head`)
+      expect(head).toMatchObject({ parameters: get.parameters, security: get.security, tags: get.tags })
+      expect(head.requestBody).toBeUndefined()
+      expect(Object.keys(head.responses), operationId).toEqual(Object.keys(responses))
+      for (const [status, response] of Object.entries<Json>(head.responses)) {
+        expect(response.content, `${operationId}.head ${status}`).toBeUndefined()
+        expect(response.headers, `${operationId}.head ${status}`).toEqual(responses[status].headers)
+      }
     }
+  })
+
+  it("declares X-Content-Type-Options: nosniff, required, on every response of every operation", () => {
+    for (const { operation } of operations()) {
+      for (const [status, response] of Object.entries<Json>(operation.responses)) {
+        expect(headersOf(response)["X-Content-Type-Options"], `${operation.operationId} ${status}`).toMatchObject({
+          required: true,
+          schema: { type: "string", enum: ["nosniff"] }
+        })
+      }
+    }
+  })
+
+  it("says on each operation's 400 that a query parameter it does not take is refused, and on the analytics' that `from` after `to` is", () => {
+    for (const { operation } of operations()) {
+      expect(operation.responses["400"]?.description, operation.operationId).toContain(
+        "A query parameter the operation does not take, or one given twice, is `VALIDATION_ERROR`"
+      )
+    }
+    const analytics = operation("analytics.campaign")
+    expect(analytics.responses["400"].description).toContain("`from` after `to` is `VALIDATION_ERROR`")
+    const [from, to] = ["from", "to"].map((name) => analytics.parameters.find((p: Json) => p.name === name))
+    expect([from.description, to.description]).toEqual([
+      expect.stringContaining("After `to`: 400 `VALIDATION_ERROR`"),
+      expect.stringContaining("Before `from`: 400 `VALIDATION_ERROR`")
+    ])
+  })
+
+  it("lists If-None-Match on the get, and names a contact", () => {
     expect(operation("activations.get").parameters).toContainEqual(
       expect.objectContaining({ name: "If-None-Match", in: "header", required: false })
     )
@@ -340,13 +407,14 @@ describe("GET /openapi.json", () => {
         const headers = Object.keys(response.headers ?? {})
         const where = `${operationId} ${status}`
         expect(headers, where).toContain("X-Request-Id")
+        expect(headersOf(response)["X-Request-Id"].required, where).toBe(true)
         // A 405 is answered before the key is read, a 401 refuses it; a route's 404, a 500 or a 503
         // may come before the key is checked: there the RateLimit headers may be missing.
         const limited = secured.includes(operationId) && status !== "401" && status !== "405"
         const always = limited && !["404", "500", "503"].includes(status)
         for (const name of ["RateLimit", "RateLimit-Policy"]) {
           expect(headers.includes(name), `${where} ${name}`).toBe(limited)
-          if (limited) expect(response.headers[name].required === true, `${where} ${name} required`).toBe(always)
+          if (limited) expect(headersOf(response)[name]!.required === true, `${where} ${name} required`).toBe(always)
         }
         if (status === "429") expect(headers, where).toContain("Retry-After")
         if (secured.includes(operationId) && (status === "401" || status === "403")) {
@@ -392,36 +460,53 @@ describe("live responses against the document", () => {
       new RegExp(`^${template.replace(/\{[^}]+\}/g, "[^/]+")}$`).test(path)
     )
 
-  /** Checks an answer against the document's operation for the method and path it was sent to. */
+  /**
+   * Checks an answer against the document's operation for the method and path it was sent to: a
+   * status it lists, a body its schema takes (none for HEAD, as the document says), and the headers
+   * it lists.
+   */
   const conforms = (method: string, path: string, answer: Answer) => {
-    const template = templateOf(path)
+    const template = templateOf(path.split("?")[0]!)
     expect(template, `${method} ${path} is documented`).toBeDefined()
-    const documented: Json = document.paths[template!][method.toLowerCase()]
-    expect(Object.keys(documented.responses), `${documented.operationId} lists ${answer.status}`).toContain(
+    const documented: Json | undefined = document.paths[template!][method.toLowerCase()]
+    expect(documented, `${method} ${template} is an operation of the document`).toBeDefined()
+    expect(Object.keys(documented!.responses), `${documented!.operationId} lists ${answer.status}`).toContain(
       String(answer.status)
     )
-    const response: Json = documented.responses[String(answer.status)]
-    const validate = ajv.compile(responseSchema(response))
-    expect(answer.headers.get("content-type")).toMatch(/^application\/json/)
-    expect(
-      { body: answer.json, errors: validate(answer.json) ? [] : validate.errors },
-      `${documented.operationId} ${answer.status}`
-    ).toEqual({ body: answer.json, errors: [] })
-    const documentedHeaders = Object.keys(response.headers ?? {}).map((name) => name.toLowerCase())
+    const response: Json = documented!.responses[String(answer.status)]
+    if (method === "HEAD") {
+      expect(response.content, `${documented!.operationId} ${answer.status} has no content`).toBeUndefined()
+      expect(answer.text).toBe("")
+    } else {
+      const validate = ajv.compile(responseSchema(response))
+      expect(answer.headers.get("content-type")).toMatch(/^application\/json/)
+      expect(
+        { body: answer.json, errors: validate(answer.json) ? [] : validate.errors },
+        `${documented!.operationId} ${answer.status}`
+      ).toEqual({ body: answer.json, errors: [] })
+    }
+    const declared = headersOf(response)
+    const documentedHeaders = Object.keys(declared).map((name) => name.toLowerCase())
     const ownHeaders: Array<string> = []
     answer.headers.forEach((_, name) => {
       if (!standardHeaders.includes(name)) ownHeaders.push(name)
     })
-    expect(documentedHeaders, `${documented.operationId} ${answer.status} documents what it sends`).toEqual(
+    expect(documentedHeaders, `${documented!.operationId} ${answer.status} documents what it sends`).toEqual(
       expect.arrayContaining(ownHeaders)
     )
-    const required = Object.entries<Json>(response.headers ?? {}).filter(([, header]) => header.required === true)
+    const required = Object.entries<Json>(declared).filter(([, header]) => header.required === true)
       .map(([name]) => name.toLowerCase())
     expect(
       required.filter((name) => !answer.headers.has(name)),
-      `${documented.operationId} ${answer.status} sends what it requires`
+      `${documented!.operationId} ${answer.status} sends what it requires`
     )
       .toEqual([])
+    for (const [name, header] of Object.entries<Json>(declared)) {
+      const value = answer.headers.get(name)
+      if (value !== null && header.schema?.enum !== undefined) {
+        expect(header.schema.enum, `${documented!.operationId} ${answer.status} ${name}`).toContain(value)
+      }
+    }
   }
 
   it("a path of another spelling (404) and another method (405, with Allow) are answered as each operation documents", async () => {
@@ -491,6 +576,96 @@ describe("live responses against the document", () => {
       const answer = await call(server.url, { path })
       expect(answer.status).toBe(200)
       conforms("GET", path, answer)
+    }
+  })
+
+  /** A key of one brand that may call every operation: a new one each time, as the rate limit is 3 a minute. */
+  const brandId = crypto.randomUUID()
+  const everything = () =>
+    createKey(database, { brandId, scopes: ["campaigns:write", "campaigns:read", "analytics:read"] })
+
+  it("a query parameter the operation does not take: the 400 each operation declares", async () => {
+    const { json } = await activate(server.url, {
+      apiKey: (await everything()).apiKey,
+      key: `contract-${crypto.randomUUID()}`,
+      body: { socialUsername: "@contract" }
+    })
+    const paths = [
+      "/v1/whoami",
+      "/healthz",
+      "/readyz",
+      "/v1/activations",
+      `/v1/activations/${json.activation.id}`,
+      `/v1/campaigns/${crypto.randomUUID()}/analytics`
+    ]
+    for (const path of paths) {
+      const answer = await call(server.url, { path: `${path}?x=1`, apiKey: (await everything()).apiKey })
+      expect({ path, status: answer.status, code: answer.json?.code }).toEqual({
+        path,
+        status: 400,
+        code: "VALIDATION_ERROR"
+      })
+      conforms("GET", path, answer)
+    }
+    const posted = await activate(server.url, {
+      apiKey: (await everything()).apiKey,
+      key: `contract-${crypto.randomUUID()}`,
+      path: `${activatePath()}?x=1`,
+      body: { socialUsername: "@contract" }
+    })
+    expect([posted.status, posted.json.code]).toEqual([400, "VALIDATION_ERROR"])
+    conforms("POST", activatePath(), posted)
+  })
+
+  it("analytics: `from` after `to` is the 400 it declares, and a range its 200", async () => {
+    const { apiKey } = await everything()
+    const path = `/v1/campaigns/${crypto.randomUUID()}/analytics`
+    const backwards = await call(server.url, { path: `${path}?from=2026-12-02&to=2026-12-01`, apiKey })
+    expect([backwards.status, backwards.json.code]).toEqual([400, "VALIDATION_ERROR"])
+    conforms("GET", path, backwards)
+    const ranged = await call(server.url, { path: `${path}?from=2026-12-01&to=2026-12-01`, apiKey })
+    expect(ranged.status).toBe(200)
+    conforms("GET", path, ranged)
+  })
+
+  it("list: `limit` in each decimal spelling of an integer from 1 to 100 is the 200 it declares", async () => {
+    const { apiKey } = await everything()
+    for (const limit of ["05", "%2B5", "5.0"]) {
+      const answer = await call(server.url, { path: `/v1/activations?limit=${limit}`, apiKey })
+      expect({ limit, status: answer.status }).toEqual({ limit, status: 200 })
+      conforms("GET", "/v1/activations", answer)
+    }
+  })
+
+  it("HEAD on each GET route: answered as the head operation the document declares, without a body", async () => {
+    const { json } = await activate(server.url, {
+      apiKey: (await everything()).apiKey,
+      key: `contract-${crypto.randomUUID()}`,
+      body: { socialUsername: "@contract" }
+    })
+    const record = `/v1/activations/${json.activation.id}`
+    const { headers } = await call(server.url, { path: record, apiKey: (await everything()).apiKey })
+    const analytics = `/v1/campaigns/${crypto.randomUUID()}/analytics`
+    const heads: Array<[string, Record<string, string>, number]> = [
+      ["/healthz", {}, 200],
+      ["/healthz?x=1", {}, 400],
+      ["/readyz", {}, 200],
+      ["/v1/whoami", {}, 401],
+      ["/v1/whoami", {}, 200],
+      ["/v1/whoami?x=1", {}, 400],
+      [record, {}, 200],
+      [record, { "if-none-match": headers.get("etag")! }, 304],
+      [`/v1/activations/${crypto.randomUUID()}`, {}, 404],
+      ["/v1/activations", {}, 200],
+      ["/v1/activations?limit=0", {}, 400],
+      [analytics, {}, 200],
+      [`${analytics}?from=2026-12-02&to=2026-12-01`, {}, 400]
+    ]
+    for (const [path, sent, status] of heads) {
+      const apiKey = status === 401 ? undefined : (await everything()).apiKey
+      const answer = await call(server.url, { method: "HEAD", path, apiKey, headers: sent })
+      expect({ path, status: answer.status }).toEqual({ path, status })
+      conforms("HEAD", path, answer)
     }
   })
 })

@@ -179,14 +179,40 @@ export const ActivationIdPath = Schema.Struct({
   activationId: Uuid("activationId")
 })
 
-/** A page size: 1 to 100, written as a whole number. */
-const PageLimit = Schema.String.annotations(message("limit must be a whole number from 1 to 100")).pipe(
-  Schema.filter((text) => /^(?:[1-9]\d?|100)$/.test(text) || "limit must be a whole number from 1 to 100")
+const notAPageLimit = "limit must be a whole number from 1 to 100"
+
+/**
+ * A page size, 1 to 100, in any decimal spelling of it (README, Reads): leading zeros, a `+` and a
+ * fractional part of zeros, as a client that writes the document's integer its own way may send it.
+ */
+const pageLimitSpelling = /^\+?0*(?:[1-9]\d?|100)(?:\.0+)?$/
+
+const PageLimit = Schema.transform(
+  Schema.String.annotations(message(notAPageLimit)).pipe(
+    Schema.filter((text) => pageLimitSpelling.test(text) || notAPageLimit)
+  ),
+  Schema.String,
+  // Its plain spelling, which the next page's `Link` repeats.
+  { strict: true, decode: (text) => String(Number(text)), encode: (limit) => limit }
 ).annotations({
-  // A number on the wire as every query parameter is text: the document gives its range and default.
-  jsonSchema: { type: "integer", minimum: 1, maximum: 100, default: 20, description: "How many records a page holds" },
+  // A number on the wire as every query parameter is text: the document gives its range and default
+  // (a `pattern` would be ignored on an integer, and a string would make typed clients send text).
+  jsonSchema: {
+    type: "integer",
+    minimum: 1,
+    maximum: 100,
+    default: 20,
+    description:
+      "How many records a page holds: a whole number from 1 to 100 in decimal, leading zeros, a `+` (`%2B` in a query) and a fractional part of zeros allowed (`05`, `%2B5`, `5.0`)"
+  },
   examples: ["20"],
-  arbitrary: () => (fc) => fc.integer({ min: 1, max: 100 }).map(String)
+  arbitrary: () => (fc) =>
+    fc.tuple(
+      fc.constantFrom("", "+"),
+      fc.constantFrom("", "0", "00"),
+      fc.integer({ min: 1, max: 100 }),
+      fc.constantFrom("", ".0", ".00")
+    ).map(([sign, zeros, limit, fraction]) => `${sign}${zeros}${limit}${fraction}`)
 })
 
 /**
@@ -237,7 +263,9 @@ const Day = (field: string) =>
       maxLength: 10,
       description: `The range's ${
         field === "from" ? "first" : "last"
-      } UTC day, inclusive; omitted, the range is open on that side`
+      } UTC day, inclusive; omitted, the range is open on that side. ${
+        field === "from" ? "After `to`" : "Before `from`"
+      }: 400 \`VALIDATION_ERROR\``
     },
     examples: [field === "from" ? "2026-12-01" : "2026-12-31"],
     arbitrary: daysFrom("2026-01-01", "2027-12-31")
