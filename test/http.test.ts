@@ -250,6 +250,74 @@ describe.each(backends)("on $name", (backend) => {
       }
     })
 
+    it("answers a path with a dot segment or a backslash as no route's spelling (404), though Bun resolves it to one", async () => {
+      // A key of its own: the shared writer's rate limit is for the tests that share it.
+      const { apiKey } = await createKey(database, { scopes: ["campaigns:write", "campaigns:read"] })
+      const spellings: Array<[string, string]> = [
+        ["GET", "/v1/./whoami"],
+        ["GET", "/v1/x/../whoami"],
+        ["GET", "/v1/%2e%2e/v1/whoami"],
+        ["GET", "/v1/%2E/whoami"],
+        ["GET", "/v1\\whoami"],
+        ["GET", "/v1/whoami/."],
+        ["GET", "/./healthz"],
+        ["GET", `/v1/activations/x/../${crypto.randomUUID()}`],
+        ["HEAD", "/v1/./whoami"],
+        ["DELETE", "/v1/./whoami"],
+        ["POST", activatePath().replace("/activate", "/./activate")]
+      ]
+      for (const [method, path] of spellings) {
+        const answer = responseOf(
+          await exchange(server.url, rawRequest(method, path, [["authorization", `Bearer ${apiKey}`]]), {
+            bodyless: method === "HEAD"
+          })
+        )
+        expect({ method, path, status: answer.status }).toEqual({ method, path, status: 404 })
+        if (method !== "HEAD") expectEnvelope(answer, 404, "NOT_FOUND")
+      }
+      // Each route's own spelling still answers, with a trailing slash too.
+      for (const path of ["/v1/whoami", "/v1/whoami/", "/healthz/"]) {
+        const answer = responseOf(
+          await exchange(server.url, rawRequest("GET", path, [["authorization", `Bearer ${apiKey}`]]))
+        )
+        expect({ path, status: answer.status }).toEqual({ path, status: 200 })
+      }
+    })
+
+    it("never replays an Idempotency-Key sent to a dot-segment spelling of its path, nor activates there", async () => {
+      const { apiKey } = await createKey(database)
+      const key = uniqueKey()
+      const body = JSON.stringify({ socialUsername: "@dotted" })
+      const headers: Array<[string, string]> = [
+        ["authorization", `Bearer ${apiKey}`],
+        ["idempotency-key", key],
+        ["content-type", "application/json"]
+      ]
+      const send = async (path: string) => responseOf(await exchange(server.url, rawRequest("POST", path, headers, body)))
+      const original = await send(activatePath())
+      expect(original.status).toBe(200)
+      const dotted = await send(activatePath().replace(`/campaigns/${campaignId}`, `/campaigns/x/../${campaignId}`))
+      expectEnvelope(dotted, 404, "NOT_FOUND")
+      expect(dotted.headers["idempotent-replayed"]).toBeUndefined()
+      const fresh = activatePath(crypto.randomUUID())
+      expectEnvelope(await send(fresh.replace("/campaigns/", "/./campaigns/")), 404, "NOT_FOUND")
+      expect(await countActivations("creator_id = ?", fresh.split("/")[3]!)).toBe(0)
+      // The key's own path still replays it.
+      const replayed = await send(activatePath())
+      expect([replayed.body, replayed.headers["idempotent-replayed"]]).toEqual([original.body, "true"])
+    })
+
+    it("names a query parameter without a name in a sentence of its own", async () => {
+      for (const path of ["/v1/whoami?=1", "/v1/activations?="]) {
+        const answer = await call(server.url, { path, apiKey: reader.apiKey })
+        expectEnvelope(answer, 400, "VALIDATION_ERROR")
+        expect({ path, message: answer.json.message }).toEqual({
+          path,
+          message: "A query parameter has no name (nothing before its `=`); leave it out."
+        })
+      }
+    })
+
     it("answers a refusal from the headers at once, without waiting for the body, and closes the connection", async () => {
       // A body of 16000 declared bytes of which none is sent: any wait for it would end in the 10 s timeout.
       const declared: Array<[string, string]> = [["content-length", "16000"], ["content-type", "application/json"]]
@@ -280,6 +348,44 @@ describe.each(backends)("on $name", (backend) => {
       const slashed = await activateAsWriter({ key, path: `${activatePath()}/` })
       expect(slashed.text).toBe(original.text)
       expect(slashed.headers.get("idempotent-replayed")).toBe("true")
+    })
+  })
+
+  describe("GET /v1/activations", () => {
+    it("takes `limit` in any decimal spelling of 1 to 100, and its next page's Link spells it plainly", async () => {
+      const key = await createKey(database, { scopes: ["campaigns:write", "campaigns:read"] })
+      const campaign = crypto.randomUUID()
+      for (let i = 0; i < 2; i++) {
+        const made = await activate(server.url, {
+          apiKey: key.apiKey,
+          key: uniqueKey(),
+          path: activatePath(crypto.randomUUID(), campaign)
+        })
+        expect(made.status).toBe(200)
+      }
+      for (const limit of ["1", "01", "001", "%2B1", "%2B01", "1.0", "1.00", "%2B001.000"]) {
+        const page = await call(server.url, {
+          path: `/v1/activations?campaignId=${campaign}&limit=${limit}`,
+          apiKey: key.apiKey
+        })
+        expect({ limit, status: page.status, records: page.json?.activations?.length }).toEqual({
+          limit,
+          status: 200,
+          records: 1
+        })
+        expect(page.headers.get("link")).toMatch(/[?&]limit=1&/)
+      }
+      const hundred = await call(server.url, { path: "/v1/activations?limit=0100.0", apiKey: key.apiKey })
+      expect(hundred.status).toBe(200)
+      // A bare `+` in a query is a space (`+1` is " 1"); no exponent, sign or fraction that is not zeros.
+      for (const limit of ["+1", "1.", ".1", "1e0", "-1", "0", "000", "0.0", "101", "100.5", "1.01", "0x1", "%201"]) {
+        const refused = await call(server.url, { path: `/v1/activations?limit=${limit}`, apiKey: key.apiKey })
+        expectEnvelope(refused, 400, "VALIDATION_ERROR")
+        expect({ limit, message: refused.json.message }).toEqual({
+          limit,
+          message: "limit must be a whole number from 1 to 100"
+        })
+      }
     })
   })
 

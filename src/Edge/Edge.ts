@@ -29,7 +29,7 @@ import { docsPage, documentRoutes, encodedFor, openApiDocument, type PreparedDoc
 import { compileEndpoint, type Handlers, type MiddlewareOf, type Provided, type Reply, replyOf } from "./Endpoint.ts"
 import type { Exchange } from "./Exchange.ts"
 import { errorReply, makeRenderer, toWebResponse } from "./Render.ts"
-import { makeFallback, type Route } from "./Router.ts"
+import { makeFallback, type Route, unknownRoute } from "./Router.ts"
 import { EdgeRequest } from "./ServerRequest.ts"
 
 /** A document from bytes prepared once: compressed as the client takes it, 304 when it has them. */
@@ -91,18 +91,47 @@ export interface Summary {
   readonly write: (stopping: boolean) => Effect.Effect<void>
 }
 
-/** Where the path ends in a URL as Bun hands it: the path as sent, never normalised by a `URL`. */
-const pathStart = (url: string): number => url.indexOf("/", url.indexOf("//") + 2)
+/**
+ * Where the path starts in a URL as Bun hands it: the path as sent, never normalised by a `URL`,
+ * though Bun has resolved its dot segments and `\` already. `CONNECT host:port` is handed on as
+ * that target alone.
+ */
+const pathStart = (url: string): number => {
+  const authority = url.indexOf("//")
+  if (authority === -1) return 0
+  const start = url.indexOf("/", authority + 2)
+  return start === -1 ? url.length : start
+}
 const rawPath = (url: string): string => {
   const start = pathStart(url)
   const query = url.indexOf("?", start)
   return query === -1 ? url.slice(start) : url.slice(start, query)
 }
 
+/**
+ * The methods Bun's router tells apart by name (Bun 1.4.4): a request of any other method goes to
+ * the fallback whatever its path.
+ */
+const routedByBun: ReadonlySet<string> = new Set([
+  "GET",
+  "HEAD",
+  "POST",
+  "PUT",
+  "DELETE",
+  "PATCH",
+  "OPTIONS",
+  "TRACE",
+  "CONNECT"
+])
+
 /** What `Bun.serve` is given: its router's table for the API and a `fetch` for everything else. */
 export interface Edge {
+  /** Every spelling of every route (its own, and with a trailing slash), with each method Bun routes by name. */
   readonly routes: Record<string, Record<string, Handle>>
-  /** Answers any request, routing it itself: Bun's fallback, and the entry for tests and the bench. */
+  /**
+   * Given the peer, Bun's fallback: what its table did not match. Without one, in process (tests,
+   * the bench): any request, routed here.
+   */
   readonly fetch: (request: Request, peer?: string) => Response | Promise<Response>
   /** Who sent a request that came from `peer` (the web server's own answers name it too). */
   readonly callerOf: (request: Request, peer: string) => Caller
@@ -357,23 +386,54 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, synch
       return reply instanceof Promise ? settle(exchange, reply, startedAt) : respond(exchange, reply, startedAt)
     }
 
-    const fetch = (request: Request, peer = inProcess): Response | Promise<Response> => {
+    /** A request routed here by its path as Bun hands it: a route's, 405 with `Allow`, or 404. */
+    const routed = (request: Request, peer: string): Response | Promise<Response> => {
       const path = rawPath(request.url)
       const found = fallback(request.method, path)
       if (found._tag === "Dispatch") return run(found.route, request, path, found.params, peer)
       return run({ path: found.route, run: () => Effect.succeed(found.reply) }, request, path, {}, peer)
     }
 
+    /**
+     * Bun resolves dot segments (`/./`, `/../`, `%2e`) and `\` in a path before anyone sees it, so
+     * `/v1/x/../whoami` arrives as `/v1/whoami`; but its table matches only a path sent as spelled.
+     * Every spelling of every route is in it with each method Bun routes by name: such a request
+     * that comes here was sent in no route's spelling, whatever its path now reads (README, For
+     * integrators: 404). Bun routes no other method by name, so those come here whatever their
+     * spelling, and are routed by their path.
+     */
+    const fetch = (request: Request, peer?: string): Response | Promise<Response> => {
+      if (peer === undefined) return routed(request, inProcess)
+      if (!routedByBun.has(request.method)) return routed(request, peer)
+      const path = rawPath(request.url)
+      const found = fallback(request.method, path)
+      const refusal = found._tag === "Refuse" && found.route === unknownRoute
+        ? found.reply
+        : errorReply(
+          new NotFound({
+            message:
+              `No route for ${request.method} ${path} as it was sent: a path with a dot segment (\`.\`, \`..\`) or a \`\\\` is no route's spelling.`
+          })
+        )
+      return run({ path: unknownRoute, run: () => Effect.succeed(refusal) }, request, path, {}, peer)
+    }
+
+    /** A route as Bun's table hands it on, unless its router read the path otherwise than the route's spelling. */
+    const direct = (route: Route): Handle => (request, peer) => {
+      const path = rawPath(request.url)
+      // Bun's router percent-decodes parameters and takes `;` in them: such a path is not this
+      // route's spelling, and the router says so (404).
+      return path.includes("%") || path.includes(";")
+        ? routed(request, peer)
+        : run(route, request, path, request.params, peer)
+    }
     const table: Edge["routes"] = {}
     for (const route of routes) {
-      table[route.path] ??= {}
-      table[route.path]![route.method] = (request, peer) => {
-        const path = rawPath(request.url)
-        // Bun's router percent-decodes parameters and takes `;` in them: such a path is not this
-        // route's spelling, and the fallback says so (404).
-        return path.includes("%") || path.includes(";")
-          ? fetch(request, peer)
-          : run(route, request, path, request.params, peer)
+      for (const spelling of route.path.endsWith("/") ? [route.path] : [route.path, `${route.path}/`]) {
+        // The route's own method, HEAD on a GET; any other is routed by the path (405 with `Allow`).
+        const methods = table[spelling] ??= Object.fromEntries([...routedByBun].map((method) => [method, routed]))
+        methods[route.method] = direct(route)
+        if (route.method === "GET") methods["HEAD"] = direct(route)
       }
     }
     return {

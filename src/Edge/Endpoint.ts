@@ -77,7 +77,11 @@ export const queryOf = (url: string): Record<string, string | Array<string>> => 
 }
 
 const notAQueryParameter = (name: string) =>
-  new ValidationError({ message: `${name} is not a query parameter of this operation.` })
+  new ValidationError({
+    message: name === ""
+      ? "A query parameter has no name (nothing before its `=`); leave it out."
+      : `${name} is not a query parameter of this operation.`
+  })
 
 /**
  * The query's decoder: one sentence for a parameter the endpoint does not take, or one it takes

@@ -23,18 +23,21 @@ interface Pattern {
   readonly regex: RegExp
 }
 
+/** The route of a path no route matches, as the access log and the metrics name it. */
+export const unknownRoute = "(unknown)"
+
 /** What the router says of a request that Bun's own router did not match. */
 export type Unmatched =
   | { readonly _tag: "Dispatch"; readonly route: Route; readonly params: Record<string, string> }
   | { readonly _tag: "Refuse"; readonly route: string; readonly reply: Reply }
 
 /**
- * Every route has one spelling: Bun's router matches the path as sent, byte for byte and in its
- * letter case, and `//`, `;params` or percent-encoding never match it. What it does not match
- * comes here: a trailing slash is the same route, a known path with another method is 405 with
- * `Allow`, anything else is 404. A parameter matches one segment with no `%` in it, so that a
- * percent-encoded path is no route, as the README says. In process (tests, the bench) every
- * request comes here, and the exact spelling is dispatched too.
+ * The routes matched by a path: a route's own spelling or with a trailing slash, in its letter
+ * case; `//`, `;params` or percent-encoding never match. A known path with another method is 405
+ * with `Allow`, anything else is 404. A parameter matches one segment with no `%` or `;` in it, so
+ * that a percent-encoded path is no route, as the README says. On a server, Bun's table matches
+ * every spelling first (`Edge.ts`), and this routes what it hands on; in process (tests, the
+ * bench) every request comes here.
  */
 export const makeFallback = (routes: ReadonlyArray<Route>) => {
   const patterns: ReadonlyArray<Pattern> = routes.map((route) => ({
@@ -55,7 +58,7 @@ export const makeFallback = (routes: ReadonlyArray<Route>) => {
     if (matching.length === 0) {
       return {
         _tag: "Refuse",
-        route: "(unknown)",
+        route: unknownRoute,
         reply: errorReply(new NotFound({ message: `No route for ${method} ${path}.` }))
       }
     }
