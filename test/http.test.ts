@@ -293,7 +293,8 @@ describe.each(backends)("on $name", (backend) => {
         ["idempotency-key", key],
         ["content-type", "application/json"]
       ]
-      const send = async (path: string) => responseOf(await exchange(server.url, rawRequest("POST", path, headers, body)))
+      const send = async (path: string) =>
+        responseOf(await exchange(server.url, rawRequest("POST", path, headers, body)))
       const original = await send(activatePath())
       expect(original.status).toBe(200)
       const dotted = await send(activatePath().replace(`/campaigns/${campaignId}`, `/campaigns/x/../${campaignId}`))
