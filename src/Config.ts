@@ -67,7 +67,7 @@ export const settings = {
     meaning: "on SIGTERM, how long requests are still served (/readyz 503) before the listener closes, 0-300"
   },
   CONNECTIONS_PER_ADDRESS: {
-    default: "256",
+    default: "1024",
     meaning:
       "connections one client address may hold: a connection counts from its first request until 30 s pass without one (or it ends with Connection: close); a request on one more is answered 503"
   },

@@ -34,7 +34,7 @@ describe("configuration (README, Configuration)", () => {
     [
       "CONNECTIONS_PER_ADDRESS",
       "0",
-      "CONNECTIONS_PER_ADDRESS=0: not a whole number above 0; give one, or leave it unset for 256."
+      "CONNECTIONS_PER_ADDRESS=0: not a whole number above 0; give one, or leave it unset for 1024."
     ],
     [
       "CONNECTIONS_PER_PROXY",
