@@ -13,7 +13,7 @@ const requestsPerConnectionWindowMs = 10_000
  * PostgreSQL's pool, Redis, the log, the metrics listener and its scrapes, the OTLP export, the
  * warm-up's copy (README, Operating it: Connections).
  */
-export const descriptorReserve = 256
+const descriptorReserve = 256
 
 /** Past this share of the total, idle connections are closed, at most once per `relieveEveryMs`. */
 const pressureShare = 0.9
