@@ -11,7 +11,7 @@
  */
 import { SQL } from "bun"
 import { Database } from "bun:sqlite"
-import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs"
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs"
 import { connect, type Socket } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -64,12 +64,15 @@ interface Server {
   readonly url: string
   readonly port: number
   readonly pid: number
+  /** Null while it runs. */
+  readonly exitCode: () => number | null
   readonly stop: () => Promise<void>
 }
 
-const startServer = async (env: Record<string, string> = {}): Promise<Server> => {
+/** Starts the server with `env` on top of the runner's settings, under `under` (`prlimit ...`) when given. */
+const startServer = async (env: Record<string, string> = {}, under: ReadonlyArray<string> = []): Promise<Server> => {
   const port = freePort()
-  const child = Bun.spawn(["taskset", "-c", "1", ...serverCommand], {
+  const child = Bun.spawn(["taskset", "-c", "1", ...under, ...serverCommand], {
     cwd: root,
     env: {
       ...process.env,
@@ -100,6 +103,7 @@ const startServer = async (env: Record<string, string> = {}): Promise<Server> =>
     url,
     port,
     pid: child.pid,
+    exitCode: () => child.exitCode,
     stop: async () => {
       child.kill("SIGTERM")
       await child.exited
@@ -184,6 +188,135 @@ const transactionsSoFar = async () => {
 const statisticsLagMs = 11_000
 
 type Attack = (server: Server, key: { apiKey: string; keyId: string }) => Promise<string>
+
+/** The descriptor limit the held-connection attacks start their server under (soft and hard: Bun raises the soft one). */
+const heldNofile = Number(process.env["HOSTILE_NOFILE"] ?? 4_096)
+const heldSeconds = Number(process.env["HOSTILE_HOLD_SECONDS"] ?? 30)
+
+/** A client's whoami on a new connection every 100 ms for PROBE_SECONDS: how many were answered 200 within 1 s. */
+const answeredWithin1s = `
+const until = performance.now() + Number(process.env.PROBE_SECONDS) * 1000
+let asked = 0
+let answered = 0
+while (performance.now() < until) {
+  asked++
+  try {
+    const response = await fetch(process.env.PROBE_URL, {
+      headers: { authorization: "Bearer " + process.env.PROBE_KEY, connection: "close" },
+      signal: AbortSignal.timeout(1000)
+    })
+    await response.arrayBuffer()
+    if (response.status === 200) answered++
+  } catch {}
+  await Bun.sleep(100)
+}
+console.log(JSON.stringify({ asked, answered }))
+`
+
+/**
+ * `perAddress` connections from each of `addresses` (loopback addresses of their own, 127.0.0.0/8
+ * being all local on Linux), each sending `GET /healthz` without a key as it opens and every 15 s
+ * after, and opened again a second after the server closes it, as a client set on holding them
+ * would; meanwhile a client on 127.0.0.1, a process of its own, asks whoami on a new connection
+ * every 100 ms with a 1 s timeout. The server runs under `prlimit --nofile=HOSTILE_NOFILE` (metrics
+ * on or off), for HOSTILE_HOLD_SECONDS after every connection was first opened. What it cost: how many of the
+ * client's requests were answered 200 within 1 s, the server's descriptors, what the holders were
+ * answered, and whether the server is still running.
+ */
+const holdConnections = (
+  addresses: ReadonlyArray<string>,
+  perAddress: number,
+  { metrics }: { readonly metrics: boolean }
+): Attack =>
+async (_, key) => {
+  // The client's key is never rate limited: each of its requests is answered 200 when it is answered.
+  const env = { LOG_LEVEL: "warn", RATE_LIMIT_MAX: "1000000" }
+  const server = await startServer(metrics ? { ...env, METRICS_PORT: String(freePort()) } : env, [
+    "prlimit",
+    `--nofile=${heldNofile}:${heldNofile}`
+  ])
+  try {
+    let holding = true
+    const statuses: Record<string, number> = {}
+    let opened = 0
+    let closedByServer = 0
+    const sockets = new Set<Socket>()
+    const healthz = "GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n"
+    const hold = (localAddress: string): Promise<void> =>
+      new Promise((resolve) => {
+        const socket = connect({ port: server.port, host: "127.0.0.1", localAddress })
+        // A connect the server's full backlog leaves unanswered is not waited for.
+        setTimeout(resolve, 5_000)
+        socket.on("connect", () => {
+          opened++
+          sockets.add(socket)
+          socket.write(healthz)
+          resolve()
+        })
+        socket.on("data", (data: Buffer) => {
+          for (const [, status] of data.toString("latin1").matchAll(/HTTP\/1\.1 (\d{3})/g)) {
+            statuses[status!] = (statuses[status!] ?? 0) + 1
+          }
+        })
+        socket.on("error", () => {})
+        socket.on("close", () => {
+          const wasOpen = sockets.delete(socket)
+          if (wasOpen) closedByServer++
+          resolve()
+          if (holding) setTimeout(() => void hold(localAddress), 1_000)
+        })
+      })
+    for (const address of addresses) {
+      // In batches: a connect each at once would fill the listen backlog before the server accepts.
+      for (let i = 0; i < perAddress; i += 100) {
+        await Promise.all(Array.from({ length: Math.min(100, perAddress - i) }, () => hold(address)))
+      }
+    }
+    const keepSending = setInterval(() => {
+      for (const socket of sockets) socket.write(healthz)
+    }, 15_000)
+    let maxDescriptors = 0
+    const countDescriptors = setInterval(() => {
+      try {
+        maxDescriptors = Math.max(maxDescriptors, readdirSync(`/proc/${server.pid}/fd`).length)
+      } catch {
+        // the server has exited
+      }
+    }, 500)
+    const cpuBefore = cpuSeconds(server.pid)
+    // The client in a process of its own, on CPU 0: the holders' churn keeps this one's event loop busy.
+    const probe = Bun.spawn(["taskset", "-c", "0", process.execPath, "-e", answeredWithin1s], {
+      env: {
+        ...process.env,
+        PROBE_URL: `${server.url}/v1/whoami`,
+        PROBE_KEY: key.apiKey,
+        PROBE_SECONDS: String(heldSeconds)
+      },
+      stdout: "pipe"
+    })
+    const { answered, asked } = JSON.parse(await new Response(probe.stdout).text()) as {
+      answered: number
+      asked: number
+    }
+    const cpu = server.exitCode() === null ? ((cpuSeconds(server.pid) - cpuBefore) / heldSeconds) * 100 : Number.NaN
+    holding = false
+    clearInterval(keepSending)
+    clearInterval(countDescriptors)
+    for (const socket of sockets) socket.destroy()
+    const alive = server.exitCode() === null
+    const holders = Object.entries(statuses).map(([status, n]) => `${n} × ${status}`).join(", ") || "nothing"
+    return [
+      `${addresses.length} × ${perAddress} connections held from ${addresses.join(", ")}`,
+      `under --nofile=${heldNofile}, metrics ${metrics ? "on" : "off"}:`,
+      `a client on 127.0.0.1 answered 200 within 1 s ${answered} times of ${asked};`,
+      `server descriptors up to ${maxDescriptors}, CPU ${cpu.toFixed(0)} % of a core;`,
+      `holders answered ${holders}, ${opened} connections opened, ${closedByServer} closed by the server;`,
+      alive ? "the server still runs" : `the server EXITED with ${server.exitCode()}`
+    ].join(" ")
+  } finally {
+    await server.stop()
+  }
+}
 
 const attacks: Record<string, Attack> = {
   /** 1: slow readers of /docs that never read the 3 MB page. */
@@ -500,6 +633,12 @@ const attacks: Record<string, Attack> = {
     return `-shm deleted, key revoked through the CLI ("${revoked}"): whoami with it ${before} before, ${after} after`
   },
 
+  /** 11: one address holds more connections than the server may open. */
+  "held-connections": holdConnections(["127.0.0.2"], 4_200, { metrics: false }),
+
+  /** 11: two addresses hold more connections than the server may open, with metrics on (a sampler opens a file). */
+  "held-two-addresses": holdConnections(["127.0.0.2", "127.0.0.3"], 2_100, { metrics: true }),
+
   /** 6: 500,000 idempotency records expiring together, purged while whoami is served. */
   purge: async (_server, key) => {
     // Its own server, on a database filled beforehand with entries expired a minute ago.
@@ -525,6 +664,8 @@ const attacks: Record<string, Attack> = {
 }
 
 const fileTricks = ["wal-deleted", "shm-revoke"]
+/** What starts a server of its own. */
+const ownServer = ["purge", "held-connections", "held-two-addresses"]
 /** What works on a SQLite file only: the file tricks, and the purge's records written straight into the file. */
 const sqliteOnly = [...fileTricks, "purge"]
 
@@ -550,7 +691,6 @@ const main = async () => {
     }; work directory ${work}`
   )
   // The key exists before the server starts, so a server of its own (the purge) knows it too.
-  cli(["keys", "list"])
   let key = createKey()
   for (const name of names) {
     // The file tricks leave a database no server can use again: run them last, on a fresh file.
@@ -558,7 +698,7 @@ const main = async () => {
       for (const suffix of ["", "-wal", "-shm"]) rmSync(`${database}${suffix}`, { force: true })
       key = createKey()
     }
-    const server = name === "purge" ? undefined : await startServer()
+    const server = ownServer.includes(name) ? undefined : await startServer()
     try {
       const result = await attacks[name]!(server ?? ({} as Server), key)
       console.log(`${name}: ${result}`)

@@ -1,5 +1,8 @@
 import { HttpApiBuilder } from "@effect/platform"
 import { ConfigProvider, Duration, Effect, FiberRef, HashSet, Layer, Option } from "effect"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { Activations } from "./Activations.ts"
 import { ActivationsRepo } from "./Activations/ActivationsRepo.ts"
 import { ActivationsHandlers, ActivationsLive } from "./Activations/Http.ts"
@@ -26,7 +29,7 @@ import { DatabaseInUse, SqlExistingLive, SqlLive, SqlServerLive } from "./Databa
 import type { BrandId } from "./Domain/ApiKey.ts"
 import { Draining } from "./Draining.ts"
 import type { EdgeOptions } from "./Edge/Edge.ts"
-import { WebServerLive } from "./Edge/WebServer.ts"
+import { Listener, WebServerLive } from "./Edge/WebServer.ts"
 import { HealthRepo } from "./Health/HealthRepo.ts"
 import { HealthHandlers, HealthLive } from "./Health/Http.ts"
 import { Idempotency } from "./Idempotency.ts"
@@ -53,9 +56,11 @@ const ReposLive = Layer.mergeAll(ApiKeysRepo.Live, ActivationsRepo.Live, Idempot
  */
 export const servicesWith = <E>(ids: Layer.Layer<Ids, E>) =>
   Layer.mergeAll(Activations.Live, Analytics.Live, Idempotency.Live).pipe(
-    Layer.provideMerge(Layer.mergeAll(ApiKeys.Live, RateLimit.Live, KeyUsage.Live)),
+    Layer.provideMerge(Layer.mergeAll(ApiKeys.Live, KeyUsage.Live)),
     Layer.provideMerge(Layer.merge(ReposLive, GroupCommit.Live)),
     Layer.provideMerge(SqlServerLive),
+    // Before the database: a start refused for a REDIS_URL that does not answer opens none (README, Configuration).
+    Layer.provideMerge(RateLimit.Live),
     Layer.provideMerge(Layer.mergeAll(ids, AppConfig.Live, Draining.Live, Warming.Live, DatabaseOutage.Live))
   )
 
@@ -109,53 +114,52 @@ export const EdgeLive = Effect.gen(function*() {
   return options
 })
 
-/** A port of the loopback interface free a moment ago, for the warm-up's private listener. */
-const freeLoopbackPort = () => {
-  const probe = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } })
-  const { port } = probe
-  probe.stop(true)
-  return port
-}
+/**
+ * The warm-up's private listener: a Unix socket in a directory of its own that only this user may
+ * enter (mkdtemp makes it 0700), removed with everything in it when the warm-up is done. No other
+ * user's process can reach the copy, and a fetch over a Unix socket never goes through the proxy
+ * HTTP_PROXY names (Bun's fetch proxies loopback addresses too).
+ */
+const privateSocket = Effect.acquireRelease(
+  Effect.sync(() => mkdtempSync(join(tmpdir(), "campaign-api-warm-up-"))),
+  (directory) => Effect.sync(() => rmSync(directory, { recursive: true, force: true }))
+).pipe(Effect.map((directory) => join(directory, "copy.sock")))
 
 /**
  * The warm-up (README, Operating it: Start-up): the request path run on a private copy of the
  * service, the same layers on an in-memory database of their own (a fresh build: `Effect.provide`
- * memoizes nothing of the server's) behind a `Bun.serve` of their own on a loopback port, so that
- * its requests take the server's own path (Bun's router, the edge's handlers for each route) with
- * the requests Bun makes; with a key of its own, metrics off, access lines made and dropped, every
- * other log line dropped and no span. Nothing of it reaches the server's database, log, metrics or
- * traces; the copy and its listener are closed when it is done.
+ * memoizes nothing of the server's) behind a `Bun.serve` of their own on a private Unix socket, so
+ * that its requests take the server's own path (Bun's router, the edge's handlers for each route)
+ * with the requests Bun makes; with a key of its own, metrics off, access lines made and dropped,
+ * every other log line dropped and no span. Nothing of it reaches the server's database, log,
+ * metrics, traces or the network; the copy, its listener and its socket are gone when it is done.
  */
-const warmUp = Effect.suspend(() => {
-  const port = freeLoopbackPort()
-  return Effect.gen(function*() {
-    const keys = yield* ApiKeys
-    const { apiKey } = yield* keys.create({
-      brandId: warmUpBrand as BrandId,
-      scopes: ["campaigns:read", "campaigns:write", "analytics:read"],
-      name: Option.none(),
-      expiresIn: Option.none()
-    })
-    yield* Layer.build(WebServerLive(EdgeLive))
-    return yield* warmUpRequests(`http://127.0.0.1:${port}`, apiKey)
-  }).pipe(
-    Effect.scoped,
-    Effect.provide(MiddlewareLive),
-    Effect.provide(ServicesLive),
-    Effect.provide(Layer.merge(MetricsOff, UnwrittenAccessLines)),
-    Effect.withConfigProvider(ConfigProvider.fromMap(
-      new Map([
-        ["DATABASE_URL", ":memory:"],
-        ["RATE_LIMIT_MAX", "1000000000"],
-        ["HOST", "127.0.0.1"],
-        ["PORT", String(port)],
-        ["SHUTDOWN_DELAY_SECONDS", "0"]
-      ])
-    )),
-    Effect.locally(FiberRef.currentLoggers, HashSet.empty()),
-    Effect.withTracerEnabled(false)
-  )
-})
+const warmUp = Effect.gen(function*() {
+  const socket = yield* privateSocket
+  const keys = yield* ApiKeys
+  const { apiKey } = yield* keys.create({
+    brandId: warmUpBrand as BrandId,
+    scopes: ["campaigns:read", "campaigns:write", "analytics:read"],
+    name: Option.none(),
+    expiresIn: Option.none()
+  })
+  yield* Layer.build(WebServerLive(EdgeLive).pipe(Layer.provide(Listener.unixSocket(socket))))
+  return yield* warmUpRequests(socket, apiKey)
+}).pipe(
+  Effect.scoped,
+  Effect.provide(MiddlewareLive),
+  Effect.provide(ServicesLive),
+  Effect.provide(Layer.merge(MetricsOff, UnwrittenAccessLines)),
+  Effect.withConfigProvider(ConfigProvider.fromMap(
+    new Map([
+      ["DATABASE_URL", ":memory:"],
+      ["RATE_LIMIT_MAX", "1000000000"],
+      ["SHUTDOWN_DELAY_SECONDS", "0"]
+    ])
+  )),
+  Effect.locally(FiberRef.currentLoggers, HashSet.empty()),
+  Effect.withTracerEnabled(false)
+)
 
 const warmUpAfter = Duration.millis(50)
 
@@ -193,6 +197,9 @@ export const ServerLive = Layer.merge(DatabaseAnnounced, WarmUpRuns).pipe(
   Layer.provideMerge(WarmUpBegins),
   Layer.provide(MiddlewareLive),
   Layer.provide(ServicesLive),
+  // Bound before the services open the database: a start refused for HOST or PORT opens none
+  // (README, Configuration).
+  Layer.provide(Listener.Live),
   // Built before the services and the server, which ask for it once each; its listener outlives
   // the server's drain.
   Layer.provide(MetricsLive),

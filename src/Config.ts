@@ -66,6 +66,15 @@ export const settings = {
     default: "5",
     meaning: "on SIGTERM, how long requests are still served (/readyz 503) before the listener closes, 0-300"
   },
+  CONNECTIONS_PER_ADDRESS: {
+    default: "1024",
+    meaning:
+      "connections one client address may hold: a connection counts from its first request until 30 s pass without one (or it ends with Connection: close); a request on one more is answered 503"
+  },
+  CONNECTIONS_PER_PROXY: {
+    default: "4096",
+    meaning: "the same for the address of each of the TRUSTED_PROXIES, whose connections carry many clients"
+  },
   LOG_LEVEL: { default: "info", meaning: `the log's level: ${Object.keys(logLevels).join(", ")}` },
   DOCS_ENABLED: { default: "true", meaning: `serve the docs page at /docs: ${switchChoices}` },
   WARM_UP: {
@@ -138,7 +147,9 @@ const wholeNumber = (text: string): number | undefined => /^\s*\d+\s*$/.test(tex
 const decimal = (text: string): number | undefined =>
   /^\s*(\d+(\.\d*)?|\.\d+)\s*$/.test(text) ? Number(text) : undefined
 
-const positiveInt = (name: "RATE_LIMIT_MAX" | "RATE_LIMIT_WINDOW_SECONDS") =>
+const positiveInt = (
+  name: "RATE_LIMIT_MAX" | "RATE_LIMIT_WINDOW_SECONDS" | "CONNECTIONS_PER_ADDRESS" | "CONNECTIONS_PER_PROXY"
+) =>
   variable(name, {
     parse: (text) => {
       const n = wholeNumber(text)
@@ -341,6 +352,15 @@ const seconds = (name: "SHUTDOWN_DELAY_SECONDS", max: number) =>
  */
 export const ShutdownConfig = seconds("SHUTDOWN_DELAY_SECONDS", 300)
 
+/**
+ * CONNECTIONS_PER_ADDRESS and CONNECTIONS_PER_PROXY: how many connections one peer address may
+ * hold, a trusted proxy's apart (README, Operating it: Connections).
+ */
+export const ConnectionsConfig = Config.all({
+  perAddress: positiveInt("CONNECTIONS_PER_ADDRESS"),
+  perProxy: positiveInt("CONNECTIONS_PER_PROXY")
+})
+
 const switches = new Map<string, boolean>(switchWords.flatMap(([on, off]) => [[on, true], [off, false]]))
 
 /** A switch's value: one of `switchWords`, in any case. */
@@ -469,6 +489,7 @@ export const ServeConfig = Config.all([
   RateLimitConfig,
   IdempotencyTtlConfig,
   ShutdownConfig,
+  ConnectionsConfig,
   MetricsConfig,
   TrustedProxiesConfig,
   WarmUpConfig

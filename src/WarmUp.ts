@@ -48,17 +48,18 @@ const drained = async (response: Promise<Response>) => {
 /**
  * One round of what a server answers most: whoami, an activation and its replay, that activation
  * by id, a page of its campaign, its campaign's analytics, a refused key and an unknown path, each
- * sent over HTTP to `base`, the private copy's listener.
+ * sent over HTTP to the private copy's listener on the Unix socket `socket`.
  */
-const round = async (base: string, apiKey: string, n: number) => {
+const round = async (socket: string, apiKey: string, n: number) => {
   const authorization = `Bearer ${apiKey}`
   const get = (path: string, headers: Record<string, string> = { authorization }) =>
-    drained(fetch(`${base}${path}`, { headers }))
+    drained(fetch(`http://warm-up${path}`, { headers, unix: socket }))
   const activate = () =>
-    fetch(`${base}${activatePath}`, {
+    fetch(`http://warm-up${activatePath}`, {
       method: "POST",
       headers: { authorization, "content-type": "application/json", "idempotency-key": `warm-up-${n}` },
-      body: activateBody
+      body: activateBody,
+      unix: socket
     })
   await get("/v1/whoami")
   const { activation } = (await (await activate()).json()) as { readonly activation?: { readonly id: string } }
@@ -71,16 +72,16 @@ const round = async (base: string, apiKey: string, n: number) => {
 }
 
 /**
- * The warm-up's requests to `base`, a private copy of the service holding `apiKey`: `rounds`
- * rounds, `inFlight` at a time, each round a turn of the event loop of its own so that the
- * server's clients are answered in between.
+ * The warm-up's requests to a private copy of the service listening on the Unix socket `socket`
+ * and holding `apiKey`: `rounds` rounds, `inFlight` at a time, each round a turn of the event loop
+ * of its own so that the server's clients are answered in between.
  */
-export const warmUpRequests = (base: string, apiKey: string, rounds: number = warmUpRounds) =>
+export const warmUpRequests = (socket: string, apiKey: string, rounds: number = warmUpRounds) =>
   Effect.promise(async () => {
     let next = 0
     const worker = async () => {
       while (next < rounds) {
-        await round(base, apiKey, next++)
+        await round(socket, apiKey, next++)
         await new Promise((resolve) => setImmediate(resolve))
       }
     }

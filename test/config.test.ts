@@ -1,4 +1,7 @@
+import { BunContext } from "@effect/platform-bun"
+import { SqliteClient, SqliteMigrator } from "@effect/sql-sqlite-bun"
 import { describe, expect, it } from "@effect/vitest"
+import { Database } from "bun:sqlite"
 import { ConfigProvider, Effect, Either } from "effect"
 import { existsSync, readFileSync } from "node:fs"
 import { dirname, join, relative } from "node:path"
@@ -11,6 +14,7 @@ import {
   settingsList,
   TrustedProxiesConfig
 } from "../src/Config.ts"
+import CreateTables from "../src/Database/migrations/0001_create_tables.ts"
 import { root, runCli, startServer, tempDatabase } from "./support/server.ts"
 import { logLines } from "./support/telemetry.ts"
 
@@ -27,6 +31,16 @@ describe("configuration (README, Configuration)", () => {
     ["PORT", "abc", "PORT=abc: not a port number; use one from 0 to 65535 (0 picks a free port)."],
     ["PORT", "70000", "PORT=70000: not a port number; use one from 0 to 65535 (0 picks a free port)."],
     ["RATE_LIMIT_MAX", "0", "RATE_LIMIT_MAX=0: not a whole number above 0; give one, or leave it unset for 120."],
+    [
+      "CONNECTIONS_PER_ADDRESS",
+      "0",
+      "CONNECTIONS_PER_ADDRESS=0: not a whole number above 0; give one, or leave it unset for 1024."
+    ],
+    [
+      "CONNECTIONS_PER_PROXY",
+      "many",
+      "CONNECTIONS_PER_PROXY=many: not a whole number above 0; give one, or leave it unset for 4096."
+    ],
     [
       "LOG_LEVEL",
       "verbose",
@@ -183,6 +197,49 @@ describe("serve with a bad configuration", () => {
     expect(`${result.stdout}${result.stderr}`).not.toContain("s3cret-word")
     // Taken as a file path, it would have been made relative to the working directory, the checkout.
     expect(existsSync(join(root, "postgress:"))).toBe(false)
+  })
+})
+
+describe("a start refused for a busy PORT or an unreachable REDIS_URL (README, Configuration)", () => {
+  /** The migrations a SQLite database has had. */
+  const migrationsOf = (database: string) => {
+    const db = new Database(database, { readonly: true })
+    try {
+      return db.query("SELECT name FROM effect_sql_migrations ORDER BY migration_id").all()
+    } finally {
+      db.close()
+    }
+  }
+
+  it("makes no database, nor its directory, and migrates none that is there", async () => {
+    const older = tempDatabase()
+    await SqliteMigrator.run({ loader: SqliteMigrator.fromRecord({ "0001_create_tables": CreateTables }) }).pipe(
+      Effect.provide(SqliteClient.layer({ filename: older })),
+      Effect.provide(BunContext.layer),
+      Effect.runPromise
+    )
+    const busy = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } })
+    try {
+      const refusals: ReadonlyArray<readonly [string, Record<string, string>]> = [
+        ["PORT", { PORT: String(busy.port) }],
+        ["REDIS_URL", { REDIS_URL: "redis://127.0.0.1:1" }]
+      ]
+      for (const [variable, env] of refusals) {
+        const directory = join(dirname(tempDatabase()), "data")
+        for (const database of [join(directory, "campaign-api.sqlite"), older]) {
+          const result = await runCli(["serve"], { ...env, DATABASE_URL: database })
+          expect({ database, code: result.code, stderr: result.stderr.trim().split("\n") }).toEqual({
+            database,
+            code: 78,
+            stderr: [expect.stringMatching(new RegExp(`^${variable}=`))]
+          })
+        }
+        expect(existsSync(directory)).toBe(false)
+        expect(migrationsOf(older)).toEqual([{ name: "create_tables" }])
+      }
+    } finally {
+      busy.stop(true)
+    }
   })
 })
 

@@ -3,19 +3,24 @@ import { bodyTimeoutMs } from "../src/Domain/JsonBody.ts"
 import {
   activate,
   activatePath,
+  call,
   endlessBody,
   exchange,
   type HeaderLines,
   openConnection,
+  type RawConnection,
   type RawOutcome,
   rawRequest,
+  type RawResponse,
   responseOf,
   uniqueKey,
   whoami
 } from "./support/client.ts"
 import { expectClientAnswer, expectEnvelope } from "./support/contract.ts"
 import { type InProcessServer, serveInProcess } from "./support/inProcess.ts"
-import { type CreatedTestKey, createKey, tempDatabase } from "./support/server.ts"
+import { eventually } from "./support/load.ts"
+import { type CreatedTestKey, createKey, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
+import { logLines } from "./support/telemetry.ts"
 
 let server: InProcessServer
 let writer: CreatedTestKey
@@ -159,4 +164,181 @@ describe("requests per connection", () => {
     }
     expect((await whoami(server.url, writer.apiKey)).status).toBe(200)
   })
+})
+
+describe("connections per address (README, Operating it: Connections)", () => {
+  let limited: InProcessServer
+  const proxy = "127.0.0.3"
+
+  beforeAll(async () => {
+    limited = await serveInProcess(tempDatabase(), {
+      CONNECTIONS_PER_ADDRESS: "3",
+      CONNECTIONS_PER_PROXY: "5",
+      TRUSTED_PROXIES: proxy
+    })
+  })
+  afterAll(async () => {
+    await limited?.stop()
+  })
+
+  const healthz = rawRequest("GET", "/healthz", [])
+
+  /** `count` connections from `address`, each with one request answered 200 and kept open. */
+  const holdFrom = async (address: string, count: number) => {
+    const held = []
+    for (let i = 0; i < count; i++) {
+      const connection = await openConnection(limited.url, address)
+      held.push(connection)
+      connection.send(healthz)
+      const answer = responseOf(await connection.next())
+      expect({ i, status: answer.status, connection: answer.headers["connection"] }).toEqual({
+        i,
+        status: 200,
+        connection: undefined
+      })
+    }
+    return held
+  }
+
+  /** The answer to one request on a new connection from `address`, and whether the server then closed it. */
+  const oneMoreFrom = async (address: string) => {
+    const connection = await openConnection(limited.url, address)
+    try {
+      connection.send(healthz)
+      const answer = responseOf(await connection.next())
+      return { answer, closed: answer.status === 200 ? undefined : (await connection.next())._tag === "Closed" }
+    } finally {
+      connection.destroy()
+    }
+  }
+
+  it("answers a request on a connection over its address's limit 503 with Connection: close, and serves its open connections and other addresses", async () => {
+    const held = await holdFrom("127.0.0.2", 3)
+    try {
+      const refused = await oneMoreFrom("127.0.0.2")
+      expectEnvelope(refused.answer, 503, "SERVICE_UNAVAILABLE")
+      expect(refused.answer.json.message).toBe(
+        "Too many connections from this address; send requests on the connections already open."
+      )
+      expect(refused.answer.headers["connection"]).toBe("close")
+      expect(refused.answer.headers["x-request-id"]).toBeDefined()
+      expect(refused.closed).toBe(true)
+
+      expect((await oneMoreFrom("127.0.0.4")).answer.status).toBe(200)
+      for (const connection of held) {
+        connection.send(healthz)
+        expect(responseOf(await connection.next()).status).toBe(200)
+      }
+
+      // A connection its client ends with Connection: close no longer counts.
+      held[0]!.send(rawRequest("GET", "/healthz", [["connection", "close"]]))
+      expect(responseOf(await held[0]!.next()).status).toBe(200)
+      expect((await oneMoreFrom("127.0.0.2")).answer.status).toBe(200)
+    } finally {
+      for (const connection of held) connection.destroy()
+    }
+  })
+
+  it("gives a trusted proxy's address its own limit", async () => {
+    const held = await holdFrom(proxy, 5)
+    try {
+      const refused = await oneMoreFrom(proxy)
+      expectEnvelope(refused.answer, 503, "SERVICE_UNAVAILABLE")
+      expect(refused.answer.headers["connection"]).toBe("close")
+    } finally {
+      for (const connection of held) connection.destroy()
+    }
+  })
+})
+
+describe("the process's descriptors (README, Operating it: Connections)", () => {
+  /**
+   * `use` on a server on `database` that may open at most 200 files and sockets (soft and hard: Bun
+   * raises its soft limit to the hard one as it starts); then it must stop cleanly.
+   */
+  const withFewDescriptors = async (
+    database: string,
+    env: Record<string, string>,
+    use: (server: RunningServer) => Promise<void>
+  ) => {
+    const server = await startServer(database, env, { under: ["prlimit", "--nofile=200:200"] })
+    let code: number | null
+    try {
+      await use(server)
+    } finally {
+      code = await server.stop()
+    }
+    expect(code).toBe(0)
+  }
+
+  /** Until the server has served a request again, on a new connection. */
+  const servedAgain = (server: RunningServer) =>
+    eventually(
+      "the server to answer on a new connection again",
+      async () => (await call(server.url, { path: "/healthz" }).catch(() => undefined))?.status === 200,
+      { timeoutMs: 30_000 }
+    )
+
+  it(
+    "refuses a connection over the descriptor limit less the reserve with 503 while every counted one is busy",
+    async () => {
+      const database = tempDatabase()
+      const key = await createKey(database)
+      await withFewDescriptors(database, { CONNECTIONS_PER_ADDRESS: "1000" }, async (server) => {
+        // 200 descriptors, half of them kept for the rest of the process under 512.
+        expect(logLines(server.logs()).find((line) => line.message.startsWith("Listening on"))?.annotations)
+          .toMatchObject({ connections: 100, connectionsPerAddress: 1000 })
+        const body = JSON.stringify({ socialUsername: "@stalled" })
+        const stalled: Array<RawConnection> = []
+        try {
+          // Each an activation whose body never comes whole: in flight until the body timeout.
+          for (let i = 0; i < 100; i++) {
+            const connection = await openConnection(server.url, "127.0.0.5")
+            stalled.push(connection)
+            connection.send(rawRequest("POST", activatePath(), [
+              ["authorization", `Bearer ${key.apiKey}`],
+              ["idempotency-key", uniqueKey()],
+              ["content-type", "application/json"],
+              ["content-length", String(body.length)]
+            ]))
+            connection.send(body.slice(0, 5))
+          }
+          // Until every stalled activation is in flight, a request may still be served.
+          let refused: RawResponse | undefined
+          await eventually("a request over the total to be refused", async () => {
+            refused = responseOf(await exchange(server.url, rawRequest("GET", "/healthz", [])))
+            return refused.status === 503
+          }, { timeoutMs: bodyTimeoutMs })
+          expectEnvelope(refused!, 503, "SERVICE_UNAVAILABLE")
+          expect(refused!.json.message).toBe("The server holds as many connections as it can; retry in a moment.")
+          expect(refused!.headers["connection"]).toBe("close")
+        } finally {
+          for (const connection of stalled) connection.destroy()
+        }
+        await servedAgain(server)
+      })
+    },
+    60_000
+  )
+
+  it("survives running out of descriptors with metrics on, and serves again once they are free", async () => {
+    await withFewDescriptors(tempDatabase(), { METRICS_PORT: "0" }, async (server) => {
+      const silent: Array<RawConnection> = []
+      try {
+        // Connections that never send a request cannot be counted: they take every descriptor left.
+        for (let i = 0; i < 250; i++) silent.push(await openConnection(server.url, "127.0.0.6"))
+        await eventually("the failed metrics sample to be logged", () => {
+          if (server.process.exitCode !== null) throw new Error(`the server exited:\n${server.logs()}`)
+          return logLines(server.logs()).some((line) =>
+            line.message === "the process's metrics could not be sampled; they keep their last values"
+          )
+        }, { timeoutMs: 30_000 })
+      } finally {
+        for (const connection of silent) connection.destroy()
+      }
+      await servedAgain(server)
+      const metricsUrl = logLines(server.logs()).find((line) => line.message === "metrics")!.annotations.url
+      expect((await fetch(metricsUrl)).status).toBe(200)
+    })
+  }, 90_000)
 })

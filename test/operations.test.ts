@@ -152,11 +152,35 @@ describe("health", () => {
 })
 
 describe("the warm-up (README, Operating it: Start-up)", () => {
-  it("by default /readyz is 503 until the request path has run on a private copy, and the copy leaves nothing in the database, the log or the metrics", async () => {
+  it("by default /readyz is 503 until the request path has run on a private copy, and the copy leaves nothing in the database, the log, the metrics or the network", async () => {
     const warmed = tempDatabase()
     const key = await createKey(warmed)
+    // A proxy of the test's own, which every variable names (Bun's fetch sends loopback requests to
+    // it too): it counts the connections it is sent and closes them.
+    let proxied = 0
+    const proxy = Bun.listen({
+      hostname: "127.0.0.1",
+      port: 0,
+      socket: {
+        open: (socket) => {
+          proxied++
+          socket.end()
+        },
+        data: () => {}
+      }
+    })
+    const proxyUrl = `http://127.0.0.1:${proxy.port}`
     // WARM_UP unset: the server's default.
-    const warming = await startServer(warmed, { WARM_UP: undefined, METRICS_PORT: "0" })
+    const warming = await startServer(warmed, {
+      WARM_UP: undefined,
+      METRICS_PORT: "0",
+      HTTP_PROXY: proxyUrl,
+      HTTPS_PROXY: proxyUrl,
+      http_proxy: proxyUrl,
+      https_proxy: proxyUrl,
+      NO_PROXY: undefined,
+      no_proxy: undefined
+    })
     try {
       // A request the moment the server listens is answered, ready or not.
       expect((await call(warming.url, { path: "/v1/whoami", apiKey: key.apiKey })).status).toBe(200)
@@ -199,8 +223,10 @@ describe("the warm-up (README, Operating it: Start-up)", () => {
         expect(valueOf(series).every((value) => value === 0)).toBe(true)
       }
       expect(metrics).not.toMatch(/route="\/v1\/activations/)
+      expect(proxied).toBe(0)
     } finally {
       await warming.stop()
+      proxy.stop(true)
     }
   })
 })

@@ -1,4 +1,4 @@
-import { Duration, Effect, Layer, Metric, MetricKeyType, MetricState, Option } from "effect"
+import { Duration, Effect, Layer, Metric, MetricKeyType, MetricState, Option, Runtime } from "effect"
 import type { MetricPair } from "effect"
 import { StartupError } from "../Config.ts"
 import { logAtStart } from "../Logging.ts"
@@ -88,20 +88,27 @@ const samplesPerWindow = 50
  */
 let cpuMicrosCounted = 0
 
+/** A failing sample is logged at most once per this many milliseconds. */
+const failureLogEvery = 60_000
+
 /**
  * The process's own series: memory, CPU and the event loop's lag, measured by a timer that is
  * due every 100 ms and notes how late it ran. A scrape (and the OTLP export) reads what the last
  * sample set; the lag kept is the longest of the last 5–10 s, so that a scrape every 15 s still
- * sees a stall between two samples.
+ * sees a stall between two samples. A sample that fails (reading the memory opens a file, which
+ * fails with EMFILE while the process holds all the descriptors it may) leaves the gauges as they
+ * were and is logged at most once a minute; the timer goes on, and so does the process.
  */
 const processSampler = Effect.acquireRelease(
-  Effect.sync(() => {
+  Effect.map(Effect.runtime<never>(), (runtime) => {
     const none: ReadonlyArray<never> = []
     series.startTime.unsafeUpdate(Math.round(Date.now() / 1000 - process.uptime()), none)
     let windowMax = 0
     let previousMax = 0
     let samples = 0
     let due = performance.now() + sampleEvery
+    let failures = 0
+    let failureLoggedAt = Number.NEGATIVE_INFINITY
     const sample = () => {
       const now = performance.now()
       windowMax = Math.max(windowMax, Math.max(0, now - due) / 1000)
@@ -113,11 +120,29 @@ const processSampler = Effect.acquireRelease(
       const { system, user } = process.cpuUsage()
       series.cpuSeconds.unsafeUpdate((user + system - cpuMicrosCounted) / 1e6, none)
       cpuMicrosCounted = user + system
-      series.residentMemory.unsafeUpdate(process.memoryUsage.rss(), none)
       series.eventLoopLag.unsafeUpdate(Math.max(windowMax, previousMax), none)
+      series.residentMemory.unsafeUpdate(process.memoryUsage.rss(), none)
     }
-    sample()
-    const timer = setInterval(sample, sampleEvery)
+    const sampled = () => {
+      try {
+        sample()
+      } catch (error) {
+        failures++
+        const now = performance.now()
+        if (now - failureLoggedAt < failureLogEvery) return
+        failureLoggedAt = now
+        const failed = failures
+        failures = 0
+        Runtime.runFork(runtime)(
+          Effect.logWarning("the process's metrics could not be sampled; they keep their last values", {
+            error: (error as NodeJS.ErrnoException).code ?? (error as Error).message ?? String(error),
+            failedSamples: failed
+          })
+        )
+      }
+    }
+    sampled()
+    const timer = setInterval(sampled, sampleEvery)
     // The sampler never keeps the process alive by itself.
     timer.unref()
     return timer

@@ -200,11 +200,18 @@ export interface RawConnection {
   readonly destroy: () => void
 }
 
-/** Opens a connection; rejects with the socket error (ECONNREFUSED when nothing listens). */
-export const openConnection = (url: string): Promise<RawConnection> =>
+/**
+ * Opens a connection, from `localAddress` when given (any of 127.0.0.0/8 on Linux); rejects with
+ * the socket error (ECONNREFUSED when nothing listens).
+ */
+export const openConnection = (url: string, localAddress?: string): Promise<RawConnection> =>
   new Promise((resolve, reject) => {
     const { hostname, port } = new URL(url)
-    const socket: Socket = connect(Number(port), hostname)
+    const socket: Socket = connect({
+      port: Number(port),
+      host: hostname,
+      ...(localAddress === undefined ? {} : { localAddress })
+    })
     let buffer: Buffer = Buffer.alloc(0)
     let ended: RawOutcome | undefined
     let wake = () => {}

@@ -32,10 +32,14 @@ const environment = (overrides: Environment): Record<string, string> =>
     )
   )
 
-/** Where and how a child is started: in `cwd` (the checkout by default), as `bun <runtime...>` when given, else `program`. */
+/**
+ * Where and how a child is started: in `cwd` (the checkout by default), as `bun <runtime...>` when
+ * given, else `program`; under `under` when given (`prlimit --nofile=…`, which runs it in its place).
+ */
 export interface StartOptions {
   readonly cwd?: string
   readonly runtime?: ReadonlyArray<string>
+  readonly under?: ReadonlyArray<string>
 }
 
 /**
@@ -43,8 +47,12 @@ export interface StartOptions {
  * Shutdown), and is ready without the warm-up unless a test asks for it (README, Operating it:
  * Start-up), so that a test may ask `/readyz` the moment the server listens.
  */
-const spawnMain = (args: ReadonlyArray<string>, env: Environment, { cwd = root, runtime }: StartOptions = {}) =>
-  spawn([...(runtime === undefined ? program : ["bun", ...runtime]), ...args], {
+const spawnMain = (
+  args: ReadonlyArray<string>,
+  env: Environment,
+  { cwd = root, runtime, under = [] }: StartOptions = {}
+) =>
+  spawn([...under, ...(runtime === undefined ? program : ["bun", ...runtime]), ...args], {
     cwd,
     env: environment({ SHUTDOWN_DELAY_SECONDS: "0", WARM_UP: "false", ...env }),
     stdin: "ignore",
