@@ -168,36 +168,48 @@ describe("requests per connection", () => {
 
 describe("connections per address (README, Operating it: Connections)", () => {
   let limited: InProcessServer
+  let key: CreatedTestKey
   const proxy = "127.0.0.3"
 
   beforeAll(async () => {
-    limited = await serveInProcess(tempDatabase(), {
+    const database = tempDatabase()
+    limited = await serveInProcess(database, {
       CONNECTIONS_PER_ADDRESS: "3",
       CONNECTIONS_PER_PROXY: "5",
       TRUSTED_PROXIES: proxy
     })
+    key = await createKey(database)
   })
   afterAll(async () => {
     await limited?.stop()
   })
 
   const healthz = rawRequest("GET", "/healthz", [])
+  const body = JSON.stringify({ socialUsername: "@busy" })
 
-  /** `count` connections from `address`, each with one request answered 200 and kept open. */
-  const holdFrom = async (address: string, count: number) => {
-    const held = []
+  /**
+   * `count` connections from `address`, each busy with an activation whose body is on its way
+   * (the server is reading it): connections in use, which no relief closes.
+   */
+  const busyFrom = async (address: string, count: number, headers: HeaderLines = []) => {
+    const busy = []
     for (let i = 0; i < count; i++) {
       const connection = await openConnection(limited.url, address)
-      held.push(connection)
-      connection.send(healthz)
-      const answer = responseOf(await connection.next())
-      expect({ i, status: answer.status, connection: answer.headers["connection"] }).toEqual({
-        i,
-        status: 200,
-        connection: undefined
-      })
+      busy.push(connection)
+      connection.send(
+        rawRequest("POST", activatePath(), [
+          ["authorization", `Bearer ${key.apiKey}`],
+          ["idempotency-key", uniqueKey()],
+          ["content-type", "application/json"],
+          ["content-length", String(body.length)],
+          ...(i === 0 ? headers : [])
+        ])
+      )
+      connection.send(body.slice(0, 5))
     }
-    return held
+    // Each is being served once a request sent after them all is answered.
+    expect((await oneMoreFrom("127.0.0.9")).answer.status).toBe(200)
+    return busy
   }
 
   /** The answer to one request on a new connection from `address`, and whether the server then closed it. */
@@ -212,8 +224,8 @@ describe("connections per address (README, Operating it: Connections)", () => {
     }
   }
 
-  it("answers a request on a connection over its address's limit 503 with Connection: close, and serves its open connections and other addresses", async () => {
-    const held = await holdFrom("127.0.0.2", 3)
+  it("answers a request on a connection over its address's limit of connections in use 503 with Connection: close, and serves other addresses", async () => {
+    const busy = await busyFrom("127.0.0.2", 3, [["connection", "close"]])
     try {
       const refused = await oneMoreFrom("127.0.0.2")
       expectEnvelope(refused.answer, 503, "SERVICE_UNAVAILABLE")
@@ -225,28 +237,49 @@ describe("connections per address (README, Operating it: Connections)", () => {
       expect(refused.closed).toBe(true)
 
       expect((await oneMoreFrom("127.0.0.4")).answer.status).toBe(200)
-      for (const connection of held) {
+
+      // A connection its client ends with Connection: close no longer counts.
+      busy[0]!.send(body.slice(5))
+      expect(responseOf(await busy[0]!.next()).status).toBe(200)
+      expect((await oneMoreFrom("127.0.0.2")).answer.status).toBe(200)
+    } finally {
+      for (const connection of busy) connection.destroy()
+    }
+  })
+
+  it("closes the idle connections before it refuses an address at its limit: a client that closed its connections without a word is not refused for them", async () => {
+    // A server of its own: idle connections are closed at most once a second, and none were yet.
+    const fresh = await serveInProcess(tempDatabase(), { CONNECTIONS_PER_ADDRESS: "3" })
+    const held = []
+    try {
+      for (let i = 0; i < 3; i++) {
+        const connection = await openConnection(fresh.url, "127.0.0.5")
+        held.push(connection)
         connection.send(healthz)
         expect(responseOf(await connection.next()).status).toBe(200)
       }
-
-      // A connection its client ends with Connection: close no longer counts.
-      held[0]!.send(rawRequest("GET", "/healthz", [["connection", "close"]]))
-      expect(responseOf(await held[0]!.next()).status).toBe(200)
-      expect((await oneMoreFrom("127.0.0.2")).answer.status).toBe(200)
+      const another = await openConnection(fresh.url, "127.0.0.5")
+      try {
+        another.send(healthz)
+        expect(responseOf(await another.next()).status).toBe(200)
+      } finally {
+        another.destroy()
+      }
+      for (const connection of held) expect((await connection.next())._tag).toBe("Closed")
     } finally {
       for (const connection of held) connection.destroy()
+      await fresh.stop()
     }
   })
 
   it("gives a trusted proxy's address its own limit", async () => {
-    const held = await holdFrom(proxy, 5)
+    const busy = await busyFrom(proxy, 5)
     try {
       const refused = await oneMoreFrom(proxy)
       expectEnvelope(refused.answer, 503, "SERVICE_UNAVAILABLE")
       expect(refused.answer.headers["connection"]).toBe("close")
     } finally {
-      for (const connection of held) connection.destroy()
+      for (const connection of busy) connection.destroy()
     }
   })
 })

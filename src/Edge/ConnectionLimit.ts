@@ -15,7 +15,10 @@ const requestsPerConnectionWindowMs = 10_000
  */
 const descriptorReserve = 256
 
-/** Past this share of the total, idle connections are closed, at most once per `relieveEveryMs`. */
+/**
+ * Past this share of the total, or at an address's limit, idle connections are closed, at most once
+ * per `relieveEveryMs`.
+ */
 const pressureShare = 0.9
 const relieveEveryMs = 1_000
 
@@ -82,8 +85,9 @@ export interface ConnectionCounts {
  * below what is open.
  *
  * A first request on a connection over its address's limit, or over the process's total, is
- * refused (the caller answers it 503 and closes the connection). Near the total, the idle
- * connections are closed (`closeIdle`) and no longer counted. A connection also closes after its
+ * refused (the caller answers it 503 and closes the connection), once the idle connections have
+ * been closed (`closeIdle`, at most once a second) and no longer count: near the total, and when an
+ * address reaches its limit, since many of what it holds may be connections its client closed. A connection also closes after its
  * answer once it carried 1,000 requests in 10 s, as nginx's `keepalive_requests` does: Bun answers
  * the requests pipelined on one connection one after the other without serving anyone else.
  */
@@ -162,10 +166,19 @@ export const makeConnectionLimit = (options: {
         const now = performance.now()
         let connection = connections.get(key)
         if (connection === undefined) {
-          const held = perAddress.get(peer.address) ?? 0
-          if (held >= (isProxy(peer.address) ? limits.perProxy : limits.perAddress)) {
-            return refuse("address", peer.address)
+          const limit = isProxy(peer.address) ? limits.perProxy : limits.perAddress
+          if ((perAddress.get(peer.address) ?? 0) >= limit) {
+            // Most of what it holds may be connections its client already closed (a client that
+            // opens a connection per request and closes it without a word): the idle ones are
+            // closed, and no longer counted, before its new one is refused.
+            try {
+              relieve(now)
+            } catch {
+              // Closing idle connections is a relief, not a duty: the limit still holds without it.
+            }
+            if ((perAddress.get(peer.address) ?? 0) >= limit) return refuse("address", peer.address)
           }
+          const held = perAddress.get(peer.address) ?? 0
           if (connections.size >= pressureAt) {
             try {
               relieve(now)
