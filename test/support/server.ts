@@ -32,10 +32,14 @@ const environment = (overrides: Environment): Record<string, string> =>
     )
   )
 
-/** Where and how a child is started: in `cwd` (the checkout by default), as `bun <runtime...>` when given, else `program`. */
+/**
+ * Where and how a child is started: in `cwd` (the checkout by default), as `bun <runtime...>` when
+ * given, else `program`; under `umask` when given, else this process's.
+ */
 export interface StartOptions {
   readonly cwd?: string
   readonly runtime?: ReadonlyArray<string>
+  readonly umask?: number
 }
 
 /**
@@ -43,8 +47,13 @@ export interface StartOptions {
  * Shutdown), and is ready without the warm-up unless a test asks for it (README, Operating it:
  * Start-up), so that a test may ask `/readyz` the moment the server listens.
  */
-const spawnMain = (args: ReadonlyArray<string>, env: Environment, { cwd = root, runtime }: StartOptions = {}) =>
-  spawn([...(runtime === undefined ? program : ["bun", ...runtime]), ...args], {
+const spawnMain = (args: ReadonlyArray<string>, env: Environment, { cwd = root, runtime, umask }: StartOptions = {}) =>
+  spawn([
+    // The shell is replaced by the program (exec): signals reach the program itself.
+    ...(umask === undefined ? [] : ["sh", "-c", `umask ${umask.toString(8)} && exec "$@"`, "sh"]),
+    ...(runtime === undefined ? program : ["bun", ...runtime]),
+    ...args
+  ], {
     cwd,
     env: environment({ SHUTDOWN_DELAY_SECONDS: "0", WARM_UP: "false", ...env }),
     stdin: "ignore",
@@ -221,12 +230,16 @@ export const rollKey = (database: string, keyId: string): Promise<string> =>
   withKeys(database, (keys) => Effect.map(keys.roll(keyId, Duration.hours(1)), (rolled) => rolled!.apiKey))
 
 /**
- * Runs the real command line and collects what it printed. It is stopped with SIGTERM after
- * `timeoutMs`: a `serve` that should have refused its configuration must not keep running
- * (on loopback only).
+ * Runs the real command line (`StartOptions`) and collects what it printed. It is stopped with
+ * SIGTERM after `timeoutMs`: a `serve` that should have refused its configuration must not keep
+ * running (on loopback only).
  */
-export const runCli = async (args: ReadonlyArray<string>, env: Environment, timeoutMs = 10_000) => {
-  const proc = spawnMain(args, { HOST: "127.0.0.1", PORT: "0", ...env })
+export const runCli = async (
+  args: ReadonlyArray<string>,
+  env: Environment,
+  { timeoutMs = 10_000, ...options }: StartOptions & { readonly timeoutMs?: number } = {}
+) => {
+  const proc = spawnMain(args, { HOST: "127.0.0.1", PORT: "0", ...env }, options)
   let timedOut = false
   const timer = setTimeout(() => {
     timedOut = true
