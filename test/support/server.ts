@@ -7,6 +7,7 @@ import { join } from "node:path"
 import { ApiKeys } from "../../src/ApiKeys.ts"
 import { KeysLive } from "../../src/App.ts"
 import type { BrandId, Scope } from "../../src/Domain/ApiKey.ts"
+import { stateDeadlineMs } from "./deadlines.ts"
 import { eventually } from "./load.ts"
 
 export const root = new URL("../..", import.meta.url).pathname
@@ -82,7 +83,7 @@ export const startServer = async (
   let output = ""
   const decoder = new TextDecoder()
   const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server did not start:\n${output}`)), 15_000)
+    const timer = setTimeout(() => reject(new Error(`server did not start:\n${output}`)), stateDeadlineMs)
     const pump = async (stream: ReadableStream<Uint8Array>) => {
       const reader = stream.getReader()
       for (;;) {
@@ -155,7 +156,7 @@ export const session = async <A>(database: string, env: Environment, use: (url: 
     await eventually("the server to listen", async () => {
       if (exited) throw new Error(`server exited with ${proc.exitCode}:\n${(await output)[1]}`)
       return accepts(port)
-    }, { timeoutMs: 15_000 })
+    })
   } catch (error) {
     proc.kill("SIGKILL")
     throw error
@@ -237,7 +238,7 @@ export const rollKey = (database: string, keyId: string): Promise<string> =>
 export const runCli = async (
   args: ReadonlyArray<string>,
   env: Environment,
-  { timeoutMs = 10_000, ...options }: StartOptions & { readonly timeoutMs?: number } = {}
+  { timeoutMs = stateDeadlineMs, ...options }: StartOptions & { readonly timeoutMs?: number } = {}
 ) => {
   const proc = spawnMain(args, { HOST: "127.0.0.1", PORT: "0", ...env }, options)
   let timedOut = false
