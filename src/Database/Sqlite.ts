@@ -41,10 +41,10 @@ const makePrivateDirectories = (directory: string): string | undefined => {
 }
 
 /**
- * The file holds key digests and brands' records: only its owner may read it, and its directories,
- * when it makes them, are its owner's only too. A path that cannot
- * be a database stops the start with one sentence, and a file that is something else is left as
- * it was (its mode included). Unless `create`, a file that is not there is not made, nor its directory.
+ * The file holds key digests and brands' records: only its owner may read it, or enter the
+ * directories made for it. A path that cannot be a database stops the start with one sentence,
+ * and a file that is something else is left as it was (its mode included). Unless `create`, a
+ * file that is not there is not made, nor its directory.
  */
 const createPrivateFile = (filename: string, create: boolean) =>
   Effect.try({
