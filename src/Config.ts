@@ -71,7 +71,7 @@ export const settings = {
   WARM_UP: {
     default: "true",
     meaning:
-      `before /readyz first answers 200, run the request path on a private in-memory copy of the service (a second or two), so that the first clients meet compiled code: ${switchChoices}`
+      `before /readyz first answers 200, run the request path on a private in-memory copy of the service (about 2 s on an idle 2-core machine, longer under load), so that the first clients meet compiled code: ${switchChoices}`
   },
   PUBLIC_URL: { meaning: "the base URL the OpenAPI document names in servers; unset: http://localhost:<PORT>" },
   OTEL_EXPORTER_OTLP_ENDPOINT: {
