@@ -457,6 +457,30 @@ const attacks: Record<string, Attack> = {
       `server CPU ${cpu.toFixed(0)} % of a core${database}`
   },
 
+  /**
+   * 10,000 401s from a trusted proxy (the server is started with TRUSTED_PROXIES=127.0.0.1), each
+   * naming a client of its own in X-Forwarded-For as an IPv6 address with a 12,000-character zone
+   * id: what the access log and the 401 tally keep of them, in RSS and log bytes.
+   */
+  "claimed-addresses": async (server) => {
+    const logBefore = statSync(logFile).size
+    const before = rssMb(server.pid)
+    const zone = "Z".repeat(12_000)
+    for (let sent = 0; sent < 10_000; sent += 25) {
+      await Promise.all(Array.from({ length: 25 }, (_, i) =>
+        fetch(`${server.url}/v1/whoami`, {
+          headers: {
+            authorization: `Bearer cak_${"b".repeat(16)}_${"0".repeat(64)}`,
+            "x-forwarded-for": `fe80::1%${sent + i}${zone}`
+          }
+        }).then((r) => r.arrayBuffer())))
+    }
+    await Bun.sleep(1_000)
+    return `10,000 401s claiming fe80::1%<12,000 characters>, each a client of its own: RSS ${before.toFixed(0)} -> ${
+      rssMb(server.pid).toFixed(0)
+    } MB, ${((statSync(logFile).size - logBefore) / 1024).toFixed(0)} KB of log`
+  },
+
   /** 7: a known key id with a wrong secret against an unknown key id, interleaved. */
   timing: async (server, key) => {
     const known = `cak_${key.keyId}_${"0".repeat(64)}`
@@ -663,6 +687,9 @@ const attacks: Record<string, Attack> = {
   }
 }
 
+/** What an attack needs of its server's configuration. */
+const serverSettings: Record<string, Record<string, string>> = { "claimed-addresses": { TRUSTED_PROXIES: "127.0.0.1" } }
+
 const fileTricks = ["wal-deleted", "shm-revoke"]
 /** What starts a server of its own. */
 const ownServer = ["purge", "held-connections", "held-two-addresses"]
@@ -698,7 +725,7 @@ const main = async () => {
       for (const suffix of ["", "-wal", "-shm"]) rmSync(`${database}${suffix}`, { force: true })
       key = createKey()
     }
-    const server = ownServer.includes(name) ? undefined : await startServer()
+    const server = ownServer.includes(name) ? undefined : await startServer(serverSettings[name])
     try {
       const result = await attacks[name]!(server ?? ({} as Server), key)
       console.log(`${name}: ${result}`)

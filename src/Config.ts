@@ -80,7 +80,7 @@ export const settings = {
   WARM_UP: {
     default: "true",
     meaning:
-      `before /readyz first answers 200, run the request path on a private in-memory copy of the service (a second or two), so that the first clients meet compiled code: ${switchChoices}`
+      `before /readyz first answers 200, run the request path on a private in-memory copy of the service (about 2 s on an idle 2-core machine, longer under load), so that the first clients meet compiled code: ${switchChoices}`
   },
   PUBLIC_URL: { meaning: "the base URL the OpenAPI document names in servers; unset: http://localhost:<PORT>" },
   OTEL_EXPORTER_OTLP_ENDPOINT: {
@@ -94,7 +94,11 @@ export const settings = {
   METRICS_HOST: { default: "127.0.0.1", meaning: "the metrics listener's address (127.0.0.1: this machine only)" },
   TRUSTED_PROXIES: {
     meaning:
-      "addresses or CIDRs of reverse proxies, comma-separated, whose X-Forwarded-For / Forwarded client and X-Request-Id are believed; unset: none, the socket's peer is the client"
+      "addresses or CIDRs of reverse proxies, comma-separated, whose client (in TRUSTED_PROXY_HEADER) and X-Request-Id are believed; unset: none, the socket's peer is the client"
+  },
+  TRUSTED_PROXY_HEADER: {
+    default: "X-Forwarded-For",
+    meaning: "the header the trusted proxies name the client in: X-Forwarded-For or Forwarded; the other one is ignored"
   }
 } as const satisfies Record<string, Setting>
 
@@ -457,8 +461,8 @@ const cidrOf = (text: string): Cidr | undefined => {
 }
 
 /**
- * TRUSTED_PROXIES: the reverse proxies whose `X-Forwarded-For` / `Forwarded` client and
- * `X-Request-Id` are believed (README, Configuration); unset, none: the socket's peer is the client.
+ * TRUSTED_PROXIES: the reverse proxies whose client (in TRUSTED_PROXY_HEADER) and `X-Request-Id`
+ * are believed (README, Configuration); unset, none: the socket's peer is the client.
  */
 export const TrustedProxiesConfig = variable("TRUSTED_PROXIES", {
   unset: [] as ReadonlyArray<Cidr>,
@@ -472,6 +476,29 @@ export const TrustedProxiesConfig = variable("TRUSTED_PROXIES", {
         } is not an address or a CIDR; give them separated by commas (127.0.0.1,10.0.0.0/8,fd00::/8), or leave it unset to trust none`
       )
       : Either.right(entries.map((entry) => cidrOf(entry)!))
+  }
+})
+
+/** A forwarding header the trusted proxies may write, as a request's headers are looked up. */
+export type ProxyHeader = "x-forwarded-for" | "forwarded"
+
+const proxyHeaders: ReadonlyArray<ProxyHeader> = ["x-forwarded-for", "forwarded"]
+
+/**
+ * TRUSTED_PROXY_HEADER: the one forwarding header the trusted proxies write (README, Deployment:
+ * Behind a reverse proxy). Only that one is read: behind a proxy that writes `Forwarded`, an
+ * `X-Forwarded-For` can only be the client's own, passed on unread by the proxy.
+ */
+export const TrustedProxyHeaderConfig = variable("TRUSTED_PROXY_HEADER", {
+  parse: (text): Either.Either<ProxyHeader, string> => {
+    const header = proxyHeaders.find((name) => name === text.trim().toLowerCase())
+    return header === undefined
+      ? Either.left(
+        `not a header the client is read from; use X-Forwarded-For or Forwarded, whichever the trusted proxies write, or ${
+          unsetFor("TRUSTED_PROXY_HEADER")
+        }`
+      )
+      : Either.right(header)
   }
 })
 
@@ -492,6 +519,7 @@ export const ServeConfig = Config.all([
   ConnectionsConfig,
   MetricsConfig,
   TrustedProxiesConfig,
+  TrustedProxyHeaderConfig,
   WarmUpConfig
 ])
 

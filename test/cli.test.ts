@@ -416,6 +416,19 @@ describe("the database a key command uses", () => {
     ])
   })
 
+  it("is not opened for a usage error: keys update with nothing to change exits 2 whether or not there is a database", async () => {
+    const directory = join(dirname(tempDatabase()), "mistyped")
+    const database = join(directory, "db.sqlite")
+    const result = await runCli(["keys", "update", "aaaaaaaaaaaaaaaa"], { DATABASE_URL: database })
+    expect({ code: result.code, stdout: result.stdout, stderr: result.stderr }).toEqual({
+      code: 2,
+      stdout: "",
+      stderr:
+        "keys update changes --scopes, --name or --rate-limit: give at least one (see campaign-api keys update --help).\n"
+    })
+    expect(existsSync(directory)).toBe(false)
+  })
+
   it("is named in the terminal's own colour, as a notice and not an error", async () => {
     const env = { DATABASE_URL: tempDatabase() }
     expect((await runCli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read"], env)).code).toBe(0)

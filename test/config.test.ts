@@ -12,7 +12,8 @@ import {
   KeysConfig,
   ServeConfig,
   settingsList,
-  TrustedProxiesConfig
+  TrustedProxiesConfig,
+  TrustedProxyHeaderConfig
 } from "../src/Config.ts"
 import CreateTables from "../src/Database/migrations/0001_create_tables.ts"
 import { root, runCli, startServer, tempDatabase } from "./support/server.ts"
@@ -81,6 +82,11 @@ describe("configuration (README, Configuration)", () => {
       "METRICS_HOST",
       "",
       "METRICS_HOST=: names no address; use 127.0.0.1 (this machine only), 0.0.0.0 or one of this machine's addresses."
+    ],
+    [
+      "TRUSTED_PROXY_HEADER",
+      "X-Real-IP",
+      "TRUSTED_PROXY_HEADER=X-Real-IP: not a header the client is read from; use X-Forwarded-For or Forwarded, whichever the trusted proxies write, or leave it unset for X-Forwarded-For."
     ]
   ])("%s=%j is one sentence naming the variable, its value and what to do", (name, value, sentence) => {
     expect(read(ServeConfig, { [name]: value })).toEqual(Either.left([sentence]))
@@ -176,7 +182,8 @@ describe("serve with a bad configuration", () => {
       PORT: "abc",
       RATE_LIMIT_MAX: "0",
       LOG_LEVEL: "verbose",
-      PUBLIC_URL: "localhost:3000"
+      PUBLIC_URL: "localhost:3000",
+      TRUSTED_PROXY_HEADER: "X-Real-IP"
     })
     expect({ code: result.code, timedOut: result.timedOut, stdout: result.stdout }).toEqual({
       code: 78,
@@ -184,7 +191,7 @@ describe("serve with a bad configuration", () => {
       stdout: ""
     })
     expect(result.stderr.trim().split("\n").map((line) => line.split("=")[0]).sort()).toEqual(
-      ["LOG_LEVEL", "PORT", "PUBLIC_URL", "RATE_LIMIT_MAX"]
+      ["LOG_LEVEL", "PORT", "PUBLIC_URL", "RATE_LIMIT_MAX", "TRUSTED_PROXY_HEADER"]
     )
   })
 
@@ -281,6 +288,14 @@ describe("TRUSTED_PROXIES (README, Configuration)", () => {
 
   it("trusts none when unset", () => {
     expect(read(TrustedProxiesConfig, {})).toEqual(Either.right([]))
+  })
+
+  it.each([
+    [{}, "x-forwarded-for"],
+    [{ TRUSTED_PROXY_HEADER: "Forwarded" }, "forwarded"],
+    [{ TRUSTED_PROXY_HEADER: " x-forwarded-for " }, "x-forwarded-for"]
+  ])("reads the client from the one header TRUSTED_PROXY_HEADER names: %j", (variables, header) => {
+    expect(read(TrustedProxyHeaderConfig, variables)).toEqual(Either.right(header))
   })
 
   it.each(["localhost", "10.0.0.0/33", "10.0.0.0/8/8", "fd00::/129", "10.0.0.1/-1", "10.0.0.1/ 8"])(

@@ -6,6 +6,7 @@ import { brotliDecompressSync, gunzipSync } from "node:zlib"
 import { type BrowserContext, chromium, type Page } from "playwright-core"
 import { call } from "./support/client.ts"
 import { expectEnvelope } from "./support/contract.ts"
+import { stateDeadlineMs } from "./support/deadlines.ts"
 import { createKey, root, type RunningServer, session, startServer, tempDatabase, testTmp } from "./support/server.ts"
 
 const chromiumPath = "/usr/bin/chromium"
@@ -59,10 +60,10 @@ beforeAll(async () => {
     ]
   })
   page = await browser.newPage()
-  page.setDefaultTimeout(10_000)
+  page.setDefaultTimeout(stateDeadlineMs)
   page.on("request", (request) => void requested.push(request.url()))
   await page.goto(`${origin}/docs`, { waitUntil: "networkidle" })
-}, 60_000)
+})
 
 afterAll(async () => {
   await browser?.close()

@@ -17,7 +17,15 @@ import {
 } from "./support/client.ts"
 import { expectClientAnswer, expectEnvelope } from "./support/contract.ts"
 import { countRows } from "./support/database.ts"
-import { type CreatedTestKey, createKey, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
+import {
+  type CreatedTestKey,
+  createKey,
+  type RunningServer,
+  session,
+  startServer,
+  tempDatabase
+} from "./support/server.ts"
+import { accessLog, logLines } from "./support/telemetry.ts"
 
 const numRuns = 150
 
@@ -493,5 +501,44 @@ describe("hostile paths", () => {
       expect(outcome._tag === "Closed" || (outcome._tag === "Answered" && outcome.response.status < 500)).toBe(true)
     }
     expect((await whoami(server.url, writer.apiKey)).status).toBe(200)
+  })
+})
+
+describe("claimed client addresses (README, Deployment: Behind a reverse proxy)", () => {
+  const badKey = `cak_${"b".repeat(16)}_${"0".repeat(64)}`
+
+  it("never logs or tallies an address with a zone id, or longer than an address is: the trusted proxy is named instead", async () => {
+    const claimed = ["fe80::1%eth0", `fe80::1%${"Z".repeat(12_000)}`, `fe80::1%${"Z".repeat(12_000)}`, "203.0.113.9"]
+    const { result, stderr } = await session(tempDatabase(), { TRUSTED_PROXIES: "127.0.0.1" }, async (url) => {
+      const statuses = []
+      for (const address of claimed) {
+        const refused = await call(url, { path: "/v1/whoami", apiKey: badKey, headers: { "x-forwarded-for": address } })
+        statuses.push(refused.status)
+      }
+      return statuses
+    })
+    expect(result).toEqual([401, 401, 401, 401])
+    expect(accessLog(stderr).map((line) => line.clientAddress)).toEqual(["127.0.0.1", "203.0.113.9"])
+    const summaries = logLines(stderr).filter((line) => line.message === "repeated unauthorized requests")
+    expect(summaries.map((line) => line.annotations)).toEqual([
+      expect.objectContaining({ clientAddress: "127.0.0.1", count: 2 })
+    ])
+    expect(stderr).not.toContain("fe80::1%")
+  })
+
+  it("with TRUSTED_PROXY_HEADER=Forwarded reads the client from Forwarded alone: an X-Forwarded-For is the client's own", async () => {
+    const { stderr } = await session(
+      tempDatabase(),
+      { TRUSTED_PROXIES: "127.0.0.1", TRUSTED_PROXY_HEADER: "Forwarded" },
+      async (url) => {
+        for (
+          const headers of [
+            { "x-forwarded-for": "6.6.6.6", forwarded: "for=203.0.113.9" },
+            { "x-forwarded-for": "198.51.100.7" }
+          ]
+        ) expect((await call(url, { path: "/healthz", headers })).status).toBe(200)
+      }
+    )
+    expect(accessLog(stderr).map((line) => line.clientAddress)).toEqual(["203.0.113.9", "127.0.0.1"])
   })
 })

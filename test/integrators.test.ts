@@ -15,6 +15,11 @@ import { root, runCli, type RunningServer, startServer, tempDatabase, testTmp } 
  */
 
 const fixtures = join(root, "test/integrators")
+/**
+ * Building the client, installing a project from the registry (or Bun's cache) and a strict tsc
+ * take a minute on an idle machine and several on a loaded one (README, Tests): a bound for a hang.
+ */
+const integratorDeadlineMs = 15 * 60_000
 const brandId = "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f"
 const scopes = ["campaigns:write", "analytics:read"]
 
@@ -60,7 +65,7 @@ beforeAll(async () => {
   server = await startServer(database)
   // What an integrator is handed: the package as `bun run build:client` makes it from this checkout.
   await run(["bun", "run", "build:client"], root)
-}, 60_000)
+}, integratorDeadlineMs)
 
 afterAll(async () => {
   await server?.stop()
@@ -116,7 +121,7 @@ describe("an integrator's project outside the checkout (README, Typed client for
       ours.scripts.build
     )
     await expectTheServersAnswers(await compileAndRun(dir), "IdempotencyConflict")
-  }, 120_000)
+  }, integratorDeadlineMs)
 
   it("generates types from /openapi.json for openapi-fetch: strict tsc, then every operation", async () => {
     const dir = await project("openapi")
@@ -125,7 +130,7 @@ describe("an integrator's project outside the checkout (README, Typed client for
       dir
     )
     await expectTheServersAnswers(await compileAndRun(dir), "IDEMPOTENCY_CONFLICT")
-  }, 120_000)
+  }, integratorDeadlineMs)
 
   it.each(["effect", "openapi"])(
     "the README shows the %s project the test runs: its program, tsconfig and versions",

@@ -17,6 +17,7 @@ import {
   whoami
 } from "./support/client.ts"
 import { expectClientAnswer, expectEnvelope } from "./support/contract.ts"
+import { stateDeadlineMs } from "./support/deadlines.ts"
 import { type InProcessServer, serveInProcess } from "./support/inProcess.ts"
 import { eventually } from "./support/load.ts"
 import { type CreatedTestKey, createKey, type RunningServer, startServer, tempDatabase } from "./support/server.ts"
@@ -108,7 +109,7 @@ describe("slow and truncated bodies", () => {
       stalled.send(declared.slice(0, 10))
       expect((await whoami(server.url, writer.apiKey)).status).toBe(200)
       expect(stalled.pending(), "the stalled request was answered before the whoami").toBe(0)
-      expectAnsweredOrClosed(await stalled.next({ timeoutMs: bodyTimeoutMs + 5_000 }))
+      expectAnsweredOrClosed(await stalled.next({ timeoutMs: bodyTimeoutMs + stateDeadlineMs }))
     } finally {
       stalled.destroy()
     }

@@ -38,6 +38,7 @@ import { Ids } from "../src/Ids.ts"
 import { MetricsOff } from "../src/Metrics.ts"
 import { backends, postgres, sharedSkipped, withPostgres } from "./support/backends.ts"
 import { inspect } from "./support/database.ts"
+import { stateDeadlineMs } from "./support/deadlines.ts"
 import { eventually } from "./support/load.ts"
 import { type FaultyLink, faultyLink } from "./support/proxy.ts"
 import { createKey, tempDatabase } from "./support/server.ts"
@@ -192,7 +193,7 @@ describe.each(lifecycleDatabases)("ApiKeysRepo's key lifecycle on %s", (_, datab
       )
   )
 
-  layer(repoLayer, { timeout: 30_000 })((it) => {
+  layer(repoLayer)((it) => {
     it.effect("roll keeps the current secret as the previous one, until the grace or the key's expiry, the earlier", () =>
       Effect.gen(function*() {
         const repo = yield* ApiKeysRepo
@@ -386,7 +387,7 @@ describe.skipIf(sharedSkipped !== undefined)("ApiKeys on PostgreSQL", () => {
       yield* TestClock.adjust(Duration.millis(200))
       // The poll's read is real: waited for on the live clock.
       const accepted = yield* keys.authenticate(created.apiKey).pipe(
-        Effect.retry(Schedule.spaced(Duration.millis(10)).pipe(Schedule.upTo(Duration.seconds(10)))),
+        Effect.retry(Schedule.spaced(Duration.millis(10)).pipe(Schedule.upTo(Duration.millis(stateDeadlineMs)))),
         TestServices.provideLive
       )
       expect(accepted.identity.keyId).toBe(created.keyId)

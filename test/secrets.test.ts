@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { readFileSync } from "node:fs"
+import { dirname, join } from "node:path"
 import { activate, call, uniqueKey, whoami } from "./support/client.ts"
 import { expectEnvelope } from "./support/contract.ts"
 import { databaseFiles, permissions } from "./support/database.ts"
@@ -84,6 +85,31 @@ describe("secrets at rest and in logs", () => {
       await local.stop()
     }
   })
+})
+
+describe("the directories the service makes", () => {
+  it.each(["serve", "keys create"])(
+    "%s makes each directory of a new database 0700 and its files 0600, whatever the umask (000 here)",
+    async (command) => {
+      const top = join(dirname(tempDatabase()), "made")
+      const levels = [top, join(top, "by"), join(top, "by", "the-service")]
+      const database = join(levels.at(-1)!, "db.sqlite")
+      if (command === "serve") {
+        await (await startServer(database, {}, { umask: 0 })).stop()
+      } else {
+        const created = await runCli(
+          ["keys", "create", "--brand", crypto.randomUUID(), "--scopes", "campaigns:read"],
+          { DATABASE_URL: database },
+          { umask: 0 }
+        )
+        expect(created.code, created.stderr).toBe(0)
+      }
+      expect(levels.map((level) => [level, permissions(level).toString(8)])).toEqual(
+        levels.map((level) => [level, "700"])
+      )
+      for (const file of databaseFiles(database)) expect(permissions(file).toString(8), file).toBe("600")
+    }
+  )
 })
 
 describe("refusals that say nothing about the key", () => {

@@ -920,13 +920,14 @@ describe("the renderer's validation message", () => {
 describe("who sent a request (TRUSTED_PROXIES)", () => {
   const request = (headers: Record<string, string>) => new Request("http://127.0.0.1/v1/whoami", { headers })
   const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
-  const callers = makeCallers([
+  const proxies = [
     { address: "10.0.0.0", prefix: 8, family: "ipv4" },
     { address: "fd00::", prefix: 8, family: "ipv6" }
-  ])
+  ] as const
+  const callers = makeCallers(proxies, "x-forwarded-for")
 
   it("trusts no one by default: the peer is the client, the request id the server's, the caller's own id bounded and printable", () => {
-    const none = makeCallers([])
+    const none = makeCallers([], "x-forwarded-for")
     const caller = none(
       request({ "x-forwarded-for": "203.0.113.9", "x-request-id": `a\u0007b${"c".repeat(300)}` }),
       "10.1.2.3"
@@ -946,10 +947,10 @@ describe("who sent a request (TRUSTED_PROXIES)", () => {
     ],
     ["IPv6 and an IPv4-mapped peer", { "x-forwarded-for": "2001:db8::1" }, "::ffff:10.1.2.3", "2001:db8::1"],
     [
-      "Forwarded, without X-Forwarded-For",
+      "the proxy itself when it writes X-Forwarded-For and the client sent Forwarded",
       { forwarded: "for=198.51.100.1;proto=https, for=\"[2001:db8::7]:4711\"" },
       "fd12::1",
-      "2001:db8::7"
+      "fd12::1"
     ],
     ["an address with a port", { "x-forwarded-for": "203.0.113.9:51234" }, "10.1.2.3", "203.0.113.9"],
     [
@@ -959,6 +960,13 @@ describe("who sent a request (TRUSTED_PROXIES)", () => {
       "10.1.2.3"
     ],
     ["the proxy itself when it names no one", {}, "10.1.2.3", "10.1.2.3"],
+    ["the proxy itself when the address has a zone id", { "x-forwarded-for": "fe80::1%eth0" }, "10.1.2.3", "10.1.2.3"],
+    [
+      "the proxy itself when the address is longer than an address is",
+      { "x-forwarded-for": `fe80::1%${"Z".repeat(12_000)}` },
+      "10.1.2.3",
+      "10.1.2.3"
+    ],
     [
       "the peer when it is not a trusted proxy, whatever it says",
       { "x-forwarded-for": "203.0.113.9" },
@@ -967,6 +975,16 @@ describe("who sent a request (TRUSTED_PROXIES)", () => {
     ]
   ])("names as the client %s", (_, headers, peer, client) => {
     expect(callers(request(headers), peer).clientAddress).toBe(client)
+  })
+
+  it("reads Forwarded alone when the trusted proxies write it: an X-Forwarded-For is the client's own", () => {
+    const behindForwarded = makeCallers(proxies, "forwarded")
+    const headers = {
+      "x-forwarded-for": "6.6.6.6",
+      forwarded: "for=198.51.100.1;proto=https, for=\"[2001:db8::7]:4711\""
+    }
+    expect(behindForwarded(request(headers), "fd12::1").clientAddress).toBe("2001:db8::7")
+    expect(behindForwarded(request({ "x-forwarded-for": "6.6.6.6" }), "10.1.2.3").clientAddress).toBe("10.1.2.3")
   })
 
   it("takes a trusted proxy's sane X-Request-Id as the request's, and nobody else's", () => {

@@ -1,5 +1,6 @@
 import { fileURLToPath } from "node:url"
 import { defineConfig } from "vitest/config"
+import { testDeadlineMs } from "./support/deadlines.ts"
 
 export default defineConfig({
   test: {
@@ -9,7 +10,8 @@ export default defineConfig({
     // One fork: other pools have exited 0 after running only some files, printing no summary.
     pool: "forks",
     poolOptions: { forks: { singleFork: true } },
-    testTimeout: 30_000,
-    hookTimeout: 30_000
+    // A bound for a test that hangs, not a measure: a loaded machine may take minutes (README, Tests).
+    testTimeout: testDeadlineMs,
+    hookTimeout: testDeadlineMs
   }
 })

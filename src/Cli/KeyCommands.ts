@@ -18,6 +18,10 @@ import { outputWidth, table } from "./KeyTable.ts"
 import { isoOrNever, jsonRow, limitOf, minuteOf, shownName, status } from "./KeyText.ts"
 import { announced, failWith } from "./Output.ts"
 
+// Every variable the key commands read, read first: a bad one is named with the others, not alone.
+const keysAnnounced = <E, R>(keys: Layer.Layer<ApiKeys, E, R>) =>
+  Layer.unwrapEffect(Effect.map(KeysConfig, ([target]) => announced(target, keys)))
+
 const create = Command.make("create", {
   brand: Options.text("brand").pipe(
     Options.withSchema(BrandId.annotations({ message: () => "--brand takes the brand's UUID" })),
@@ -224,13 +228,11 @@ const update = Command.make("update", {
       updated
         ? Console.log(`Updated API key ${keyId}: ${said.join("; ")}. It applies ${takesEffect}.`)
         : noActiveKey(keyId)
-    )
+    ),
+    // Opened once the usage is known good: a usage error is exit 2 whatever the database (README, Exit codes).
+    Effect.provide(keysAnnounced(KeysOfExistingLive))
   )
 }).pipe(Command.withDescription("Change an active key's scopes, name or rate limit; its secret and key id stay."))
-
-// Every variable the key commands read, read first: a bad one is named with the others, not alone.
-const keysAnnounced = <E, R>(keys: Layer.Layer<ApiKeys, E, R>) =>
-  Layer.unwrapEffect(Effect.map(KeysConfig, ([target]) => announced(target, keys)))
 
 // Only `keys create` makes a database: a mistyped DATABASE_URL would otherwise give every command
 // an empty database of its own, and a key created in none of them would work.
@@ -239,7 +241,7 @@ const keyCommands = [
   list.pipe(Command.provide(keysAnnounced(KeysOfExistingLive))),
   show.pipe(Command.provide(keysAnnounced(KeysOfExistingLive))),
   roll.pipe(Command.provide(keysAnnounced(KeysOfExistingLive))),
-  update.pipe(Command.provide(keysAnnounced(KeysOfExistingLive))),
+  update,
   revoke.pipe(Command.provide(keysAnnounced(KeysOfExistingLive)))
 ] as const
 

@@ -30,9 +30,21 @@ const unusable = (filename: string, why: string, fix: string) =>
   new StartupError({ variable: "DATABASE_URL", message: `DATABASE_URL=${filename} ${why}: ${fix}.` })
 
 /**
- * The file holds key digests and brands' records: only its owner may read it. A path that cannot
- * be a database stops the start with one sentence, and a file that is something else is left as
- * it was (its mode included). Unless `create`, a file that is not there is not made, nor its directory.
+ * Makes `directory` and whichever directories above it are missing, each 0700 whatever the umask
+ * (which narrows mkdir's mode, hence the chmod of each level made): the first one made, if any.
+ */
+const makePrivateDirectories = (directory: string): string | undefined => {
+  const first = mkdirSync(directory, { recursive: true, mode: 0o700 })
+  if (first === undefined) return undefined
+  for (let level = directory; level.startsWith(first); level = dirname(level)) chmodSync(level, 0o700)
+  return first
+}
+
+/**
+ * The file holds key digests and brands' records: only its owner may read it, or enter the
+ * directories made for it. A path that cannot be a database stops the start with one sentence,
+ * and a file that is something else is left as it was (its mode included). Unless `create`, a
+ * file that is not there is not made, nor its directory.
  */
 const createPrivateFile = (filename: string, create: boolean) =>
   Effect.try({
@@ -46,7 +58,7 @@ const createPrivateFile = (filename: string, create: boolean) =>
         throw unusable(filename, "is not a SQLite database", "point it at this service's database or at a new path")
       }
       // A missing directory is made, and the start-up log says so (README, Configuration).
-      const createdDirectory = mkdirSync(dirname(name), { recursive: true })
+      const createdDirectory = makePrivateDirectories(dirname(name))
       closeSync(openSync(filename, "a", 0o600))
       chmodSync(filename, 0o600)
       return { name, created: existing === undefined, createdDirectory }

@@ -1,5 +1,5 @@
 import { BlockList, isIP } from "node:net"
-import type { Cidr } from "../Config.ts"
+import type { Cidr, ProxyHeader } from "../Config.ts"
 
 /**
  * Who sent a request, as the log tells it (README, Operating it: Logs): the client's address, the
@@ -21,13 +21,23 @@ const clientRequestIdLength = 128
 /** A caller's own request id as the log keeps it: its first characters, anything unprintable as `?`. */
 const bounded = (id: string): string => id.slice(0, clientRequestIdLength).replace(/[^\x20-\x7e]/g, "?")
 
-/** An address as a forwarding header writes it, without brackets or port; undefined when it is none. */
+/**
+ * The longest an address is written (an IPv6 address ending in an IPv4 one). `isIP` takes an IPv6
+ * zone id of any length (`fe80::1%` and thousands of characters), which a client could otherwise
+ * have logged, and kept in the 401 tally, as its address.
+ */
+const longestAddress = "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255".length
+
+/**
+ * An address as a forwarding header writes it, without brackets or port; undefined when it is
+ * none, has a zone id or is longer than an address is.
+ */
 const addressOf = (node: string): string | undefined => {
   let text = node.trim()
   if (text.startsWith("\"") && text.endsWith("\"") && text.length > 1) text = text.slice(1, -1)
   if (text.startsWith("[")) text = text.slice(1, text.indexOf("]") === -1 ? undefined : text.indexOf("]"))
   else if (isIP(text) === 0 && /^[\d.]+:\d+$/.test(text)) text = text.slice(0, text.lastIndexOf(":"))
-  return isIP(text) === 0 ? undefined : text
+  return text.length > longestAddress || text.includes("%") || isIP(text) === 0 ? undefined : text
 }
 
 /** The `for=` nodes of a `Forwarded` header (RFC 7239), in order. */
@@ -40,14 +50,15 @@ const forwardedFor = (header: string): Array<string> =>
   )
 
 /**
- * How the edge tells who sent a request, from the socket's peer and `TRUSTED_PROXIES`. A peer that
- * is not a trusted proxy is the client, and its `X-Request-Id` is logged as `clientRequestId` beside
- * an id of the server's own, so that no caller can make its requests collide with another's in
- * the log. A trusted proxy's `X-Request-Id` is the request's id; its client is the last address
- * of `X-Forwarded-For` (or, without one, of `Forwarded`) that is not a trusted proxy itself:
- * what a client wrote there before the proxies appended theirs is never believed.
+ * How the edge tells who sent a request, from the socket's peer, `TRUSTED_PROXIES` and
+ * `TRUSTED_PROXY_HEADER` (README, Deployment: Behind a reverse proxy). A peer that is not a trusted
+ * proxy is the client, and its `X-Request-Id` is logged as `clientRequestId` beside an id of the
+ * server's own, so that no caller can make its requests collide with another's in the log. A
+ * trusted proxy's `X-Request-Id` is the request's id; its client is the last address of `header`
+ * that is not a trusted proxy itself: what a client wrote there before the proxies appended theirs
+ * is never believed, nor is the other forwarding header, which only a client can have written.
  */
-export const makeCallers = (trustedProxies: ReadonlyArray<Cidr>) => {
+export const makeCallers = (trustedProxies: ReadonlyArray<Cidr>, header: ProxyHeader) => {
   const trusted = new BlockList()
   for (const { address, family, prefix } of trustedProxies) trusted.addSubnet(address, prefix, family)
   const isTrusted = (address: string): boolean => {
@@ -55,10 +66,10 @@ export const makeCallers = (trustedProxies: ReadonlyArray<Cidr>) => {
     return version !== 0 && trusted.check(address, version === 4 ? "ipv4" : "ipv6")
   }
 
+  const hopsOf = header === "forwarded" ? forwardedFor : (written: string) => written.split(",")
   const forwardedClient = (request: Request, peer: string): string => {
-    const xForwardedFor = request.headers.get("x-forwarded-for")
-    const forwarded = xForwardedFor === null ? request.headers.get("forwarded") : null
-    const hops = xForwardedFor !== null ? xForwardedFor.split(",") : forwarded !== null ? forwardedFor(forwarded) : []
+    const written = request.headers.get(header)
+    const hops = written === null ? [] : hopsOf(written)
     let client = peer
     for (let i = hops.length - 1; i >= 0; i--) {
       const address = addressOf(hops[i]!)

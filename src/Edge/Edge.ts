@@ -15,7 +15,7 @@ import {
   Runtime,
   Tracer
 } from "effect"
-import { EdgeConfig, ServerConfig, TrustedProxiesConfig } from "../Config.ts"
+import { EdgeConfig, ServerConfig, TrustedProxiesConfig, TrustedProxyHeaderConfig } from "../Config.ts"
 import { DatabaseOutage } from "../Database/Outage.ts"
 import { declaredEndpoints } from "../Declaration.ts"
 import { NotFound } from "../Domain/Errors.ts"
@@ -343,7 +343,7 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, synch
         )
     }]
 
-    const callerOf = makeCallers(yield* TrustedProxiesConfig)
+    const callerOf = makeCallers(yield* TrustedProxiesConfig, yield* TrustedProxyHeaderConfig)
 
     /** One request of `route`, with the parameters the router read from its path. */
     const run = (

@@ -1,4 +1,5 @@
 import { connect, type Socket } from "node:net"
+import { stateDeadlineMs } from "./deadlines.ts"
 
 export const creatorId = "11111111-1111-4111-8111-111111111111"
 export const campaignId = "22222222-2222-4222-8222-222222222222"
@@ -37,7 +38,7 @@ export interface Call {
  * How long `call` waits for a whole answer: past the server's own bound on reading a body (10 s,
  * README), short of a test's timeout, so that a request left hanging fails as itself.
  */
-const answerTimeoutMs = 20_000
+const answerTimeoutMs = stateDeadlineMs
 
 /** One request through fetch: the status, headers and body text exactly as answered. */
 export const call = async (
@@ -239,7 +240,7 @@ export const openConnection = (url: string, localAddress?: string): Promise<RawC
         endWriting: () => socket.end(),
         pending: () => buffer.length,
         destroy: () => socket.destroy(),
-        next: async ({ bodyless = false, timeoutMs = 5_000 } = {}) => {
+        next: async ({ bodyless = false, timeoutMs = stateDeadlineMs } = {}) => {
           const deadline = Date.now() + timeoutMs
           for (;;) {
             const parsed = parseResponse(buffer, bodyless)

@@ -4,12 +4,13 @@ import { connect } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
+import { stateDeadlineMs } from "./deadlines.ts"
 
 const postgresServer = process.env["TEST_POSTGRES_URL"] ?? "postgres://postgres@127.0.0.1:5432"
 const redisUrl = process.env["TEST_REDIS_URL"] ?? "redis://127.0.0.1:6379"
 
 const reachPostgres = async (): Promise<string | undefined> => {
-  const sql = new SQL(`${postgresServer}/postgres`, { max: 1, connectionTimeout: 3 })
+  const sql = new SQL(`${postgresServer}/postgres`, { max: 1, connectionTimeout: stateDeadlineMs / 1000 })
   try {
     await sql`SELECT 1`
     return undefined
@@ -28,7 +29,7 @@ const reachRedis = () =>
       socket.destroy()
       resolve(`Redis at ${redisUrl} does not answer (${why})`)
     }
-    socket.setTimeout(3000, () => fail("timeout"))
+    socket.setTimeout(stateDeadlineMs, () => fail("timeout"))
     socket.once("error", (error) => fail(error.message))
     socket.once("connect", () => socket.write("PING\r\n"))
     socket.once("data", (data) => {

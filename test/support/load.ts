@@ -1,4 +1,5 @@
 import { openConnection, type RawConnection, type RawOutcome, type RawResponse } from "./client.ts"
+import { stateDeadlineMs } from "./deadlines.ts"
 
 /** A copy of `items` in random order (Fisher-Yates). */
 export const shuffle = <A>(items: ReadonlyArray<A>): Array<A> => {
@@ -16,7 +17,7 @@ export const randomInt = (min: number, max: number) => min + Math.floor(Math.ran
 export const eventually = async (
   what: string,
   check: () => boolean | Promise<boolean>,
-  { intervalMs = 20, timeoutMs = 10_000 } = {}
+  { intervalMs = 20, timeoutMs = stateDeadlineMs } = {}
 ): Promise<void> => {
   const deadline = Date.now() + timeoutMs
   while (!(await check())) {
@@ -93,7 +94,7 @@ export const connectionLoad = (
       for (;;) {
         sent++
         connection.send(request())
-        const outcome = await connection.next({ timeoutMs: 20_000 })
+        const outcome = await connection.next()
         if (outcome._tag !== "Answered") {
           unanswered.push(outcome._tag)
           connection.destroy()

@@ -7,6 +7,7 @@ import { join } from "node:path"
 import { ApiKeys } from "../../src/ApiKeys.ts"
 import { KeysLive } from "../../src/App.ts"
 import type { BrandId, Scope } from "../../src/Domain/ApiKey.ts"
+import { stateDeadlineMs } from "./deadlines.ts"
 import { eventually } from "./load.ts"
 
 export const root = new URL("../..", import.meta.url).pathname
@@ -34,12 +35,14 @@ const environment = (overrides: Environment): Record<string, string> =>
 
 /**
  * Where and how a child is started: in `cwd` (the checkout by default), as `bun <runtime...>` when
- * given, else `program`; under `under` when given (`prlimit --nofile=…`, which runs it in its place).
+ * given, else `program`; under `under` when given (`prlimit --nofile=…`, which runs it in its place);
+ * under `umask` when given, else this process's.
  */
 export interface StartOptions {
   readonly cwd?: string
   readonly runtime?: ReadonlyArray<string>
   readonly under?: ReadonlyArray<string>
+  readonly umask?: number
 }
 
 /**
@@ -50,9 +53,15 @@ export interface StartOptions {
 const spawnMain = (
   args: ReadonlyArray<string>,
   env: Environment,
-  { cwd = root, runtime, under = [] }: StartOptions = {}
+  { cwd = root, runtime, umask, under = [] }: StartOptions = {}
 ) =>
-  spawn([...under, ...(runtime === undefined ? program : ["bun", ...runtime]), ...args], {
+  spawn([
+    ...under,
+    // The shell is replaced by the program (exec): signals reach the program itself.
+    ...(umask === undefined ? [] : ["sh", "-c", `umask ${umask.toString(8)} && exec "$@"`, "sh"]),
+    ...(runtime === undefined ? program : ["bun", ...runtime]),
+    ...args
+  ], {
     cwd,
     env: environment({ SHUTDOWN_DELAY_SECONDS: "0", WARM_UP: "false", ...env }),
     stdin: "ignore",
@@ -81,7 +90,7 @@ export const startServer = async (
   let output = ""
   const decoder = new TextDecoder()
   const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server did not start:\n${output}`)), 15_000)
+    const timer = setTimeout(() => reject(new Error(`server did not start:\n${output}`)), stateDeadlineMs)
     const pump = async (stream: ReadableStream<Uint8Array>) => {
       const reader = stream.getReader()
       for (;;) {
@@ -154,7 +163,7 @@ export const session = async <A>(database: string, env: Environment, use: (url: 
     await eventually("the server to listen", async () => {
       if (exited) throw new Error(`server exited with ${proc.exitCode}:\n${(await output)[1]}`)
       return accepts(port)
-    }, { timeoutMs: 15_000 })
+    })
   } catch (error) {
     proc.kill("SIGKILL")
     throw error
@@ -229,12 +238,16 @@ export const rollKey = (database: string, keyId: string): Promise<string> =>
   withKeys(database, (keys) => Effect.map(keys.roll(keyId, Duration.hours(1)), (rolled) => rolled!.apiKey))
 
 /**
- * Runs the real command line and collects what it printed. It is stopped with SIGTERM after
- * `timeoutMs`: a `serve` that should have refused its configuration must not keep running
- * (on loopback only).
+ * Runs the real command line (`StartOptions`) and collects what it printed. It is stopped with
+ * SIGTERM after `timeoutMs`: a `serve` that should have refused its configuration must not keep
+ * running (on loopback only).
  */
-export const runCli = async (args: ReadonlyArray<string>, env: Environment, timeoutMs = 10_000) => {
-  const proc = spawnMain(args, { HOST: "127.0.0.1", PORT: "0", ...env })
+export const runCli = async (
+  args: ReadonlyArray<string>,
+  env: Environment,
+  { timeoutMs = stateDeadlineMs, ...options }: StartOptions & { readonly timeoutMs?: number } = {}
+) => {
+  const proc = spawnMain(args, { HOST: "127.0.0.1", PORT: "0", ...env }, options)
   let timedOut = false
   const timer = setTimeout(() => {
     timedOut = true
