@@ -17,7 +17,13 @@ import {
   TestServices
 } from "effect"
 import { chmodSync, statSync, writeFileSync } from "node:fs"
-import { ActivationsRepo, type Page, pageStatement } from "../src/Activations/ActivationsRepo.ts"
+import {
+  ActivationsRepo,
+  countStatements,
+  type Page,
+  pageRows,
+  pageStatement
+} from "../src/Activations/ActivationsRepo.ts"
 import { ApiKeys } from "../src/ApiKeys.ts"
 import { type ApiKeyRow, ApiKeysRepo } from "../src/ApiKeys/ApiKeysRepo.ts"
 import { AppConfig } from "../src/Config.ts"
@@ -561,6 +567,165 @@ describe.each(backends)("ActivationsRepo's pages on $name", (backend) => {
     }
   })
 })
+
+const analyticsDays = ["2026-03-01", "2026-03-02", "2026-03-03", "2026-03-04", "2026-03-05"]
+
+/** A repeatable sequence of choices below `n`, so that a failing order can be run again. */
+const choices = (seed: number) => (n: number) => {
+  seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31
+  return seed % n
+}
+
+describe.each(backends)("ActivationsRepo's counts on $name", (backend) => {
+  it("counts every creator active in a range once, whatever order its days are written in, one or several to a statement, and several writers at once", async () => {
+    const database = await backend.database()
+    const choose = choices(2026)
+    const rounds = await Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const repo = yield* ActivationsRepo
+      const rounds: Array<{ readonly counted: Array<number>; readonly expected: Array<number> }> = []
+      for (let round = 0; round < 6; round++) {
+        const campaignKey = crypto.randomUUID()
+        // Statements of one to five creator-days, in the order the repository writes them (by key).
+        const statements = Array.from({ length: 40 }, () =>
+          [
+            ...new Map(
+              Array.from({ length: 1 + choose(5) }, () => ({
+                brand_id: brandId,
+                campaign_key: campaignKey,
+                day: analyticsDays[choose(analyticsDays.length)]!,
+                creator_key: `creator-${choose(12)}`
+              })).map((row) => [`${row.day} ${row.creator_key}`, row])
+            )
+          ].sort(([a], [b]) => (a < b ? -1 : 1)).map(([, row]) => row))
+        // Four transactions at once, as several instances write (one at a time on SQLite's one connection).
+        yield* Effect.forEach(
+          statements,
+          (rows) =>
+            sql.withTransaction(sql`INSERT INTO campaign_creator_days ${sql.insert(rows)} ON CONFLICT DO NOTHING`),
+          { concurrency: 4, discard: true }
+        )
+        const written = statements.flat()
+        const counted: Array<number> = []
+        const expected: Array<number> = []
+        for (const from of [undefined, ...analyticsDays]) {
+          for (const to of [undefined, ...analyticsDays]) {
+            if (from !== undefined && to !== undefined && from > to) continue
+            counted.push((yield* repo.counts(brandId, campaignKey, from, to)).creators)
+            expected.push(
+              new Set(
+                written.filter(({ day }) => (from === undefined || day >= from) && (to === undefined || day <= to)).map(
+                  (
+                    row
+                  ) => row.creator_key
+                )
+              ).size
+            )
+          }
+        }
+        rounds.push({ counted, expected })
+      }
+      return rounds
+    }).pipe(Effect.provide(ActivationsRepo.Live.pipe(Layer.provideMerge(SqlLiveAt(database)))), Effect.runPromise)
+    for (const { counted, expected } of rounds) expect(counted).toEqual(expected)
+  })
+
+  it("reads a campaign's numbers from the range of its counts' primary keys, page by page in key order: no scan, no sort, no temporary table", async () => {
+    const database = await backend.database()
+    const plans = await Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const statements = countStatements(sql)
+      const campaignKey = crypto.randomUUID()
+      const explain = (statement: { readonly compile: () => readonly [string, ReadonlyArray<unknown>] }) =>
+        sql.onDialectOrElse({
+          pg: () =>
+            Effect.map(
+              sql.withTransaction(
+                Effect.zipRight(
+                  sql`SET LOCAL enable_seqscan = off`,
+                  sql.unsafe<{ "QUERY PLAN": ReadonlyArray<{ Plan: PgPlanNode }> }>(
+                    `EXPLAIN (FORMAT JSON) ${statement.compile()[0]}`,
+                    statement.compile()[1]
+                  )
+                )
+              ),
+              ([explained]) => {
+                const steps: Array<string> = []
+                const walk = (node: PgPlanNode): void => {
+                  steps.push(`${node["Node Type"]}${node["Index Name"] === undefined ? "" : ` ${node["Index Name"]}`}`)
+                  node.Plans?.forEach(walk)
+                }
+                walk(explained!["QUERY PLAN"][0]!.Plan)
+                return steps.filter((step) => step !== "Limit")
+              }
+            ),
+          orElse: () =>
+            Effect.map(
+              sql.unsafe<{ detail: string }>(`EXPLAIN QUERY PLAN ${statement.compile()[0]}`, statement.compile()[1]),
+              (steps) => steps.map(({ detail }) => detail)
+            )
+        })
+      return [
+        yield* explain(statements.daysFrom(brandId, campaignKey, "2026-03-01", "2026-03-05")),
+        yield* explain(statements.daysAfter(brandId, campaignKey, "2026-03-02", "2026-03-09", "2026-03-05")),
+        yield* explain(statements.firstDaysFrom(brandId, campaignKey, "2026-03-01", "2026-03-05")),
+        yield* explain(statements.firstDaysAfter(brandId, campaignKey, "2026-03-02", "", "2026-03-01", "2026-03-05"))
+      ]
+    }).pipe(Effect.provide(SqlLiveAt(database)), Effect.runPromise)
+    const search = backend.name === "SQLite"
+      // The primary key of a table with a rowid is its first automatic index; the search keys on the
+      // campaign and a range of days.
+      ? (table: string) => [
+        expect.stringMatching(
+          new RegExp(
+            `^SEARCH ${table} USING INDEX sqlite_autoindex_${table}_1 \\(brand_id=\\? AND campaign_key=\\? AND .*day`
+          )
+        )
+      ]
+      : (table: string) => [expect.stringMatching(new RegExp(`^Index (Only )?Scan ${table}_pkey$`))]
+    expect(plans).toEqual([
+      search("campaign_days"),
+      search("campaign_days"),
+      search("campaign_day_pairs"),
+      search("campaign_day_pairs")
+    ])
+  })
+})
+
+layer(ActivationsRepo.Live.pipe(Layer.provideMerge(SqlLiveAt(tempDatabase()))))(
+  "ActivationsRepo's counts on SQLite",
+  (it) => {
+    it.effect("a campaign's numbers longer than a page hand the event loop back between pages, so other requests run meanwhile", () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const repo = yield* ActivationsRepo
+        const campaignKey = crypto.randomUUID()
+        const pages = 4
+        // One row per pair of activated day and planned day: `pages` pages of them.
+        const rows = Array.from({ length: pages * pageRows - 1 }, (_, i) => ({
+          brand_id: brandId,
+          campaign_key: campaignKey,
+          day: analyticsDays[i % analyticsDays.length]!,
+          planned_day: new Date(Date.UTC(2030, 0, 1 + Math.floor(i / analyticsDays.length))).toISOString().slice(0, 10),
+          activations: 1
+        }))
+        yield* sql`INSERT INTO campaign_days ${sql.insert(rows)}`
+        let turns = 0
+        let reading = true
+        const tick = () => {
+          turns++
+          if (reading) setImmediate(tick)
+        }
+        setImmediate(tick)
+        const counts = yield* Effect.ensuring(
+          repo.counts(brandId, campaignKey, undefined, undefined),
+          Effect.sync(() => void (reading = false))
+        )
+        expect(counts.byDay.reduce((sum, day) => sum + day.activations, 0)).toBe(rows.length)
+        expect(turns).toBeGreaterThanOrEqual(pages - 1)
+      }))
+  }
+)
 
 layer(SqlLiveAt(tempDatabase()))("ReadSql on SQLite", (it) => {
   it.effect("runs a prepared statement with each call's values, whether its text is kept or built for each call", () =>

@@ -13,6 +13,7 @@ import ApiKeysGeneration from "../src/Database/migrations/0002_api_keys_generati
 import ActivationReads from "../src/Database/migrations/0003_activation_reads.ts"
 import CampaignCounts from "../src/Database/migrations/0004_campaign_counts.ts"
 import KeyLifecycle from "../src/Database/migrations/0005_key_lifecycle.ts"
+import ListByBothFilters from "../src/Database/migrations/0006_list_by_both_filters.ts"
 import { fingerprintOf } from "../src/Idempotency.ts"
 import { backends } from "./support/backends.ts"
 import { call } from "./support/client.ts"
@@ -43,6 +44,9 @@ const releaseBeforeKeyLifecycle = {
 
 /** The migrations of the release before plannedPostAt's window and the list's index for both filters. */
 const releaseBeforeDateWindow = { ...releaseBeforeKeyLifecycle, "0005_key_lifecycle": KeyLifecycle }
+
+/** The migrations of the release before the creators of a range were counted from their first days in it. */
+const releaseBeforeFirstDays = { ...releaseBeforeDateWindow, "0006_list_by_both_filters": ListByBothFilters }
 
 const migrateAs = (release: Record<string, Effect.Effect<void, unknown, any>>) => (database: string) =>
   (database.startsWith("postgres")
@@ -276,6 +280,77 @@ describe.each(backends)("upgrading a database of the release before plannedPostA
         expectEnvelope(corrected, 409, "IDEMPOTENCY_CONFLICT")
       }
       expect(await backend.count(database, "SELECT 1 FROM activations")).toBe(4)
+    } finally {
+      await server.stop()
+    }
+  })
+})
+
+describe.each(backends)("upgrading a database of the release before the creators' first days on $name", (backend) => {
+  it("migrates at start: every range counts the creators the release before counted, and a creator-day an instance of that release writes meanwhile is counted too", async () => {
+    const database = await backend.database()
+    await migrateAs(releaseBeforeFirstDays)(database)
+    const brandId = crypto.randomUUID()
+    const campaignId = crypto.randomUUID()
+    const days = ["2026-03-01", "2026-03-02", "2026-03-03", "2026-03-04"]
+    const creators = Array.from({ length: 5 }, (_, i) => `5d2a7c3e-1b4f-4e6a-8c9d-00000000000${i}`)
+    // Creator i activated on the days whose number shares a bit with i + 1: each creator its own days.
+    const written = creators.flatMap((creator, i) =>
+      days.filter((_, d) => ((d + 1) & (i + 1)) !== 0).map((day) => ({ creator, day }))
+    )
+    const insertDays = (rows: ReadonlyArray<{ readonly creator: string; readonly day: string }>) =>
+      backend.exec(
+        database,
+        `INSERT INTO campaign_creator_days (brand_id, campaign_key, day, creator_key) VALUES ${
+          rows.map(({ creator, day }) => `('${brandId}', '${campaignId}', '${day}', '${creator}')`).join(", ")
+        }`
+      )
+    // What that release wrote for them, besides the records (which the counts do not read).
+    await insertDays(written)
+    await backend.exec(
+      database,
+      `INSERT INTO campaign_days (brand_id, campaign_key, day, planned_day, activations) VALUES ${
+        days.map((day) =>
+          `('${brandId}', '${campaignId}', '${day}', '', ${written.filter((w) => w.day === day).length})`
+        )
+          .join(", ")
+      }`
+    )
+
+    const key = await createKey(database, { brandId, scopes: ["analytics:read"] })
+    const server = await serveInProcess(database, backend.env)
+    try {
+      const everyRange = async (rows: ReadonlyArray<{ readonly creator: string; readonly day: string }>) => {
+        const counted: Array<string> = []
+        const expected: Array<string> = []
+        for (const from of [undefined, ...days]) {
+          for (const to of [undefined, ...days]) {
+            if (from !== undefined && to !== undefined && from > to) continue
+            const query = [from === undefined ? [] : [`from=${from}`], to === undefined ? [] : [`to=${to}`]].flat()
+            const answer = await call(server.url, {
+              path: `/v1/campaigns/${campaignId}/analytics?${query.join("&")}`,
+              apiKey: key.apiKey
+            })
+            counted.push(`${from}..${to}: ${answer.json.analytics.creators}`)
+            expected.push(`${from}..${to}: ${
+              new Set(
+                rows.filter(({ day }) => (from === undefined || day >= from) && (to === undefined || day <= to)).map((
+                  row
+                ) => row.creator)
+              ).size
+            }`)
+          }
+        }
+        expect(counted).toEqual(expected)
+      }
+      await everyRange(written)
+      // During a rolling deploy an instance of the release before writes creator-days as it always did.
+      const later = [{ creator: creators[0]!, day: "2026-03-02" }, {
+        creator: `${creators[0]!.slice(0, -1)}9`,
+        day: "2026-03-03"
+      }]
+      await insertDays(later)
+      await everyRange([...written, ...later])
     } finally {
       await server.stop()
     }

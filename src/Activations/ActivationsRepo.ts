@@ -51,6 +51,33 @@ export interface Counts {
  */
 const aboveEveryId = "g"
 const lastDay = "9999-12-31"
+/** A bound after the empty previous day of a creator's first day, and before every day. */
+const beforeEveryDay = "0"
+
+/** Rows in a page of the analytics' reads: a campaign's longest answer is read in many. */
+export const pageRows = 1_000
+
+/** Hands the event loop back (a macrotask, not a fiber's yield): the other requests run between pages. */
+const yieldToEventLoop = Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
+
+/**
+ * Reads a statement to its end a page at a time, in key order, each page after the last row of the
+ * one before: a large read on SQLite, which runs on the event loop, holds it for a page at most.
+ */
+const eachPage = <A>(
+  first: Effect.Effect<ReadonlyArray<A>, SqlError>,
+  after: (last: A) => Effect.Effect<ReadonlyArray<A>, SqlError>,
+  onRow: (row: A) => void
+): Effect.Effect<void, SqlError> =>
+  Effect.flatMap(first, function next(rows): Effect.Effect<void, SqlError> {
+    rows.forEach(onRow)
+    return rows.length < pageRows
+      ? Effect.void
+      : Effect.flatMap(Effect.zipRight(yieldToEventLoop, after(rows[rows.length - 1]!)), next)
+  })
+
+type DayCount = { readonly day: string; readonly planned_day: string; readonly activations: number | string }
+type FirstDayCount = { readonly day: string; readonly previous_day: string; readonly creators: number | string }
 
 type DayRow = {
   readonly brand_id: string
@@ -147,6 +174,34 @@ export const pageStatement = (
 }
 
 /**
+ * A campaign's numbers in a range of days, from the counts kept as it is activated (README,
+ * Analytics), each read a page at a time in key order from its table's primary key (the tests read
+ * their plans): the pairs of activated day and planned day, and the creators of each day counted
+ * by the day each was active before it (0007), of which a range counts those from before it.
+ */
+export const countStatements = (sql: SqlClient.SqlClient) => ({
+  daysFrom: (brandId: string, campaignKey: string, from: string, to: string) =>
+    sql<DayCount>`SELECT day, planned_day, activations FROM campaign_days
+      WHERE brand_id = ${brandId} AND campaign_key = ${campaignKey} AND day >= ${from} AND day <= ${to}
+      ORDER BY day, planned_day LIMIT ${pageRows}`,
+  daysAfter: (brandId: string, campaignKey: string, day: string, plannedDay: string, to: string) =>
+    sql<DayCount>`SELECT day, planned_day, activations FROM campaign_days
+      WHERE brand_id = ${brandId} AND campaign_key = ${campaignKey} AND (day, planned_day) > (${day}, ${plannedDay})
+        AND day <= ${to}
+      ORDER BY day, planned_day LIMIT ${pageRows}`,
+  firstDaysFrom: (brandId: string, campaignKey: string, from: string, to: string) =>
+    sql<FirstDayCount>`SELECT day, previous_day, creators FROM campaign_day_pairs
+      WHERE brand_id = ${brandId} AND campaign_key = ${campaignKey} AND day >= ${from} AND day <= ${to}
+        AND previous_day < ${from}
+      ORDER BY day, previous_day LIMIT ${pageRows}`,
+  firstDaysAfter: (brandId: string, campaignKey: string, day: string, previousDay: string, from: string, to: string) =>
+    sql<FirstDayCount>`SELECT day, previous_day, creators FROM campaign_day_pairs
+      WHERE brand_id = ${brandId} AND campaign_key = ${campaignKey} AND (day, previous_day) > (${day}, ${previousDay})
+        AND day <= ${to} AND previous_day < ${from}
+      ORDER BY day, previous_day LIMIT ${pageRows}`
+})
+
+/**
  * Activation records. Writes join the caller's transaction (and its batch, see GroupCommit). Every
  * read takes the brand: there is no query path to another brand's records (README, Reads). Reads
  * see only what is committed. SQL errors are defects.
@@ -182,20 +237,11 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
         campaign: read.prepare(statements.campaign),
         both: read.prepare(statements.both)
       }
-      // A campaign's numbers in a range of days, from the counts kept as it is activated (README, Analytics).
-      const daysIn = read.prepare((brandId: string, campaignKey: string, from: string, to: string) =>
-        sql<{ day: string; planned_day: string; activations: number | string }>`SELECT day, planned_day, activations
-          FROM campaign_days WHERE brand_id = ${brandId} AND campaign_key = ${campaignKey} AND day >= ${from} AND day <= ${to}`
-      )
-      const creatorsIn = read.prepare((brandId: string, campaignKey: string, from: string, to: string) =>
-        sql<{ n: number | string }>`SELECT COUNT(DISTINCT creator_key) AS n FROM campaign_creator_days
-          WHERE brand_id = ${brandId} AND campaign_key = ${campaignKey} AND day >= ${from} AND day <= ${to}`
-      )
-      // The whole campaign's: one row per creator, far fewer than its days' (README, Analytics).
-      const allCreators = read.prepare((brandId: string, campaignKey: string) =>
-        sql<{ n: number | string }>`SELECT COUNT(*) AS n FROM campaign_creators
-          WHERE brand_id = ${brandId} AND campaign_key = ${campaignKey}`
-      )
+      const countStatement = countStatements(sql)
+      const daysFrom = read.prepare(countStatement.daysFrom)
+      const daysAfter = read.prepare(countStatement.daysAfter)
+      const firstDaysFrom = read.prepare(countStatement.firstDaysFrom)
+      const firstDaysAfter = read.prepare(countStatement.firstDaysAfter)
       /**
        * A table of counts, written with the batch's rows merged per key (`byKey`), or one row alone.
        * It adds to what is there, so `many` accounts for every row given, as written.
@@ -220,6 +266,8 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
         (rows) => sql`INSERT INTO campaign_creator_days ${sql.insert(rows)} ON CONFLICT DO NOTHING`,
         creatorDayKey
       )
+      // Which creators activated at all: read by instances of the release before 0007 while a rolling
+      // deploy runs them beside this one; this release counts them from `campaign_day_pairs`.
       const noteCreators = counted<CreatorRow>(
         (rows) => sql`INSERT INTO campaign_creators ${sql.insert(rows)} ON CONFLICT DO NOTHING`,
         creatorKey
@@ -278,34 +326,48 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
             Effect.orDie,
             span("ActivationsRepo.list")
           ),
-        counts: (brandId, campaignId, from, to) => {
-          const args = [brandId, campaignId.toLowerCase(), from ?? "", to ?? lastDay] as const
-          const creators = from === undefined && to === undefined ? allCreators(brandId, args[1]) : creatorsIn(...args)
-          return Effect.all([daysIn(...args), creators]).pipe(
-            Effect.map(([rows, creators]) => {
-              const byDay = new Map<string, number>()
-              const byPlannedDay = new Map<string, number>()
-              for (const row of rows) {
+        counts: (brandId, campaignId, from, to) =>
+          Effect.suspend(() => {
+            const campaignKey = campaignId.toLowerCase()
+            const first = from ?? beforeEveryDay
+            const last = to ?? lastDay
+            const byDay = new Map<string, number>()
+            const byPlannedDay = new Map<string, number>()
+            let creators = 0
+            return eachPage(
+              daysFrom(brandId, campaignKey, first, last),
+              (row) => daysAfter(brandId, campaignKey, row.day, row.planned_day, last),
+              (row) => {
                 const n = Number(row.activations)
                 byDay.set(row.day, (byDay.get(row.day) ?? 0) + n)
                 byPlannedDay.set(row.planned_day, (byPlannedDay.get(row.planned_day) ?? 0) + n)
               }
-              // The unscheduled are counted under the empty planned day.
-              const unscheduled = byPlannedDay.get("") ?? 0
-              byPlannedDay.delete("")
-              const ascending = (counts: Map<string, number>) =>
-                [...counts].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-              return {
-                byDay: ascending(byDay).map(([date, activations]) => ({ date, activations })),
-                byPlannedDay: ascending(byPlannedDay).map(([date, posts]) => ({ date, posts })),
-                unscheduled,
-                creators: Number(creators[0]?.n ?? 0)
-              }
-            }),
+            ).pipe(
+              Effect.zipRight(eachPage(
+                firstDaysFrom(brandId, campaignKey, first, last),
+                (row) => firstDaysAfter(brandId, campaignKey, row.day, row.previous_day, first, last),
+                (row) => {
+                  creators += Number(row.creators)
+                }
+              )),
+              Effect.map(() => {
+                // The unscheduled are counted under the empty planned day.
+                const unscheduled = byPlannedDay.get("") ?? 0
+                byPlannedDay.delete("")
+                const ascending = (counts: Map<string, number>) =>
+                  [...counts].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+                return {
+                  byDay: ascending(byDay).map(([date, activations]) => ({ date, activations })),
+                  byPlannedDay: ascending(byPlannedDay).map(([date, posts]) => ({ date, posts })),
+                  unscheduled,
+                  creators
+                }
+              })
+            )
+          }).pipe(
             Effect.orDie,
             span("ActivationsRepo.counts")
           )
-        }
       }
     })
   )
