@@ -29,6 +29,7 @@ import { createHash } from "node:crypto"
 import { Activations } from "../src/Activations.ts"
 import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
 import { pageJson, recordJson } from "../src/Activations/Http.ts"
+import { Analytics } from "../src/Analytics.ts"
 import { ApiKeys } from "../src/ApiKeys.ts"
 import { type ApiKeyRow, ApiKeysRepo } from "../src/ApiKeys/ApiKeysRepo.ts"
 import { KeyUsage } from "../src/ApiKeys/KeyUsage.ts"
@@ -541,6 +542,52 @@ layer(RateLimitInMemory)("RateLimit (3 per 60 s)", (it) => {
       yield* TestClock.adjust("1 second")
       expect((yield* consume("refills")).allowed).toBe(true)
       expect((yield* consume("refills")).allowed).toBe(false)
+    }))
+})
+
+/** Each count the repository is asked for, held until the test lets it answer. */
+const heldCounts: Array<{ readonly brandId: string; readonly answer: Deferred.Deferred<void> }> = []
+
+const AnalyticsWithHeldCounts = Analytics.Live.pipe(
+  Layer.provide(
+    makeTestLayer(ActivationsRepo)({
+      counts: (brandId) =>
+        Effect.flatMap(Deferred.make<void>(), (answer) =>
+          Effect.zipRight(
+            Effect.sync(() => void heldCounts.push({ brandId, answer })),
+            Effect.as(Deferred.await(answer), { byDay: [], byPlannedDay: [], unscheduled: 0, creators: 0 })
+          ))
+    })
+  )
+)
+
+layer(AnalyticsWithHeldCounts)("Analytics", (it) => {
+  const otherBrandId = "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
+  const campaignId = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
+  const range = { from: "2026-03-01", to: undefined }
+  /** Lets every fiber that can run go as far as it can. */
+  const othersRun = Effect.repeatN(Effect.yieldNow(), 100)
+  it.effect("answers a brand's calls one at a time, a second waiting its turn, while another brand's run meanwhile", () =>
+    Effect.gen(function*() {
+      const analytics = yield* Analytics
+      heldCounts.length = 0
+      const first = yield* Effect.fork(analytics.campaign(brandId, campaignId, range))
+      const second = yield* Effect.fork(analytics.campaign(brandId, campaignId, range))
+      const other = yield* Effect.fork(analytics.campaign(otherBrandId, campaignId, range))
+      yield* othersRun
+      // The first call of each brand reads; the brand's second waits without reading.
+      expect(heldCounts.map(({ brandId }) => brandId)).toEqual([brandId, otherBrandId])
+      yield* Deferred.succeed(heldCounts[1]!.answer, undefined)
+      expect((yield* Fiber.join(other)).campaignId).toBe(campaignId)
+      yield* othersRun
+      expect(heldCounts).toHaveLength(2)
+      yield* Deferred.succeed(heldCounts[0]!.answer, undefined)
+      yield* Fiber.join(first)
+      yield* othersRun
+      // Its turn come, the second reads, and is answered.
+      expect(heldCounts.map(({ brandId }) => brandId)).toEqual([brandId, otherBrandId, brandId])
+      yield* Deferred.succeed(heldCounts[2]!.answer, undefined)
+      expect((yield* Fiber.join(second)).from).toBe("2026-03-01")
     }))
 })
 
