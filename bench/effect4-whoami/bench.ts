@@ -179,7 +179,20 @@ const verify = (e3: Server, e4: Server) => {
   if (failed) throw new Error("the two servers answer differently: not timed")
 }
 
-const wrk = (url: string) => {
+/** The CPU time a process has used, user and system, in microseconds (/proc/<pid>/stat). */
+const ticks = Number(Bun.spawnSync(["getconf", "CLK_TCK"]).stdout.toString().trim() || "100")
+const cpuMicros = (pid: number) => {
+  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")
+  return ((Number(fields[11]) + Number(fields[12])) * 1e6) / ticks
+}
+
+/**
+ * One wrk run: its throughput and p99, and the server's CPU time per answer, which the other
+ * processes of a shared machine disturb much less than the throughput they take a share of.
+ */
+const wrk = (server: Server) => {
+  const url = server.url
+  const cpuBefore = cpuMicros(server.pid)
   const out = run(
     [
       "taskset",
@@ -201,7 +214,8 @@ const wrk = (url: string) => {
   const p99Ms = Number(p99[1]) * (p99[2] === "us" ? 0.001 : p99[2] === "s" ? 1000 : 1)
   const non2xx = Number(/Non-2xx or 3xx responses:\s+(\d+)/.exec(out)?.[1] ?? "0")
   if (non2xx > 0) throw new Error(`${non2xx} answers were not 2xx:\n${out}`)
-  return { rps, p99Ms }
+  const requests = Number(/(\d+) requests in/.exec(out)![1])
+  return { rps, p99Ms, cpuMicrosPerRequest: (cpuMicros(server.pid) - cpuBefore) / requests }
 }
 
 const vmHwmMb = (pid: number) => {
@@ -226,18 +240,25 @@ for (const level of levels) {
       // Alternating which goes first, so that neither always follows the other's load.
       const order = i % 2 === 0 ? [e3, e4] : [e4, e3]
       const row: Partial<{ e3: ReturnType<typeof wrk>; e4: ReturnType<typeof wrk> }> = {}
-      for (const server of order) row[server.name === "E3" ? "e3" : "e4"] = wrk(server.url)
+      for (const server of order) row[server.name === "E3" ? "e3" : "e4"] = wrk(server)
       rows.push(row as { e3: ReturnType<typeof wrk>; e4: ReturnType<typeof wrk> })
       console.log(
         `LOG_LEVEL=${level} run ${i + 1}: E3 ${row.e3!.rps.toFixed(0)} req/s (p99 ${row.e3!.p99Ms.toFixed(2)} ms), E4 ${
           row.e4!.rps.toFixed(0)
-        } req/s (p99 ${row.e4!.p99Ms.toFixed(2)} ms), E4/E3 ${(row.e4!.rps / row.e3!.rps).toFixed(3)}`
+        } req/s (p99 ${row.e4!.p99Ms.toFixed(2)} ms), E4/E3 ${(row.e4!.rps / row.e3!.rps).toFixed(3)}; CPU per answer E3 ${
+          row.e3!.cpuMicrosPerRequest.toFixed(1)
+        } us, E4 ${row.e4!.cpuMicrosPerRequest.toFixed(1)} us, E3/E4 ${
+          (row.e3!.cpuMicrosPerRequest / row.e4!.cpuMicrosPerRequest).toFixed(3)
+        }`
       )
     }
     const summary = {
       e3Rps: median(rows.map((r) => r.e3.rps)),
       e4Rps: median(rows.map((r) => r.e4.rps)),
       ratio: median(rows.map((r) => r.e4.rps / r.e3.rps)),
+      cpuRatio: median(rows.map((r) => r.e3.cpuMicrosPerRequest / r.e4.cpuMicrosPerRequest)),
+      e3CpuMicros: median(rows.map((r) => r.e3.cpuMicrosPerRequest)),
+      e4CpuMicros: median(rows.map((r) => r.e4.cpuMicrosPerRequest)),
       e3P99Ms: median(rows.map((r) => r.e3.p99Ms)),
       e4P99Ms: median(rows.map((r) => r.e4.p99Ms)),
       e3VmHwmMb: vmHwmMb(e3.pid),
@@ -251,7 +272,9 @@ for (const level of levels) {
         summary.e3P99Ms.toFixed(2)
       } ms, E4 ${summary.e4P99Ms.toFixed(2)} ms; VmHWM E3 ${summary.e3VmHwmMb.toFixed(1)} MB, E4 ${
         summary.e4VmHwmMb.toFixed(1)
-      } MB\n`
+      } MB; CPU per answer E3 ${summary.e3CpuMicros.toFixed(1)} us, E4 ${summary.e4CpuMicros.toFixed(1)} us, E3/E4 ${
+        summary.cpuRatio.toFixed(3)
+      }\n`
     )
   } finally {
     await e3.stop()
