@@ -331,6 +331,9 @@ const machineBusySeconds = (): number => {
     .split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number)
   return (user + nice + system + irq + softirq + steal) / clockTicks
 }
+/** Seconds a process's main thread (the server's JavaScript) has waited on a run queue for a CPU. */
+const runQueueSeconds = (pid: number): number =>
+  Number(readFileSync(`/proc/${pid}/schedstat`, "utf8").split(" ")[1]) / 1e9
 const ownCpuSeconds = (): number => {
   const usage = process.cpuUsage()
   return (usage.user + usage.system) / 1e6
@@ -357,6 +360,8 @@ interface IsolationRun {
   /** Shares of a core over the run: the server's, and every other process's but the generator's and this one's. */
   readonly serverCpuPercent: number
   readonly otherCpuPercent: number
+  /** Share of the run the server's main thread was ready to run but waited for a CPU. */
+  readonly serverWaitedPercent: number
 }
 
 const isolation = async (backend: string, generator: string) => {
@@ -439,7 +444,7 @@ const isolation = async (backend: string, generator: string) => {
         `A: ranged ${rangedQuery} every second, unranged every 2 s, each at its due time; ${isolationSeconds} s runs`
     )
     console.log(
-      "run        B with  sent    2xx  non-2xx  timeouts  B p50 ms  B p99 ms  B max ms  whoami p99  get p99  gen lag p99  A calls  A 200s  A p50 ms  A max ms  server CPU %  others CPU %  flags"
+      "run        B with  sent    2xx  non-2xx  timeouts  B p50 ms  B p99 ms  B max ms  whoami p99  get p99  gen lag p99  A calls  A 200s  A p50 ms  A max ms  server CPU %  waited for CPU %  others CPU %  flags"
     )
     const requestFiles = (["whoami", "get"] as const).map((scenario) => {
       const file = join(dir, `isolation-${backend}-${scenario}.http`)
@@ -448,7 +453,12 @@ const isolation = async (backend: string, generator: string) => {
     })
     const run = async (turn: string, withA: boolean, seconds: number): Promise<IsolationRun> => {
       const samplesFile = join(dir, `isolation-${backend}.latency`)
-      const before = { server: cpuSeconds(server.pid), machine: machineBusySeconds(), own: ownCpuSeconds() }
+      const before = {
+        server: cpuSeconds(server.pid),
+        waited: runQueueSeconds(server.pid),
+        machine: machineBusySeconds(),
+        own: ownCpuSeconds()
+      }
       const startedAt = performance.now()
       const spawned = spawn([
         "taskset",
@@ -512,7 +522,8 @@ const isolation = async (backend: string, generator: string) => {
         flags: [...(overCapacity ? ["over capacity"] : []), ...(untrusted.length > 0 ? ["UNTRUSTED"] : [])],
         calls: answered,
         serverCpuPercent: (serverCpu / wallSeconds) * 100,
-        otherCpuPercent: Math.max(0, (otherCpu / wallSeconds) * 100)
+        otherCpuPercent: Math.max(0, (otherCpu / wallSeconds) * 100),
+        serverWaitedPercent: ((runQueueSeconds(server.pid) - before.waited) / wallSeconds) * 100
       }
       const timeouts = b.unsent + b.unanswered
       const errors = b.errors.connect + b.errors.read + b.errors.write + b.errors.malformed + b.errors.closed
@@ -530,7 +541,9 @@ const isolation = async (backend: string, generator: string) => {
             String(answered.filter((c) => c.status === 200).length).padStart(6)
           }  ${(aMs.length === 0 ? "-" : medianOf(aMs).toFixed(1)).padStart(8)}  ${
             (aMs.length === 0 ? "-" : Math.max(...aMs).toFixed(1)).padStart(8)
-          }  ${result.serverCpuPercent.toFixed(0).padStart(12)}  ${result.otherCpuPercent.toFixed(0).padStart(12)}  ` +
+          }  ${result.serverCpuPercent.toFixed(0).padStart(12)}  ${
+            result.serverWaitedPercent.toFixed(0).padStart(15)
+          }  ${result.otherCpuPercent.toFixed(0).padStart(12)}  ` +
           [
             ...result.flags,
             // On PostgreSQL the database's own work for A's calls is among the others' CPU.
