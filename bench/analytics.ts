@@ -13,11 +13,28 @@
  *   of activated day and planned day of its own, the planned days running through the whole window
  *   (36,525 days) and the activated days following (28 at 1,000,000);
  * - `stored-before`: what earlier releases let a brand store, days from 0000 to 9999: every
- *   activation a planned day of its own, from 0001-01-01 on (most outside the window).
+ *   activation a planned day of its own, from 0001-01-01 on (most outside the window);
+ * - `isolation`: not a curve but whether one brand's analytics slows another brand's requests. Brand
+ *   A (an `analytics:read` key) has one campaign of 1,000,000 distinct creators, each activated once,
+ *   spread evenly over 2026-03-01 … 2026-03-06 (ISOLATION_CREATORS; ANALYTICS_SIZES does not apply);
+ *   brand B (the bench's brand, a `campaigns:write` key) has the reads' 10,000 records (`seedReads`).
+ *   On one running server (pinned to CPU 1, no rate limit), B runs open loop (`openloop.c` on CPU 0)
+ *   at ISOLATION_RATE (200) req/s for ISOLATION_SECONDS (60), whoami and GET of one of its
+ *   activations in turns, latency from each request's due time; A meanwhile asks for its campaign's
+ *   analytics over the six days (`?from=2026-03-01&to=2026-03-06`) at every whole second of the run
+ *   and unranged at every even second, each call at its due time whether or not the last has
+ *   answered (open loop too), its latency from that time; a run ends once all of them have answered.
+ *   Runs alternate B alone and B with A, ISOLATION_TURNS (2) of each, after an uncounted warm-up;
+ *   per run a line, then B's p99 alone against with A (medians over the turns): PASS when with A is
+ *   at most 3 times alone, every A call answered 200 and every B request answered 2xx, else FAIL
+ *   (exit code 1).
  *
  *   bun bench/analytics.ts     # ANALYTICS_SIZES=10000,100000,1000000 ANALYTICS_BACKENDS=sqlite,postgres
- *                              # ANALYTICS_SHAPES=spread (or widest,stored-before)
+ *                              # ANALYTICS_SHAPES=spread (or widest,stored-before, or isolation)
  *                              # POSTGRES_URL=postgres://postgres@127.0.0.1:5432
+ *                              # ANALYTICS_BINARY=<path>: that binary instead of one built from src
+ *                              # ISOLATION_SECONDS=60 ISOLATION_TURNS=2 ISOLATION_RATE=200
+ *                              # ISOLATION_CREATORS=1000000 ISOLATION_WARMUP_SECONDS=10
  */
 import { BunContext } from "@effect/platform-bun"
 import { PgClient, PgMigrator } from "@effect/sql-pg"
@@ -25,13 +42,34 @@ import { SqliteClient, SqliteMigrator } from "@effect/sql-sqlite-bun"
 import { spawn, spawnSync, SQL } from "bun"
 import { Database } from "bun:sqlite"
 import { Effect, Redacted } from "effect"
-import { mkdtempSync, rmSync } from "node:fs"
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
-import { join } from "node:path"
+import { join, resolve } from "node:path"
 import CreateTables from "../src/Database/migrations/0001_create_tables.ts"
 import ApiKeysGeneration from "../src/Database/migrations/0002_api_keys_generation.ts"
 import ActivationReads from "../src/Database/migrations/0003_activation_reads.ts"
-import { apiKeyOf, brandId, freePort, keysCreateArgs, whoamiOk } from "./common.ts"
+import {
+  apiKeyOf,
+  brandId,
+  freePort,
+  keysCreateArgs,
+  readPaths,
+  seedReads,
+  seedReadsPostgres,
+  whoamiOk,
+  writeResults
+} from "./common.ts"
+import {
+  buildGenerator,
+  generatorArgs,
+  type GeneratorResult,
+  generatorResultOf,
+  rawRequest,
+  readSamples,
+  summarize,
+  type Summary,
+  verdictOf
+} from "./openloop.ts"
 
 const sizes = (process.env["ANALYTICS_SIZES"] ?? "10000,100000,1000000").split(",").map(Number)
 const backends = (process.env["ANALYTICS_BACKENDS"] ?? "sqlite,postgres").split(",")
@@ -45,14 +83,21 @@ const before = {
 }
 
 const dir = mkdtempSync(join(tmpdir(), "campaign-api-analytics-"))
-const binary = join(dir, "campaign-api")
 const root = join(import.meta.dir, "..")
-if (
-  spawnSync(["bun", "build", "src/main.ts", "--compile", "--bytecode", "--outfile", binary], { cwd: root }).exitCode !==
-    0
-) {
-  throw new Error("building the binary failed")
+// A prebuilt binary (ANALYTICS_BINARY), so that one build's figures can be set beside another's.
+const givenBinary = process.env["ANALYTICS_BINARY"]
+const binary = givenBinary === undefined ? join(dir, "campaign-api") : resolve(givenBinary)
+if (givenBinary === undefined) {
+  if (
+    spawnSync(["bun", "build", "src/main.ts", "--compile", "--bytecode", "--outfile", binary], { cwd: root })
+      .exitCode !== 0
+  ) {
+    throw new Error("building the binary failed")
+  }
+} else if (!existsSync(binary)) {
+  throw new Error(`ANALYTICS_BINARY: no file at ${binary}`)
 }
+console.log(`binary: ${givenBinary === undefined ? "built from src" : binary}`)
 
 const day = 86_400_000
 const windowDays = 36_525
@@ -60,8 +105,19 @@ const firstWindowDay = Date.UTC(2000, 0, 1)
 const yearOne = new Date(0).setUTCFullYear(1, 0, 1)
 const dateOf = (ms: number) => new Date(ms).toISOString().slice(0, 10)
 
-/** Activation `i` of `n` of a shape: when it was activated and the day planned for it, if any. */
-const shapes: Record<string, (i: number, n: number) => { readonly at: number; readonly planned: string | null }> = {
+/** Brand A of the isolation scenario, the one that asks for analytics (brand B is the bench's `brandId`). */
+const isolationBrand = "4e2c9a7b-1d3f-4b5a-8c6e-0f1a2b3c4d5e"
+const isolationDays = 6
+const isolationFirstDay = Date.UTC(2026, 2, 1)
+
+/**
+ * Activation `i` of `n` of a shape: when it was activated, the day planned for it, if any, and its
+ * creator's number (by default one of 5,000).
+ */
+const shapes: Record<
+  string,
+  (i: number, n: number) => { readonly at: number; readonly planned: string | null; readonly creator?: number }
+> = {
   spread: (i, n) => {
     const at = Date.UTC(2026, 0, 1) + Math.floor((i / n) * 300 * day)
     return { at, planned: i % 4 === 0 ? null : dateOf(at + day * (1 + (i % 30))) }
@@ -73,21 +129,26 @@ const shapes: Record<string, (i: number, n: number) => { readonly at: number; re
   "stored-before": (i) => ({
     at: Date.UTC(2026, 0, 1) + Math.floor(i / windowDays) * day + (i % windowDays),
     planned: dateOf(yearOne + i * day)
-  })
+  }),
+  // Every activation a creator of its own, spread evenly over six days; a quarter unscheduled.
+  isolation: (i, n) => {
+    const at = isolationFirstDay + Math.floor((i * isolationDays * day) / n)
+    return { at, planned: i % 4 === 0 ? null : dateOf(at + 7 * day), creator: i }
+  }
 }
 for (const name of shapeNames) {
   if (shapes[name] === undefined) throw new Error(`ANALYTICS_SHAPES: unknown shape "${name}"`)
 }
 
-/** Activation `i` of `n` of the shape, as a row: 5,000 creators. */
+/** Activation `i` of `n` of the shape, as a row (the isolation scenario's of brand A). */
 const activation = (shape: string, i: number, n: number) => {
-  const { at, planned } = shapes[shape]!(i, n)
+  const { at, creator, planned } = shapes[shape]!(i, n)
   const hex = at.toString(16).padStart(12, "0")
   return [
     `${hex.slice(0, 8)}-${hex.slice(8, 12)}-7${crypto.randomUUID().slice(15)}`,
-    brandId,
+    shape === "isolation" ? isolationBrand : brandId,
     "seeded0000000000",
-    `5d2a7c3e-1b4f-4e6a-8c9d-${String(i % 5000).padStart(12, "0")}`,
+    `5d2a7c3e-1b4f-4e6a-8c9d-${String(creator ?? i % 5000).padStart(12, "0")}`,
     campaign,
     planned,
     new Date(at).toISOString()
@@ -209,25 +270,367 @@ const measure = async (database: string) => {
   }
 }
 
-try {
-  console.log(
-    "backend   shape          activations  counted  entries     bytes  upgrade s  first ms  whole campaign ms (median of 5)  one month ms  /healthz meanwhile ms"
-  )
-  for (const backend of backends) {
-    for (const shape of shapeNames) {
-      for (const n of sizes) {
-        let database: string
-        if (backend === "sqlite") {
-          database = join(dir, `analytics-${shape}-${n}.sqlite`)
-          await fillSqlite(database, shape, n)
-        } else {
-          const name = `campaign_api_analytics_${n}_${Date.now().toString(36)}`
-          const admin = new SQL(`${postgresServer}/postgres`, { max: 1 })
-          await admin.unsafe(`CREATE DATABASE ${name}`)
-          await admin.close()
-          database = `${postgresServer}/${name}`
-          await fillPostgres(database, shape, n)
+/** A new database of `backend` for `label`: a SQLite file in the work directory, or a new PostgreSQL database. */
+const newDatabase = async (backend: string, label: string): Promise<string> => {
+  if (backend === "sqlite") return join(dir, `analytics-${label}.sqlite`)
+  const name = `campaign_api_analytics_${label.replace(/[^a-z0-9]/g, "_")}_${Date.now().toString(36)}`
+  const admin = new SQL(`${postgresServer}/postgres`, { max: 1 })
+  await admin.unsafe(`CREATE DATABASE ${name}`)
+  await admin.close()
+  return `${postgresServer}/${name}`
+}
+
+const dropDatabase = async (backend: string, database: string) => {
+  if (backend === "sqlite") {
+    for (const file of [database, `${database}-wal`, `${database}-shm`]) rmSync(file, { force: true })
+  } else {
+    const admin = new SQL(`${postgresServer}/postgres`, { max: 1 })
+    await admin.unsafe(`DROP DATABASE ${database.split("/").pop()} WITH (FORCE)`)
+    await admin.close()
+  }
+}
+
+// The isolation scenario (header comment; bench/README.md, Analytics curve).
+const isolationSeconds = Number(process.env["ISOLATION_SECONDS"] ?? "60")
+const isolationTurns = Number(process.env["ISOLATION_TURNS"] ?? "2")
+const isolationRate = Number(process.env["ISOLATION_RATE"] ?? "200")
+const isolationCreators = Number(process.env["ISOLATION_CREATORS"] ?? "1000000")
+const isolationWarmupSeconds = Number(process.env["ISOLATION_WARMUP_SECONDS"] ?? "10")
+/** Connections of B's generator: at 200 req/s, a stall of 1.28 s before a request waits for one. */
+const isolationConnections = 256
+/** B's p99 with A may be at most this many times B's p99 alone. */
+const isolationRatioLimit = 3
+const rangedQuery = `?from=${dateOf(isolationFirstDay)}&to=${dateOf(isolationFirstDay + (isolationDays - 1) * day)}`
+/**
+ * An analytics call of A not answered within this long counts as no answer. Long on purpose: a call
+ * the client gave up on would still be worked on by the server, and the next run "alone" would not
+ * be; each run waits for all of A's answers, so the next starts on a server with nothing left to do.
+ */
+const analyticsTimeoutMs = 600_000
+const serverCpu = "1"
+const loadCpu = "0"
+
+/** The true median (the mean of the middle two of an even count). */
+const medianOf = (values: ReadonlyArray<number>) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  const middle = Math.floor(sorted.length / 2)
+  return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2
+}
+
+/** Clock ticks per second of /proc's CPU times (almost always 100). */
+const clockTicks = Number(spawnSync(["getconf", "CLK_TCK"]).stdout.toString().trim()) || 100
+/** User + system CPU seconds of a process. */
+const cpuSeconds = (pid: number): number => {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+  return (Number(fields[11]) + Number(fields[12])) / clockTicks
+}
+/** Busy CPU seconds of the whole machine (all cores, every process). */
+const machineBusySeconds = (): number => {
+  const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0, steal = 0] = readFileSync("/proc/stat", "utf8")
+    .split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number)
+  return (user + nice + system + irq + softirq + steal) / clockTicks
+}
+/** Seconds a process's main thread (the server's JavaScript) has waited on a run queue for a CPU. */
+const runQueueSeconds = (pid: number): number =>
+  Number(readFileSync(`/proc/${pid}/schedstat`, "utf8").split(" ")[1]) / 1e9
+const ownCpuSeconds = (): number => {
+  const usage = process.cpuUsage()
+  return (usage.user + usage.system) / 1e6
+}
+
+const loadAverage = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")
+
+/** One analytics call of A, due at `due` (performance.now()): its status (0: no answer) and latency from `due`. */
+interface Call {
+  readonly ranged: boolean
+  readonly status: number
+  readonly ms: number
+}
+
+interface IsolationRun {
+  readonly turn: string
+  readonly withA: boolean
+  readonly b: GeneratorResult
+  readonly bLatency: Summary
+  readonly whoami: Summary
+  readonly get: Summary
+  readonly flags: ReadonlyArray<string>
+  readonly calls: ReadonlyArray<Call>
+  /** Shares of a core over the run: the server's, and every other process's but the generator's and this one's. */
+  readonly serverCpuPercent: number
+  readonly otherCpuPercent: number
+  /** Share of the run the server's main thread was ready to run but waited for a CPU. */
+  readonly serverWaitedPercent: number
+}
+
+const isolation = async (backend: string, generator: string) => {
+  const setupStarted = performance.now()
+  const database = await newDatabase(backend, `isolation-${isolationCreators}`)
+  const filled = performance.now()
+  if (backend === "sqlite") {
+    await fillSqlite(database, "isolation", isolationCreators)
+    seedReads(database)
+  } else {
+    await fillPostgres(database, "isolation", isolationCreators)
+    await seedReadsPostgres(database)
+  }
+  const fillMs = performance.now() - filled
+  const env = { ...process.env, DATABASE_URL: database }
+  // A's key first: the first command upgrades the database and fills the counts.
+  const upgradeStarted = performance.now()
+  const createdA = spawnSync([
+    binary,
+    ...keysCreateArgs.map((word) =>
+      word === brandId
+        ? isolationBrand
+        : word === "campaigns:write"
+        ? "analytics:read"
+        : word === "bench"
+        ? "bench-a"
+        : word
+    )
+  ], { env })
+  const upgradeMs = performance.now() - upgradeStarted
+  if (createdA.exitCode !== 0) throw new Error(`keys create for brand A failed: ${createdA.stderr}`)
+  const createdB = spawnSync([binary, ...keysCreateArgs], { env })
+  if (createdB.exitCode !== 0) throw new Error(`keys create for brand B failed: ${createdB.stderr}`)
+  const keyA = apiKeyOf(createdA.stdout.toString())
+  const keyB = apiKeyOf(createdB.stdout.toString())
+  const port = freePort()
+  const url = `http://127.0.0.1:${port}`
+  const server = spawn(["taskset", "-c", serverCpu, binary, "serve"], {
+    env: {
+      ...env,
+      PORT: String(port),
+      HOST: "127.0.0.1",
+      LOG_LEVEL: "warn",
+      RATE_LIMIT_MAX: "1000000000",
+      // Each run opens the generator's connections anew, and the server counts a connection its
+      // client closed for up to 30 s (README, Operating it, Connections): by the fourth run of a
+      // minute the one address would be at 1,024, and the server would close the connections it
+      // takes for idle, a request written on one but not yet read by a stalled server with it.
+      CONNECTIONS_PER_ADDRESS: "65536",
+      SHUTDOWN_DELAY_SECONDS: "0"
+    },
+    stdout: "ignore",
+    stderr: "ignore"
+  })
+  const runs: Array<IsolationRun> = []
+  try {
+    while (!(await whoamiOk(url, keyB))) await Bun.sleep(50)
+    while ((await fetch(`${url}/readyz`).then((answer) => answer.status, () => 0)) !== 200) await Bun.sleep(50)
+    const setupMs = performance.now() - setupStarted
+    // B's two requests answer 200 before anything is measured, and A's counts are the whole campaign.
+    for (const path of ["/v1/whoami", readPaths.get]) {
+      const answer = await fetch(`${url}${path}`, { headers: { authorization: `Bearer ${keyB}` } })
+      if (answer.status !== 200) throw new Error(`brand B: ${path} answered ${answer.status}: ${await answer.text()}`)
+    }
+    const counted = async (query: string) => {
+      const answer = await fetch(`${url}/v1/campaigns/${campaign}/analytics${query}`, {
+        headers: { authorization: `Bearer ${keyA}` }
+      })
+      const { analytics } = (await answer.json()) as { analytics: { activations: number; creators: number } }
+      return `${analytics.activations} activations, ${analytics.creators} creators`
+    }
+    console.log(
+      `\n${backend}: isolation, brand A ${isolationCreators} creators over ${isolationDays} days; setup ${
+        (setupMs / 1000).toFixed(1)
+      } s (fill ${(fillMs / 1000).toFixed(1)} s, upgrade at keys create ${(upgradeMs / 1000).toFixed(1)} s); ` +
+        `A ranged: ${await counted(rangedQuery)}; unranged: ${await counted("")}; load average ${loadAverage()}`
+    )
+    console.log(
+      `B: ${isolationRate} req/s open loop (whoami and GET ${readPaths.get} in turns), ${isolationConnections} connections; ` +
+        `A: ranged ${rangedQuery} every second, unranged every 2 s, each at its due time; ${isolationSeconds} s runs`
+    )
+    console.log(
+      "run        B with  sent    2xx  non-2xx  timeouts  B p50 ms  B p99 ms  B max ms  whoami p99  get p99  gen lag p99  A calls  A 200s  A p50 ms  A max ms  server CPU %  waited for CPU %  others CPU %  flags"
+    )
+    const requestFiles = (["whoami", "get"] as const).map((scenario) => {
+      const file = join(dir, `isolation-${backend}-${scenario}.http`)
+      writeFileSync(file, rawRequest(url, scenario, keyB, "isolation"))
+      return file
+    })
+    const run = async (turn: string, withA: boolean, seconds: number): Promise<IsolationRun> => {
+      const samplesFile = join(dir, `isolation-${backend}.latency`)
+      const before = {
+        server: cpuSeconds(server.pid),
+        waited: runQueueSeconds(server.pid),
+        machine: machineBusySeconds(),
+        own: ownCpuSeconds()
+      }
+      const startedAt = performance.now()
+      const spawned = spawn([
+        "taskset",
+        "-c",
+        loadCpu,
+        ...generatorArgs(generator, url, {
+          rate: isolationRate,
+          seconds,
+          connections: isolationConnections,
+          requestFile: requestFiles,
+          samplesFile
+        })
+      ], { stdout: "pipe", stderr: "pipe" })
+      // A's calls, each at its due second from about when the generator's first request is due.
+      const calls: Array<Promise<Call>> = []
+      if (withA) {
+        for (let second = 0; second < seconds; second++) {
+          const due = startedAt + second * 1000
+          await Bun.sleep(Math.max(0, due - performance.now()))
+          const call = (ranged: boolean) =>
+            fetch(`${url}/v1/campaigns/${campaign}/analytics${ranged ? rangedQuery : ""}`, {
+              headers: { authorization: `Bearer ${keyA}` },
+              signal: AbortSignal.timeout(analyticsTimeoutMs)
+            }).then(
+              async (answer) => {
+                await answer.arrayBuffer()
+                return { ranged, status: answer.status, ms: performance.now() - due }
+              },
+              () => ({ ranged, status: 0, ms: performance.now() - due })
+            )
+          calls.push(call(true))
+          if (second % 2 === 0) calls.push(call(false))
         }
+      }
+      const [exitCode, stdout, stderr, answered] = await Promise.all([
+        spawned.exited,
+        new Response(spawned.stdout).text(),
+        new Response(spawned.stderr).text(),
+        Promise.all(calls)
+      ])
+      const wallSeconds = (performance.now() - startedAt) / 1000
+      const usage = spawned.resourceUsage()
+      const generatorCpu = usage === undefined ? 0 : Number(usage.cpuTime.user + usage.cpuTime.system) / 1e6
+      const serverCpu = cpuSeconds(server.pid) - before.server
+      const otherCpu = machineBusySeconds() - before.machine - serverCpu - generatorCpu - (ownCpuSeconds() - before.own)
+      const b = generatorResultOf(stdout)
+      if (exitCode !== 0 || b === undefined) {
+        throw new Error(`the generator exited with ${exitCode}:\n${stdout}${stderr}`)
+      }
+      const samples = readSamples(samplesFile)
+      rmSync(samplesFile)
+      const bLatency = summarize([samples])
+      const { overCapacity, untrusted } = verdictOf([b], bLatency)
+      const result: IsolationRun = {
+        turn,
+        withA,
+        b,
+        bLatency,
+        whoami: summarize([samples.filter((_, n) => n % 2 === 0)]),
+        get: summarize([samples.filter((_, n) => n % 2 === 1)]),
+        flags: [...(overCapacity ? ["over capacity"] : []), ...(untrusted.length > 0 ? ["UNTRUSTED"] : [])],
+        calls: answered,
+        serverCpuPercent: (serverCpu / wallSeconds) * 100,
+        otherCpuPercent: Math.max(0, (otherCpu / wallSeconds) * 100),
+        serverWaitedPercent: ((runQueueSeconds(server.pid) - before.waited) / wallSeconds) * 100
+      }
+      const timeouts = b.unsent + b.unanswered
+      const errors = b.errors.connect + b.errors.read + b.errors.write + b.errors.malformed + b.errors.closed
+      const aMs = answered.map((c) => c.ms)
+      console.log(
+        `${turn.padEnd(9)}  ${(withA ? "A" : "alone").padEnd(6)}  ${String(b.sent).padStart(5)}  ${
+          String(b.answered - b.non2xx).padStart(5)
+        }  ${String(b.non2xx).padStart(7)}  ${String(timeouts).padStart(8)}  ` +
+          `${bLatency.p50.toFixed(2).padStart(8)}  ${bLatency.p99.toFixed(2).padStart(8)}  ${
+            bLatency.max.toFixed(1).padStart(8)
+          }  ${result.whoami.p99.toFixed(2).padStart(10)}  ${result.get.p99.toFixed(2).padStart(7)}  ${
+            b.ownLagMs.p99.toFixed(3).padStart(11)
+          }  ` +
+          `${String(answered.length).padStart(7)}  ${
+            String(answered.filter((c) => c.status === 200).length).padStart(6)
+          }  ${(aMs.length === 0 ? "-" : medianOf(aMs).toFixed(1)).padStart(8)}  ${
+            (aMs.length === 0 ? "-" : Math.max(...aMs).toFixed(1)).padStart(8)
+          }  ${result.serverCpuPercent.toFixed(0).padStart(12)}  ${
+            result.serverWaitedPercent.toFixed(0).padStart(15)
+          }  ${result.otherCpuPercent.toFixed(0).padStart(12)}  ` +
+          [
+            ...result.flags,
+            // On PostgreSQL the database's own work for A's calls is among the others' CPU.
+            ...(result.otherCpuPercent > 10 && !(backend === "postgres" && withA) ? ["noisy"] : []),
+            ...(errors > 0 ? [`socket errors ${JSON.stringify(b.errors)}`] : [])
+          ].join(", ")
+      )
+      return result
+    }
+    // Uncounted: the server's code compiled under B's load and A's calls once each.
+    if (isolationWarmupSeconds > 0) await run("warm-up", true, Math.min(isolationWarmupSeconds, 2))
+    if (isolationWarmupSeconds > 2) await run("warm-up", false, isolationWarmupSeconds - 2)
+    for (let turn = 1; turn <= isolationTurns; turn++) {
+      for (const withA of [false, true]) {
+        await Bun.sleep(1000)
+        runs.push(await run(`turn ${turn}`, withA, isolationSeconds))
+      }
+    }
+  } finally {
+    server.kill("SIGTERM")
+    await server.exited
+    await dropDatabase(backend, database)
+  }
+  const p99s = (withA: boolean) => runs.filter((r) => r.withA === withA).map((r) => r.bLatency.p99)
+  const alone = medianOf(p99s(false))
+  const withA = medianOf(p99s(true))
+  const ratio = withA / alone
+  const calls = runs.flatMap((r) => r.calls)
+  const byStatus = new Map<number, number>()
+  for (const c of calls) byStatus.set(c.status, (byStatus.get(c.status) ?? 0) + 1)
+  const statuses = [...byStatus].map(([status, count]) => `${status === 0 ? "no answer" : status}: ${count}`).join(", ")
+  const ranged = calls.filter((c) => c.ranged).map((c) => c.ms)
+  const unranged = calls.filter((c) => !c.ranged).map((c) => c.ms)
+  const bFailed = runs.reduce((n, r) => n + r.b.non2xx + r.b.unsent + r.b.unanswered, 0)
+  const reasons = [
+    ...(ratio > isolationRatioLimit
+      ? [`B's p99 with A is ${ratio.toFixed(2)} times alone (at most ${isolationRatioLimit})`]
+      : []),
+    ...(calls.some((c) => c.status !== 200) ? ["not every A call answered 200"] : []),
+    ...(bFailed > 0 ? [`${bFailed} of B's requests were not answered 2xx within the run and 10 s after`] : [])
+  ]
+  console.log(
+    `${backend}: B p99 alone ${alone.toFixed(2)} ms (median of ${
+      p99s(false).map((ms) => ms.toFixed(2)).join(", ")
+    }), ` +
+      `with A ${withA.toFixed(2)} ms (median of ${p99s(true).map((ms) => ms.toFixed(2)).join(", ")}), ratio ${
+        ratio.toFixed(2)
+      }; ` +
+      `A: ${calls.length} calls (${statuses}), ranged p50 ${medianOf(ranged).toFixed(1)} / max ${
+        Math.max(...ranged).toFixed(1)
+      } ms, unranged p50 ${medianOf(unranged).toFixed(1)} / max ${
+        Math.max(...unranged).toFixed(1)
+      } ms; load average ${loadAverage()}`
+  )
+  console.log(`${backend}: ${reasons.length === 0 ? "PASS" : `FAIL: ${reasons.join("; ")}`}`)
+  return {
+    backend,
+    pass: reasons.length === 0,
+    alone,
+    withA,
+    ratio,
+    runs: runs.map(({ b, bLatency, calls: runCalls, flags, get, turn, whoami, withA }) => ({
+      turn,
+      withA,
+      bLatency,
+      whoami,
+      get,
+      flags,
+      generator: { ...b, latencyMs: undefined },
+      calls: runCalls
+    }))
+  }
+}
+
+const curveShapes = shapeNames.filter((shape) => shape !== "isolation")
+try {
+  if (curveShapes.length > 0) {
+    console.log(
+      "backend   shape          activations  counted  entries     bytes  upgrade s  first ms  whole campaign ms (median of 5)  one month ms  /healthz meanwhile ms"
+    )
+  }
+  for (const backend of backends) {
+    for (const shape of curveShapes) {
+      for (const n of sizes) {
+        const database = await newDatabase(backend, `${shape}-${n}`)
+        if (backend === "sqlite") await fillSqlite(database, shape, n)
+        else await fillPostgres(database, shape, n)
         const m = await measure(database)
         console.log(
           `${backend.padEnd(8)}  ${shape.padEnd(13)}  ${String(n).padStart(11)}  ${
@@ -241,15 +644,17 @@ try {
             }  ` +
             `${m.healthzMs.toFixed(1).padStart(21)}`
         )
-        if (backend === "sqlite") {
-          for (const file of [database, `${database}-wal`, `${database}-shm`]) rmSync(file, { force: true })
-        } else {
-          const admin = new SQL(`${postgresServer}/postgres`, { max: 1 })
-          await admin.unsafe(`DROP DATABASE ${database.split("/").pop()} WITH (FORCE)`)
-          await admin.close()
-        }
+        await dropDatabase(backend, database)
       }
     }
+  }
+  if (shapeNames.includes("isolation")) {
+    console.log(`\nisolation: load average at start ${loadAverage()} (${navigator.hardwareConcurrency} cores)`)
+    const generator = buildGenerator(dir)
+    const results = []
+    for (const backend of backends) results.push(await isolation(backend, generator))
+    writeResults("isolation", { binary, loadAverageAtEnd: loadAverage(), results })
+    if (results.some((r) => !r.pass)) process.exitCode = 1
   }
 } finally {
   rmSync(dir, { recursive: true, force: true })

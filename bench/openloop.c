@@ -3,7 +3,7 @@
  * time. bench/run.ts builds it (`gcc -O2`) and runs it with BENCH_OPEN_LOOP=1; bench/README.md says
  * what it is for and bench/BENCHMARKS.md what rate it holds on one core.
  *
- *   openloop --port P --rate R --seconds T --connections C --request FILE
+ *   openloop --port P --rate R --seconds T --connections C --request FILE [--request FILE2 ...]
  *            [--ready FILE] [--samples FILE] [--drain-seconds D] [--spin-us S] [--host 127.0.0.1]
  *
  * Request n (n = 0 .. R*T-1) is due at t0 + n/R: spread evenly, never a burst per second. It goes out
@@ -27,7 +27,8 @@
  * - `sentInWindowPerSecond`: requests sent within the T seconds, over T.
  *
  * FILE holds the raw request. Its first "{{seq}}", if any, becomes the request's number, twelve digits
- * (a fresh Idempotency-Key per request). With --ready, FILE's request (a readiness probe) is sent on
+ * (a fresh Idempotency-Key per request). With --request given k times (at most 8), request n is the
+ * (n mod k)-th file's: a mix in turns on the one schedule (a caller splits the samples by n mod k). With --ready, FILE's request (a readiness probe) is sent on
  * a new connection every millisecond until one answers 200; that moment is t0 and the load's
  * connections are opened only then (a fresh instance's first seconds, connecting included). Without
  * it, every connection is open before t0.
@@ -352,7 +353,8 @@ static int64_t sent, answered, held, non_2xx, statuses[600];
 static double held_max_ms;
 
 int main(int argc, char **argv) {
-  const char *host = "127.0.0.1", *request_file = NULL, *ready_file = NULL, *samples_file = NULL;
+  const char *host = "127.0.0.1", *request_files[8], *ready_file = NULL, *samples_file = NULL;
+  int request_file_count = 0;
   int port = 0;
   double rate = 0, seconds = 0, drain_seconds = 10;
   int64_t spin_ns = 1000000;
@@ -363,7 +365,7 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--rate") == 0) rate = atof(argv[i + 1]);
     else if (strcmp(argv[i], "--seconds") == 0) seconds = atof(argv[i + 1]);
     else if (strcmp(argv[i], "--connections") == 0) connection_count = atoi(argv[i + 1]);
-    else if (strcmp(argv[i], "--request") == 0) request_file = argv[i + 1];
+    else if (strcmp(argv[i], "--request") == 0 && request_file_count < 8) request_files[request_file_count++] = argv[i + 1];
     else if (strcmp(argv[i], "--ready") == 0) ready_file = argv[i + 1];
     else if (strcmp(argv[i], "--samples") == 0) samples_file = argv[i + 1];
     else if (strcmp(argv[i], "--drain-seconds") == 0) drain_seconds = atof(argv[i + 1]);
@@ -373,9 +375,9 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (port <= 0 || rate <= 0 || seconds <= 0 || connection_count <= 0 || request_file == NULL) {
+  if (port <= 0 || rate <= 0 || seconds <= 0 || connection_count <= 0 || request_file_count == 0) {
     fprintf(stderr, "usage: openloop --port P --rate R --seconds T --connections C --request FILE "
-                    "[--ready FILE] [--samples FILE] [--drain-seconds D] [--spin-us S] [--host H]\n");
+                    "[--request FILE ...] [--ready FILE] [--samples FILE] [--drain-seconds D] [--spin-us S] [--host H]\n");
     return 2;
   }
   /* The kernel's default 50 µs of timer slack would make every wake-up late by up to that much. */
@@ -386,16 +388,26 @@ int main(int argc, char **argv) {
   address.sin_port = htons((uint16_t)port);
   if (inet_pton(AF_INET, host, &address.sin_addr) != 1) die("bad --host");
 
-  size_t template_length;
-  char *template = read_file(request_file, &template_length);
-  char *marker = strstr(template, SEQ_MARKER);
-  size_t prefix_length = marker == NULL ? template_length : (size_t)(marker - template);
-  size_t suffix_offset = marker == NULL ? template_length : prefix_length + strlen(SEQ_MARKER);
-  size_t request_length = marker == NULL ? template_length : template_length - strlen(SEQ_MARKER) + SEQ_DIGITS;
-  /* Every request is this one but for its number, written in place. */
-  char *out = malloc(request_length + 1);
-  memcpy(out, template, prefix_length);
-  if (marker != NULL) memcpy(out + prefix_length + SEQ_DIGITS, template + suffix_offset, template_length - suffix_offset);
+  /* Every request is one of these but for its number, written in place. */
+  char *outs[8];
+  int has_marker[8];
+  size_t prefix_lengths[8], request_lengths[8], longest_request = 0;
+  for (int r = 0; r < request_file_count; r++) {
+    size_t template_length;
+    char *template = read_file(request_files[r], &template_length);
+    char *marker = strstr(template, SEQ_MARKER);
+    size_t prefix_length = marker == NULL ? template_length : (size_t)(marker - template);
+    size_t suffix_offset = marker == NULL ? template_length : prefix_length + strlen(SEQ_MARKER);
+    size_t request_length = marker == NULL ? template_length : template_length - strlen(SEQ_MARKER) + SEQ_DIGITS;
+    char *out = malloc(request_length + 1);
+    memcpy(out, template, prefix_length);
+    if (marker != NULL) memcpy(out + prefix_length + SEQ_DIGITS, template + suffix_offset, template_length - suffix_offset);
+    outs[r] = out;
+    has_marker[r] = marker != NULL;
+    prefix_lengths[r] = prefix_length;
+    request_lengths[r] = request_length;
+    if (request_length > longest_request) longest_request = request_length;
+  }
 
   int64_t planned = (int64_t)llround(rate * seconds);
   latency_us = malloc(sizeof(double) * (size_t)(planned > 0 ? planned : 1));
@@ -447,7 +459,10 @@ int main(int argc, char **argv) {
         int64_t due = DUE(next);
         int index = pop_idle();
         connection *c = &connections[index];
-        if (marker != NULL) {
+        int r = (int)(next % request_file_count);
+        char *out = outs[r];
+        size_t request_length = request_lengths[r], prefix_length = prefix_lengths[r];
+        if (has_marker[r]) {
           int64_t digits = next;
           for (int d = SEQ_DIGITS - 1; d >= 0; d--, digits /= 10) out[prefix_length + d] = (char)('0' + digits % 10);
         }
@@ -483,7 +498,7 @@ int main(int argc, char **argv) {
           continue;
         }
         /* The rest goes out when the socket takes it: this connection's own copy. */
-        if (c->out == NULL) c->out = malloc(request_length);
+        if (c->out == NULL) c->out = malloc(longest_request);
         memcpy(c->out, out, request_length);
         c->out_offset = wrote < 0 ? 0 : (size_t)wrote;
         watch(index, EPOLLIN | EPOLLOUT, EPOLL_CTL_MOD);

@@ -108,7 +108,8 @@ export const generatorArgs = (
     readonly rate: number
     readonly seconds: number
     readonly connections: number
-    readonly requestFile: string
+    /** Several: request n is the (n mod k)-th file's, a mix in turns on the one schedule. */
+    readonly requestFile: string | ReadonlyArray<string>
     readonly samplesFile: string
     readonly readyFile?: string
   }
@@ -124,8 +125,9 @@ export const generatorArgs = (
   String(options.seconds),
   "--connections",
   String(options.connections),
-  "--request",
-  options.requestFile,
+  ...(typeof options.requestFile === "string" ? [options.requestFile] : options.requestFile).flatMap((
+    file
+  ) => ["--request", file]),
   "--samples",
   options.samplesFile,
   ...(options.readyFile === undefined ? [] : ["--ready", options.readyFile])
