@@ -15,7 +15,7 @@ const campaign = HttpApiEndpoint.get("campaign", "/campaigns/:campaignId/analyti
   .annotate(OpenApi.Summary, "A campaign's numbers")
   .annotate(
     OpenApi.Description,
-    "The brand's activations of the campaign whose `activatedAt` falls on a UTC day from `from` to `to`, both inclusive and optional (`from` after `to` is 400 `VALIDATION_ERROR`): how many, how many distinct creators, how many per day, their planned posts per day, and how many have no planned post. A campaign without activations is all zeros, not 404. Requires the scope `analytics:read`."
+    "The brand's activations of the campaign whose `activatedAt` falls on a UTC day from `from` to `to`, both inclusive and optional (`from` after `to` is 400 `VALIDATION_ERROR`): how many, how many distinct creators, how many per day, their planned posts per day, and how many have no planned post. A campaign without activations is all zeros, not 404. A brand's calls are answered one at a time: a call made while another of the brand's is being answered waits its turn (it is not refused). Requires the scope `analytics:read`."
   )
 
 export class AnalyticsApi extends HttpApiGroup.make("analytics")
