@@ -706,7 +706,7 @@ layer(ActivationsRepo.Live.pipe(Layer.provideMerge(SqlLiveAt(tempDatabase()))))(
         const campaignKey = crypto.randomUUID()
         const pages = 4
         // One row per pair of activated day and planned day: `pages` pages of them.
-        const rows = Array.from({ length: pages * pageRows - 1 }, (_, i) => ({
+        const rows = Array.from({ length: pages * pageRows(sql) - 1 }, (_, i) => ({
           brand_id: brandId,
           campaign_key: campaignKey,
           day: analyticsDays[i % analyticsDays.length]!,

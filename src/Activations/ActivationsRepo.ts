@@ -54,8 +54,13 @@ const lastDay = "9999-12-31"
 /** A bound after the empty previous day of a creator's first day, and before every day. */
 const beforeEveryDay = "0"
 
-/** Rows in a page of the analytics' reads: a campaign's longest answer is read in many. */
-export const pageRows = 1_000
+/**
+ * Rows in a page of the analytics' reads, a campaign's longest answer read in many: on SQLite, which
+ * reads on the event loop, as many as it reads in about a millisecond; on PostgreSQL, which reads
+ * off it, ten times as many, a round trip per page being most of a page's time there.
+ */
+export const pageRows = (sql: SqlClient.SqlClient): number =>
+  sql.onDialectOrElse({ pg: () => 10_000, orElse: () => 1_000 })
 
 /** Hands the event loop back (a macrotask, not a fiber's yield): the other requests run between pages. */
 const yieldToEventLoop = Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
@@ -65,13 +70,14 @@ const yieldToEventLoop = Effect.promise(() => new Promise<void>((resolve) => set
  * one before: a large read on SQLite, which runs on the event loop, holds it for a page at most.
  */
 const eachPage = <A>(
+  rowsInPage: number,
   first: Effect.Effect<ReadonlyArray<A>, SqlError>,
   after: (last: A) => Effect.Effect<ReadonlyArray<A>, SqlError>,
   onRow: (row: A) => void
 ): Effect.Effect<void, SqlError> =>
   Effect.flatMap(first, function next(rows): Effect.Effect<void, SqlError> {
     rows.forEach(onRow)
-    return rows.length < pageRows
+    return rows.length < rowsInPage
       ? Effect.void
       : Effect.flatMap(Effect.zipRight(yieldToEventLoop, after(rows[rows.length - 1]!)), next)
   })
@@ -179,26 +185,26 @@ export const pageStatement = (
  * their plans): the pairs of activated day and planned day, and the creators of each day counted
  * by the day each was active before it (0007), of which a range counts those from before it.
  */
-export const countStatements = (sql: SqlClient.SqlClient) => ({
+export const countStatements = (sql: SqlClient.SqlClient, limit: number = pageRows(sql)) => ({
   daysFrom: (brandId: string, campaignKey: string, from: string, to: string) =>
     sql<DayCount>`SELECT day, planned_day, activations FROM campaign_days
       WHERE brand_id = ${brandId} AND campaign_key = ${campaignKey} AND day >= ${from} AND day <= ${to}
-      ORDER BY day, planned_day LIMIT ${pageRows}`,
+      ORDER BY day, planned_day LIMIT ${limit}`,
   daysAfter: (brandId: string, campaignKey: string, day: string, plannedDay: string, to: string) =>
     sql<DayCount>`SELECT day, planned_day, activations FROM campaign_days
       WHERE brand_id = ${brandId} AND campaign_key = ${campaignKey} AND (day, planned_day) > (${day}, ${plannedDay})
         AND day <= ${to}
-      ORDER BY day, planned_day LIMIT ${pageRows}`,
+      ORDER BY day, planned_day LIMIT ${limit}`,
   firstDaysFrom: (brandId: string, campaignKey: string, from: string, to: string) =>
     sql<FirstDayCount>`SELECT day, previous_day, creators FROM campaign_day_pairs
       WHERE brand_id = ${brandId} AND campaign_key = ${campaignKey} AND day >= ${from} AND day <= ${to}
         AND previous_day < ${from}
-      ORDER BY day, previous_day LIMIT ${pageRows}`,
+      ORDER BY day, previous_day LIMIT ${limit}`,
   firstDaysAfter: (brandId: string, campaignKey: string, day: string, previousDay: string, from: string, to: string) =>
     sql<FirstDayCount>`SELECT day, previous_day, creators FROM campaign_day_pairs
       WHERE brand_id = ${brandId} AND campaign_key = ${campaignKey} AND (day, previous_day) > (${day}, ${previousDay})
         AND day <= ${to} AND previous_day < ${from}
-      ORDER BY day, previous_day LIMIT ${pageRows}`
+      ORDER BY day, previous_day LIMIT ${limit}`
 })
 
 /**
@@ -237,7 +243,8 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
         campaign: read.prepare(statements.campaign),
         both: read.prepare(statements.both)
       }
-      const countStatement = countStatements(sql)
+      const rowsInPage = pageRows(sql)
+      const countStatement = countStatements(sql, rowsInPage)
       const daysFrom = read.prepare(countStatement.daysFrom)
       const daysAfter = read.prepare(countStatement.daysAfter)
       const firstDaysFrom = read.prepare(countStatement.firstDaysFrom)
@@ -335,6 +342,7 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
             const byPlannedDay = new Map<string, number>()
             let creators = 0
             return eachPage(
+              rowsInPage,
               daysFrom(brandId, campaignKey, first, last),
               (row) => daysAfter(brandId, campaignKey, row.day, row.planned_day, last),
               (row) => {
@@ -344,6 +352,7 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
               }
             ).pipe(
               Effect.zipRight(eachPage(
+                rowsInPage,
                 firstDaysFrom(brandId, campaignKey, first, last),
                 (row) => firstDaysAfter(brandId, campaignKey, row.day, row.previous_day, first, last),
                 (row) => {
