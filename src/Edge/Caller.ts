@@ -49,6 +49,17 @@ const forwardedFor = (header: string): Array<string> =>
     })
   )
 
+/** Whether an address is in one of `proxies` (`TRUSTED_PROXIES`): never, without any. */
+export const trustedBy = (proxies: ReadonlyArray<Cidr>): (address: string) => boolean => {
+  if (proxies.length === 0) return () => false
+  const trusted = new BlockList()
+  for (const { address, family, prefix } of proxies) trusted.addSubnet(address, prefix, family)
+  return (address) => {
+    const version = isIP(address)
+    return version !== 0 && trusted.check(address, version === 4 ? "ipv4" : "ipv6")
+  }
+}
+
 /**
  * How the edge tells who sent a request, from the socket's peer, `TRUSTED_PROXIES` and
  * `TRUSTED_PROXY_HEADER` (README, Deployment: Behind a reverse proxy). A peer that is not a trusted
@@ -59,12 +70,7 @@ const forwardedFor = (header: string): Array<string> =>
  * is never believed, nor is the other forwarding header, which only a client can have written.
  */
 export const makeCallers = (trustedProxies: ReadonlyArray<Cidr>, header: ProxyHeader) => {
-  const trusted = new BlockList()
-  for (const { address, family, prefix } of trustedProxies) trusted.addSubnet(address, prefix, family)
-  const isTrusted = (address: string): boolean => {
-    const version = isIP(address)
-    return version !== 0 && trusted.check(address, version === 4 ? "ipv4" : "ipv6")
-  }
+  const isTrusted = trustedBy(trustedProxies)
 
   const hopsOf = header === "forwarded" ? forwardedFor : (written: string) => written.split(",")
   const forwardedClient = (request: Request, peer: string): string => {

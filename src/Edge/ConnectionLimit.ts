@@ -1,8 +1,8 @@
 import { Effect } from "effect"
 import { spawnSync } from "node:child_process"
 import { readFileSync } from "node:fs"
-import { BlockList, isIP } from "node:net"
 import type { Cidr } from "../Config.ts"
+import { trustedBy } from "./Caller.ts"
 
 /** At most this many requests on one connection per window, then it is closed after its answer. */
 const requestsPerConnection = 1_000
@@ -99,14 +99,7 @@ export const makeConnectionLimit = (options: {
 }) =>
   Effect.gen(function*() {
     const { idleTimeoutMs, limits } = options
-    const proxies = new BlockList()
-    for (const { address, family, prefix } of options.trustedProxies) proxies.addSubnet(address, prefix, family)
-    const isProxy = options.trustedProxies.length === 0
-      ? () => false
-      : (address: string) => {
-        const version = isIP(address)
-        return version !== 0 && proxies.check(address, version === 4 ? "ipv4" : "ipv6")
-      }
+    const isProxy = trustedBy(options.trustedProxies)
 
     const connections = new Map<string, Connection>()
     const perAddress = new Map<string, number>()
@@ -127,11 +120,16 @@ export const makeConnectionLimit = (options: {
       else perAddress.set(connection.address, held)
     }
 
+    // Closing idle connections is a relief, not a duty: should it fail, the limits still hold without it.
     const relieve = (now: number) => {
       if (now - relievedAt < relieveEveryMs) return
       relievedAt = now
-      counts.closedIdle += options.closeIdle()
-      for (const connection of connections.values()) if (connection.inFlight === 0) forget(connection)
+      try {
+        counts.closedIdle += options.closeIdle()
+        for (const connection of connections.values()) if (connection.inFlight === 0) forget(connection)
+      } catch {
+        // The count stays high, never low.
+      }
     }
 
     const refuse = (refusal: Refusal, address: string): Refusal => {
@@ -171,20 +169,12 @@ export const makeConnectionLimit = (options: {
             // Most of what it holds may be connections its client already closed (a client that
             // opens a connection per request and closes it without a word): the idle ones are
             // closed, and no longer counted, before its new one is refused.
-            try {
-              relieve(now)
-            } catch {
-              // Closing idle connections is a relief, not a duty: the limit still holds without it.
-            }
+            relieve(now)
             if ((perAddress.get(peer.address) ?? 0) >= limit) return refuse("address", peer.address)
           }
           const held = perAddress.get(peer.address) ?? 0
           if (connections.size >= pressureAt) {
-            try {
-              relieve(now)
-            } catch {
-              // Closing idle connections is a relief, not a duty: the limits still hold without it.
-            }
+            relieve(now)
             if (connections.size >= limits.total) return refuse("total", peer.address)
           }
           connection = { key, address: peer.address, served: 0, windowStart: now, lastSeen: now, inFlight: 0 }
