@@ -41,7 +41,7 @@ import { logAtStart, UnwrittenAccessLines } from "./Logging.ts"
 import { MetricsLive, MetricsOff } from "./Metrics.ts"
 import { RateLimit } from "./RateLimit.ts"
 import { TracingLive } from "./Tracing.ts"
-import { Warming, warmUpBrand, warmUpRequests } from "./WarmUp.ts"
+import { removeStaleWarmUps, Warming, warmUpBrand, warmUpDirectoryPrefix, warmUpRequests } from "./WarmUp.ts"
 
 /**
  * The wiring, in one place: which live layer stands behind each service. Tests build the same
@@ -116,12 +116,16 @@ export const EdgeLive = Effect.gen(function*() {
 
 /**
  * The warm-up's private listener: a Unix socket in a directory of its own that only this user may
- * enter (mkdtemp makes it 0700), removed with everything in it when the warm-up is done. No other
+ * enter (mkdtemp makes it 0700), removed with everything in it when the warm-up is done, and by the
+ * next start should the server be killed before that (`removeStaleWarmUps`). No other
  * user's process can reach the copy, and a fetch over a Unix socket never goes through the proxy
  * HTTP_PROXY names (Bun's fetch proxies loopback addresses too).
  */
 const privateSocket = Effect.acquireRelease(
-  Effect.sync(() => mkdtempSync(join(tmpdir(), "campaign-api-warm-up-"))),
+  Effect.sync(() => {
+    removeStaleWarmUps(tmpdir())
+    return mkdtempSync(warmUpDirectoryPrefix(tmpdir()))
+  }),
   (directory) => Effect.sync(() => rmSync(directory, { recursive: true, force: true }))
 ).pipe(Effect.map((directory) => join(directory, "copy.sock")))
 

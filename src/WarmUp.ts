@@ -1,4 +1,6 @@
 import { Context, Effect, Layer } from "effect"
+import { lstatSync, readdirSync, rmSync } from "node:fs"
+import { join } from "node:path"
 
 /**
  * Whether a new server is still warming up (README, Operating it: Start-up). From before it
@@ -90,3 +92,40 @@ export const warmUpRequests = (socket: string, apiKey: string, rounds: number = 
   })
 
 export { brandId as warmUpBrand }
+
+/** What names the warm-up's private directories in the temporary directory: then the pid of the server that made it. */
+const directoryPrefix = "campaign-api-warm-up-"
+
+/** The prefix of a new private directory for the warm-up of this process (mkdtemp adds six characters). */
+export const warmUpDirectoryPrefix = (temporary: string) => join(temporary, `${directoryPrefix}${process.pid}-`)
+
+const running = (pid: number) => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    // EPERM: a process of another user has it, alive.
+    return (error as NodeJS.ErrnoException).code === "EPERM"
+  }
+}
+
+/**
+ * Removes what an earlier warm-up left in `temporary` when its server was killed before it could
+ * (a SIGKILL, say): the directories of this user whose name is the warm-up's and whose server is
+ * no longer running, with their stale socket. Another running server's, another user's and
+ * anything else there are left as they are.
+ */
+export const removeStaleWarmUps = (temporary: string) => {
+  const uid = process.getuid?.()
+  for (const name of readdirSync(temporary)) {
+    const pid = name.startsWith(directoryPrefix) ? Number(name.slice(directoryPrefix.length).split("-")[0]) : Number.NaN
+    if (!Number.isSafeInteger(pid) || pid <= 0 || pid === process.pid || running(pid)) continue
+    const path = join(temporary, name)
+    try {
+      const stat = lstatSync(path)
+      if (stat.isDirectory() && (uid === undefined || stat.uid === uid)) rmSync(path, { recursive: true, force: true })
+    } catch {
+      // Gone already, or not ours to remove: either way nothing to clean.
+    }
+  }
+}

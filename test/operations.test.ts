@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { spawn } from "bun"
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs"
+import { chownSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { request as httpRequest } from "node:http"
 import { join } from "node:path"
 import { activate, activateRoute, type Answer, call, exchange, rawRequest, responseOf } from "./support/client.ts"
@@ -227,6 +227,44 @@ describe("the warm-up (README, Operating it: Start-up)", () => {
     } finally {
       await warming.stop()
       proxy.stop(true)
+    }
+  })
+})
+
+describe("what a killed warm-up leaves (README, Operating it: Start-up)", () => {
+  it("a start removes the private directories its user's killed servers left, and nothing of another's", async () => {
+    const temporary = mkdtempSync(join(testTmp(), "campaign-api-tmp-"))
+    const database = tempDatabase()
+    const warmUps = () => readdirSync(temporary).filter((name) => name.startsWith("campaign-api-warm-up-"))
+    // Another server's, alive (this process), another user's, and what only looks like one: all kept.
+    const dead = Bun.spawnSync(["true"]).pid
+    const kept = [
+      `campaign-api-warm-up-${process.pid}-live00`,
+      `campaign-api-warm-up-${dead}-other0`,
+      "campaign-api-warm-up-notapid",
+      "campaign-api-something-else"
+    ]
+    for (const name of kept) mkdirSync(join(temporary, name))
+    chownSync(join(temporary, kept[1]!), 65534, 65534)
+
+    // Killed while it warms up: its directory and socket stay behind.
+    const killed = await startServer(database, { WARM_UP: undefined, TMPDIR: temporary })
+    const left = `campaign-api-warm-up-${killed.process.pid}-`
+    await eventually(
+      "the warm-up's socket",
+      () => warmUps().some((name) => name.startsWith(left) && readdirSync(join(temporary, name)).includes("copy.sock"))
+    )
+    await killed.stop("SIGKILL")
+    expect(warmUps().filter((name) => name.startsWith(left))).toHaveLength(1)
+
+    const next = await startServer(database, { WARM_UP: undefined, TMPDIR: temporary })
+    try {
+      await eventually("the warm-up to end", () => logLines(next.logs()).some((line) => line.message === "warmed up"))
+      // Its own is gone with its warm-up, the killed one's with its start.
+      expect(readdirSync(temporary).sort()).toEqual([...kept].sort())
+    } finally {
+      await next.stop()
+      rmSync(temporary, { recursive: true, force: true })
     }
   })
 })
