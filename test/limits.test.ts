@@ -1,5 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
 import { bodyTimeoutMs } from "../src/Domain/JsonBody.ts"
+import { clientKeyOf } from "../src/Edge/Caller.ts"
+import { makeConnectionLimit } from "../src/Edge/ConnectionLimit.ts"
 import {
   activate,
   activatePath,
@@ -214,8 +217,9 @@ describe("connections per address (README, Operating it: Connections)", () => {
   }
 
   /** The answer to one request on a new connection from `address`, and whether the server then closed it. */
-  const oneMoreFrom = async (address: string) => {
-    const connection = await openConnection(limited.url, address)
+  const oneMoreFrom = (address: string) => oneMoreFromServer(limited.url, address)
+  const oneMoreFromServer = async (url: string, address: string) => {
+    const connection = await openConnection(url, address)
     try {
       connection.send(healthz)
       const answer = responseOf(await connection.next())
@@ -248,29 +252,113 @@ describe("connections per address (README, Operating it: Connections)", () => {
     }
   })
 
-  it("closes the idle connections before it refuses an address at its limit: a client that closed its connections without a word is not refused for them", async () => {
-    // A server of its own: idle connections are closed at most once a second, and none were yet.
-    const fresh = await serveInProcess(tempDatabase(), { CONNECTIONS_PER_ADDRESS: "3" })
-    const held = []
-    try {
-      for (let i = 0; i < 3; i++) {
-        const connection = await openConnection(fresh.url, "127.0.0.5")
-        held.push(connection)
+  /**
+   * `count` connections from `address` to `url`, idle since their last answer: once all are open,
+   * each is sent one request more, which the server answers knowing how many the address holds.
+   */
+  const idleFrom = async (url: string, address: string, count: number) => {
+    const idle: Array<RawConnection> = []
+    for (let i = 0; i < count; i++) idle.push(await openConnection(url, address))
+    for (const round of [1, 2]) {
+      for (const connection of idle) {
         connection.send(healthz)
-        expect(responseOf(await connection.next()).status).toBe(200)
+        expect(responseOf(await connection.next()).status, `round ${round}`).toBe(200)
       }
-      const another = await openConnection(fresh.url, "127.0.0.5")
-      try {
-        another.send(healthz)
-        expect(responseOf(await another.next()).status).toBe(200)
-      } finally {
-        another.destroy()
-      }
-      for (const connection of held) expect((await connection.next())._tag).toBe("Closed")
+    }
+    return idle
+  }
+
+  it("closes an address's own idle connections once it nears its limit, and no other address's", async () => {
+    // A server of its own: 4 an address, so that from 2 on an address's connections are closed soon.
+    const fresh = await serveInProcess(tempDatabase(), { CONNECTIONS_PER_ADDRESS: "4" })
+    const held: Array<RawConnection> = []
+    try {
+      // Another client, under half its limit, keeps its connection open between requests.
+      const [other] = await idleFrom(fresh.url, "127.0.0.6", 1)
+      held.push(other!)
+      held.push(...await idleFrom(fresh.url, "127.0.0.5", 4))
+      const refused = await oneMoreFromServer(fresh.url, "127.0.0.5")
+      expectEnvelope(refused.answer, 503, "SERVICE_UNAVAILABLE")
+      // The full address's idle connections are closed by the server, its first one included.
+      for (const connection of held.slice(1)) expect((await connection.next())._tag).toBe("Closed")
+      // Once they can no longer be open, the address is served again.
+      await eventually(
+        "the address to be served again",
+        async () => (await oneMoreFromServer(fresh.url, "127.0.0.5")).answer.status === 200,
+        { timeoutMs: stateDeadlineMs }
+      )
+      // The other client's connection is still open and answers on.
+      other!.send(healthz)
+      expect(responseOf(await other!.next()).status).toBe(200)
     } finally {
       for (const connection of held) connection.destroy()
       await fresh.stop()
     }
+  })
+
+  it("counts a connection holding part of a next request until the server has closed it", async () => {
+    const fresh = await serveInProcess(tempDatabase(), { CONNECTIONS_PER_ADDRESS: "4" })
+    const held = await idleFrom(fresh.url, "127.0.0.5", 4)
+    try {
+      // Half of a second request on each: open, and not yet a request the server has seen.
+      for (const connection of held) connection.send(healthz.slice(0, 10))
+      const refused = await oneMoreFromServer(fresh.url, "127.0.0.5")
+      expectEnvelope(refused.answer, 503, "SERVICE_UNAVAILABLE")
+      expect(refused.closed).toBe(true)
+      // Refused for as long as they are open: the server closes them, then serves the address again.
+      for (const connection of held) expect((await connection.next())._tag).toBe("Closed")
+      await eventually(
+        "the address to be served again",
+        async () => (await oneMoreFromServer(fresh.url, "127.0.0.5")).answer.status === 200,
+        { timeoutMs: stateDeadlineMs }
+      )
+    } finally {
+      for (const connection of held) connection.destroy()
+      await fresh.stop()
+    }
+  })
+
+  it("limits an IPv6 client by its /64 and an IPv4-mapped one as its IPv4 address, and shortens only the full address's timeouts", () =>
+    Effect.gen(function*() {
+      const shortened: Array<string> = []
+      const limit = yield* makeConnectionLimit({
+        limits: { perAddress: 4, perProxy: 4, total: 1_000 },
+        trustedProxies: [],
+        idleTimeoutSeconds: 30,
+        shorten: (request) => shortened.push(new URL(request.url).pathname)
+      })
+      const admit = (address: string, port: number) => {
+        const admitted = limit.admit(new Request(`http://api/${address}/${port}`), { address, port })
+        return typeof admitted === "string" ? admitted : "admitted"
+      }
+      for (const address of ["2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2:ffff::3", "2001:db8:1:2::4"]) {
+        expect(admit(address, 1000), address).toBe("admitted")
+      }
+      expect(admit("2001:db8:1:2:aaaa:bbbb:cccc:dddd", 1000)).toBe("address")
+      expect(admit("2001:db8:1:3::1", 1000)).toBe("admitted")
+      for (const port of [1, 2, 3]) expect(admit("192.0.2.7", port)).toBe("admitted")
+      expect(admit("::ffff:192.0.2.7", 4)).toBe("admitted")
+      expect(admit("::ffff:c000:207", 5)).toBe("address")
+      // Each of a client's requests from half its limit on shortens its connection's idle timeout.
+      expect(shortened).toEqual([
+        "/2001:db8:1:2::2/1000",
+        "/2001:db8:1:2:ffff::3/1000",
+        "/2001:db8:1:2::4/1000",
+        "/192.0.2.7/2",
+        "/192.0.2.7/3",
+        "/::ffff:192.0.2.7/4"
+      ])
+    }).pipe(Effect.scoped, Effect.runPromise))
+
+  it("counts every IPv4-mapped address as its IPv4 address and an IPv6 client by its /64", () => {
+    expect(clientKeyOf("192.0.2.7")).toBe("192.0.2.7")
+    expect(clientKeyOf("::ffff:192.0.2.7")).toBe("192.0.2.7")
+    expect(clientKeyOf("::FFFF:c000:207")).toBe("192.0.2.7")
+    expect(clientKeyOf("2001:db8:1:2:aaaa:bbbb:cccc:dddd")).toBe("2001:db8:1:2::/64")
+    expect(clientKeyOf("2001:db8:1:2::1")).toBe(clientKeyOf("2001:db8:1:2:ffff::9"))
+    expect(clientKeyOf("2001:db8:1:3::1")).not.toBe(clientKeyOf("2001:db8:1:2::1"))
+    expect(clientKeyOf("2001:0DB8:0000:0000:0001::")).toBe("2001:db8::/64")
+    expect(clientKeyOf("::1")).toBe("::/64")
   })
 
   it("gives a trusted proxy's address its own limit", async () => {

@@ -1,5 +1,6 @@
 import { Effect, type Fiber, Option } from "effect"
 import { AccessLogEntry, type AccessLogFields, AccessLogOutput, currentKeyNote } from "../Logging.ts"
+import { clientKeyOf } from "./Caller.ts"
 import type { Exchange } from "./Exchange.ts"
 
 /** The fields of a finished request's line: the key as its middleware noted it on the request's fiber. */
@@ -58,19 +59,21 @@ const maxTrackedAddresses = 10_000
 const otherAddresses = "(other addresses)"
 
 /**
- * 401s by client address over an interval: the first from an address is logged as any request,
- * the rest only counted and logged as one line per address when the interval ends. A client
- * hammering the service with bad keys costs a counter, not a log line per request.
+ * 401s by client address over an interval (an IPv6 client by its /64, `clientKeyOf`): the first
+ * from an address is logged as any request, the rest only counted and logged as one line per
+ * address when the interval ends. A client hammering the service with bad keys costs a counter,
+ * not a log line per request.
  */
 export const makeRefusalTally = () => {
   let counts = new Map<string, number>()
   return {
     /** Notes a 401 from `address`; true when it is the address's first of the interval. */
     first: (address: string): boolean => {
-      const key = counts.has(address) || counts.size < maxTrackedAddresses ? address : otherAddresses
+      const client = clientKeyOf(address)
+      const key = counts.has(client) || counts.size < maxTrackedAddresses ? client : otherAddresses
       const seen = counts.get(key)
       counts.set(key, seen === undefined ? 0 : seen + 1)
-      return seen === undefined && key === address
+      return seen === undefined && key === client
     },
     /** The addresses with unlogged refusals since the last call, and how many each. */
     drain: (): ReadonlyArray<readonly [address: string, count: number]> => {

@@ -49,12 +49,64 @@ const forwardedFor = (header: string): Array<string> =>
     })
   )
 
+/** An IPv6 address's eight groups, as numbers; undefined when it is none (or has a zone id). */
+const ipv6Groups = (address: string): Array<number> | undefined => {
+  if (isIP(address) !== 6) return undefined
+  const [head = "", tail] = address.split("::")
+  const groupsOf = (part: string): Array<number> =>
+    part === "" ? [] : part.split(":").flatMap((group) => {
+      if (!group.includes(".")) return [parseInt(group, 16)]
+      const [a = 0, b = 0, c = 0, d = 0] = group.split(".").map(Number)
+      return [(a << 8) | b, (c << 8) | d]
+    })
+  const start = groupsOf(head)
+  const end = tail === undefined ? [] : groupsOf(tail)
+  return [...start, ...Array<number>(8 - start.length - end.length).fill(0), ...end]
+}
+
+/** An IPv4-mapped IPv6 address (`::ffff:192.0.2.1`, as a dual-stack listener sees IPv4 clients) as its IPv4 address. */
+const unmapped = (address: string): string => {
+  if (!address.includes(":") || !address.toLowerCase().includes("ffff")) return address
+  const groups = ipv6Groups(address)
+  if (groups === undefined || groups.slice(0, 5).some((group) => group !== 0) || groups[5] !== 0xffff) return address
+  return `${groups[6]! >> 8}.${groups[6]! & 0xff}.${groups[7]! >> 8}.${groups[7]! & 0xff}`
+}
+
+/**
+ * The client an address stands for wherever clients are counted (connections per address, the 401
+ * tally; README, Operating it: Connections): an IPv4 address as it is, an IPv4-mapped one as its
+ * IPv4 address, and an IPv6 address by its /64, the least a network hands one subscriber, so that a
+ * client does not get a budget per address of its prefix.
+ */
+export const clientKeyOf = (address: string): string => {
+  if (!address.includes(":")) return address
+  const plain = unmapped(address)
+  if (plain !== address) return plain
+  const groups = ipv6Groups(address)
+  return groups === undefined ? address : `${written([...groups.slice(0, 4), 0, 0, 0, 0])}/64`
+}
+
+/** Eight groups as RFC 5952 writes them: lowercase, the longest run of two or more zero groups as `::`. */
+const written = (groups: ReadonlyArray<number>): string => {
+  let run = { start: -1, length: 1 }
+  for (let start = 0; start < groups.length; start++) {
+    let length = 0
+    while (groups[start + length] === 0) length++
+    if (length > run.length) run = { start, length }
+  }
+  const hex = (part: ReadonlyArray<number>) => part.map((group) => group.toString(16)).join(":")
+  return run.start === -1
+    ? hex(groups)
+    : `${hex(groups.slice(0, run.start))}::${hex(groups.slice(run.start + run.length))}`
+}
+
 /** Whether an address is in one of `proxies` (`TRUSTED_PROXIES`): never, without any. */
 export const trustedBy = (proxies: ReadonlyArray<Cidr>): (address: string) => boolean => {
   if (proxies.length === 0) return () => false
   const trusted = new BlockList()
   for (const { address, family, prefix } of proxies) trusted.addSubnet(address, prefix, family)
-  return (address) => {
+  return (given) => {
+    const address = unmapped(given)
     const version = isIP(address)
     return version !== 0 && trusted.check(address, version === 4 ? "ipv4" : "ipv6")
   }

@@ -178,8 +178,8 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
     const connections = yield* makeConnectionLimit({
       limits,
       trustedProxies: yield* TrustedProxiesConfig,
-      idleTimeoutMs: idleTimeoutSeconds * 1000,
-      closeIdle: () => server.closeIdleConnections()
+      idleTimeoutSeconds,
+      shorten: (request, seconds) => server.timeout(request, seconds)
     })
 
     /** An answer of the server's own, closing its connection. */
@@ -217,7 +217,7 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
       const peer = server?.requestIP(request)
       const address = peer?.address ?? inProcess
       if (stopped) return closing(request, address, shuttingDown)
-      const connection = connections.admit(peer)
+      const connection = connections.admit(request, peer)
       if (typeof connection === "string") return closing(request, address, refusals[connection])
       inFlight++
       let response: Response | Promise<Response>
@@ -227,9 +227,10 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
       } catch (error) {
         return failed(connection)(error)
       }
-      return response instanceof Promise
-        ? response.then((response) => settle(response, connection, request), failed(connection))
-        : settle(response, connection, request)
+      if (!(response instanceof Promise)) return settle(response, connection, request)
+      // A client that goes before its answer has closed its connection: it stops counting at once.
+      if (connection !== undefined) request.signal.addEventListener("abort", () => connections.gone(connection))
+      return response.then((response) => settle(response, connection, request), failed(connection))
     }
 
     const routes = Object.fromEntries(
@@ -259,10 +260,10 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
       yield* summary.write(false).pipe(Effect.repeat(Schedule.spaced(summary.interval)), Effect.forkScoped)
     }
     const writeConnectionSummary = Effect.suspend(() => {
-      const { closedIdle, firstAddressRefused, overAddressLimit, overTotal } = connections.takeCounts()
-      return overAddressLimit + overTotal + closedIdle === 0 ? Effect.void : Effect.logWarning(
+      const { firstAddressRefused, overAddressLimit, overTotal, shortened } = connections.takeCounts()
+      return overAddressLimit + overTotal + shortened === 0 ? Effect.void : Effect.logWarning(
         "connections refused or closed",
-        { overAddressLimit, overTotal, closedIdle, firstAddressRefused: firstAddressRefused ?? null }
+        { overAddressLimit, overTotal, shortened, firstAddressRefused: firstAddressRefused ?? null }
       )
     })
     yield* writeConnectionSummary.pipe(Effect.repeat(Schedule.spaced(connectionSummaryInterval)), Effect.forkScoped)
