@@ -11,7 +11,7 @@
  */
 import { SQL } from "bun"
 import { Database } from "bun:sqlite"
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs"
+import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync } from "node:fs"
 import { connect, type Socket } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -54,8 +54,8 @@ const cli = (args: Array<string>) => {
   return result.stdout.toString()
 }
 
-const createKey = () =>
-  JSON.parse(cli(["keys", "create", "--brand", crypto.randomUUID(), "--scopes", "campaigns:write", "--json"])) as {
+const createKey = (brandId: string = crypto.randomUUID()) =>
+  JSON.parse(cli(["keys", "create", "--brand", brandId, "--scopes", "campaigns:write", "--json"])) as {
     apiKey: string
     keyId: string
   }
@@ -313,6 +313,239 @@ async (_, key) => {
       `holders answered ${holders}, ${opened} connections opened, ${closedByServer} closed by the server;`,
       alive ? "the server still runs" : `the server EXITED with ${server.exitCode()}`
     ].join(" ")
+  } finally {
+    await server.stop()
+  }
+}
+
+/** How many activations of `brandId` the database holds. */
+const activationsOf = async (brandId: string): Promise<number> => {
+  if (!onPostgres) {
+    const db = new Database(database, { readonly: true })
+    try {
+      return db.query<{ n: number }, [string]>("SELECT COUNT(*) AS n FROM activations WHERE brand_id = ?").get(brandId)!
+        .n
+    } finally {
+      db.close()
+    }
+  }
+  const sql = new SQL(database, { max: 1 })
+  try {
+    return Number((await sql`SELECT COUNT(*) AS n FROM activations WHERE brand_id = ${brandId}`)[0].n)
+  } finally {
+    await sql.close()
+  }
+}
+
+/**
+ * The descriptors the server holds for connections from `address`: its open sockets (/proc/<pid>/fd)
+ * that the kernel's table (/proc/net/tcp; a loopback address in little-endian hex) lists with that
+ * peer, a socket in TIME_WAIT or closed by the server and not yet by its peer holding none.
+ */
+const descriptorsFrom = (server: Server, address: string): number => {
+  const inodes = new Set<string>()
+  for (const fd of readdirSync(`/proc/${server.pid}/fd`)) {
+    try {
+      const target = readlinkSync(`/proc/${server.pid}/fd/${fd}`)
+      if (target.startsWith("socket:[")) inodes.add(target.slice(8, -1))
+    } catch {
+      // closed meanwhile
+    }
+  }
+  const remote = address.split(".").reverse().map((part) => Number(part).toString(16).padStart(2, "0")).join("")
+    .toUpperCase()
+  let n = 0
+  for (const line of readFileSync("/proc/net/tcp", "utf8").split("\n")) {
+    const fields = line.trim().split(/\s+/)
+    if (fields[2]?.startsWith(`${remote}:`) && inodes.has(fields[9]!)) n++
+  }
+  return n
+}
+
+/**
+ * Item 1 of the second guard: a victim on 127.0.0.2 activates over 16 keep-alive connections of its
+ * own (a pause of 0.2–1.5 s after each answer, so that each is often idle) and 8 fetch loops, first
+ * alone for 10 s, then for 10 s while an attacker on 127.0.0.3 holds 1,100 connections that sent a
+ * `GET /healthz` (past its limit of 1,024). What the victim saw in each phase: its connections
+ * closed by the server, activations sent without an answer, fetches that failed; and whether every
+ * answer is a row.
+ */
+const keepAliveVictim: Attack = async () => {
+  const server = await startServer({ LOG_LEVEL: "warn", RATE_LIMIT_MAX: "1000000" })
+  const brandId = crypto.randomUUID()
+  const victim = createKey(brandId)
+  try {
+    const body = JSON.stringify({ socialUsername: "@victim" })
+    const request = () =>
+      `POST ${activatePath} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${victim.apiKey}\r\n` +
+      `idempotency-key: ${crypto.randomUUID()}\r\ncontent-type: application/json\r\n` +
+      `content-length: ${body.length}\r\n\r\n${body}`
+    let phase = { closedByServer: 0, unanswered: 0, answered: 0, fetchFailed: 0, fetched: 0 }
+    let running = true
+    const keepAlive = async () => {
+      while (running) {
+        const socket = await new Promise<Socket>((resolve, reject) => {
+          const opened = connect({ port: server.port, host: "127.0.0.1", localAddress: "127.0.0.2" })
+          opened.once("connect", () => resolve(opened))
+          opened.once("error", reject)
+        }).catch(() => undefined)
+        if (socket === undefined) continue
+        let waiting: ((answered: boolean) => void) | undefined
+        let closed = false
+        socket.on("data", (data: Buffer) => {
+          if (data.toString("latin1").startsWith("HTTP/1.1 200")) waiting?.(true)
+        })
+        socket.on("error", () => {})
+        socket.on("close", () => {
+          closed = true
+          waiting?.(false)
+        })
+        while (running && !closed) {
+          const answered = await new Promise<boolean>((resolve) => {
+            waiting = resolve
+            socket.write(request())
+          })
+          waiting = undefined
+          if (answered) phase.answered++
+          else phase.unanswered++
+          if (!closed) await Bun.sleep(200 + Math.random() * 1_300)
+        }
+        if (running) phase.closedByServer++
+        socket.destroy()
+      }
+    }
+    const fetching = async () => {
+      while (running) {
+        try {
+          const response = await fetch(`${server.url}${activatePath}`, {
+            method: "POST",
+            headers: {
+              authorization: `Bearer ${victim.apiKey}`,
+              "idempotency-key": crypto.randomUUID(),
+              "content-type": "application/json"
+            },
+            body
+          })
+          await response.arrayBuffer()
+          if (response.status === 200) phase.fetched++
+          else phase.fetchFailed++
+        } catch {
+          phase.fetchFailed++
+        }
+        await Bun.sleep(50)
+      }
+    }
+    const loops = [...Array.from({ length: 16 }, keepAlive), ...Array.from({ length: 8 }, fetching)]
+    await Bun.sleep(10_000)
+    const alone = phase
+    phase = { closedByServer: 0, unanswered: 0, answered: 0, fetchFailed: 0, fetched: 0 }
+    // The attacker: 1,100 connections, each a GET /healthz, held, and opened again when closed.
+    const held = new Set<Socket>()
+    const attackerAnswers: Record<string, number> = {}
+    let attacking = true
+    const hold = () =>
+      new Promise<void>((resolve) => {
+        const socket = connect({ port: server.port, host: "127.0.0.1", localAddress: "127.0.0.3" })
+        held.add(socket)
+        socket.on("connect", () => {
+          socket.write("GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+          resolve()
+        })
+        socket.on("data", (data: Buffer) => {
+          const status = data.toString("latin1").slice(9, 12)
+          attackerAnswers[status] = (attackerAnswers[status] ?? 0) + 1
+        })
+        socket.on("error", () => resolve())
+        socket.on("close", () => {
+          held.delete(socket)
+          if (attacking) setTimeout(() => void hold(), 100)
+        })
+      })
+    for (let i = 0; i < 1_100; i += 100) await Promise.all(Array.from({ length: 100 }, hold))
+    await Bun.sleep(10_000)
+    const attacked = phase
+    running = false
+    attacking = false
+    for (const socket of held) socket.destroy()
+    await Promise.all(loops)
+    const rows = await activationsOf(brandId)
+    const answers = alone.answered + alone.fetched + attacked.answered + attacked.fetched
+    const said = (p: typeof alone) =>
+      `${p.closedByServer} of its keep-alive connections closed by the server, ${p.unanswered} activations unanswered ` +
+      `(${p.answered} answered), ${p.fetchFailed} fetches failed (${p.fetched} answered 200)`
+    const attacker = Object.entries(attackerAnswers).map(([status, n]) => `${n} × ${status}`).join(", ")
+    return `alone: ${said(alone)}; with 1,100 connections held from 127.0.0.3 (answered ${attacker}): ${
+      said(attacked)
+    }; ${rows} rows for ${answers} answers`
+  } finally {
+    await server.stop()
+  }
+}
+
+/**
+ * Item 2 of the second guard: from 127.0.0.4, 600 new connections a second for 11 s, each sending
+ * one `GET /healthz` and, once answered, half of a second request, then holding it; meanwhile a
+ * client on 127.0.0.1 asks whoami on a new connection every 100 ms with a 1 s timeout. What it
+ * cost: how many of the client's requests were answered 200 within 1 s, and the most descriptors
+ * the server held for connections from 127.0.0.4 (sampled every 250 ms), against its limit.
+ */
+const connectionChurn: Attack = async (_, key) => {
+  const server = await startServer({ LOG_LEVEL: "warn", RATE_LIMIT_MAX: "1000000" })
+  try {
+    const attackSeconds = 11
+    const sockets = new Set<Socket>()
+    const statuses: Record<string, number> = {}
+    let opened = 0
+    const open = () => {
+      const socket = connect({ port: server.port, host: "127.0.0.1", localAddress: "127.0.0.4" })
+      sockets.add(socket)
+      let answered = false
+      socket.on("connect", () => {
+        opened++
+        socket.write("GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+      })
+      socket.on("data", (data: Buffer) => {
+        const status = data.toString("latin1").slice(9, 12)
+        statuses[status] = (statuses[status] ?? 0) + 1
+        if (!answered) socket.write("GET /healthz HTTP/1.1\r\nho")
+        answered = true
+      })
+      socket.on("error", () => {})
+      socket.on("close", () => sockets.delete(socket))
+    }
+    let most = 0
+    const sample = setInterval(() => {
+      most = Math.max(most, descriptorsFrom(server, "127.0.0.4"))
+    }, 250)
+    const probe = Bun.spawn(["taskset", "-c", "0", process.execPath, "-e", answeredWithin1s], {
+      env: {
+        ...process.env,
+        PROBE_URL: `${server.url}/v1/whoami`,
+        PROBE_KEY: key.apiKey,
+        PROBE_SECONDS: String(attackSeconds)
+      },
+      stdout: "pipe"
+    })
+    // 600 a second, caught up on every tick of 10 ms.
+    const started = performance.now()
+    let attempted = 0
+    const churn = setInterval(() => {
+      const due = Math.min(attackSeconds * 600, Math.floor(((performance.now() - started) / 1000) * 600))
+      for (; attempted < due; attempted++) open()
+    }, 10)
+    const { answered, asked } = JSON.parse(await new Response(probe.stdout).text()) as {
+      answered: number
+      asked: number
+    }
+    clearInterval(churn)
+    clearInterval(sample)
+    for (const socket of sockets) socket.destroy()
+    const seen = Object.entries(statuses).map(([status, n]) => `${n} × ${status}`).join(", ")
+    return `600 new connections a second from 127.0.0.4 for ${attackSeconds} s, each a request and half of ` +
+      `another (${opened} opened, answered ${seen}): at most ${most} held by the server from 127.0.0.4 ` +
+      `(limit 1,024); a client on 127.0.0.1 answered 200 within 1 s ${answered} times of ${asked} (${
+        ((answered / asked) * 100).toFixed(1)
+      } %)`
   } finally {
     await server.stop()
   }
@@ -663,6 +896,12 @@ const attacks: Record<string, Attack> = {
   /** 11: two addresses hold more connections than the server may open, with metrics on (a sampler opens a file). */
   "held-two-addresses": holdConnections(["127.0.0.2", "127.0.0.3"], 2_100, { metrics: true }),
 
+  /** The second guard, 1: one address at its limit disturbs no other address's keep-alive connections. */
+  "keep-alive-victim": keepAliveVictim,
+
+  /** The second guard, 2: new connections from one address holding half a request stay within its limit. */
+  "connection-churn": connectionChurn,
+
   /** 6: 500,000 idempotency records expiring together, purged while whoami is served. */
   purge: async (_server, key) => {
     // Its own server, on a database filled beforehand with entries expired a minute ago.
@@ -692,7 +931,7 @@ const serverSettings: Record<string, Record<string, string>> = { "claimed-addres
 
 const fileTricks = ["wal-deleted", "shm-revoke"]
 /** What starts a server of its own. */
-const ownServer = ["purge", "held-connections", "held-two-addresses"]
+const ownServer = ["purge", "held-connections", "held-two-addresses", "keep-alive-victim", "connection-churn"]
 /** What works on a SQLite file only: the file tricks, and the purge's records written straight into the file. */
 const sqliteOnly = [...fileTricks, "purge"]
 
