@@ -69,7 +69,7 @@ export const settings = {
   CONNECTIONS_PER_ADDRESS: {
     default: "1024",
     meaning:
-      "connections one client address may hold: a connection counts from its first request until 30 s pass without one (or it ends with Connection: close); a request on one more is answered 503"
+      "connections one client address (an IPv6 one by its /64) may hold: a connection counts from its first request until it can no longer be open (34 s after its last answer, 5 s once the address holds half this many); a request on one more is answered 503"
   },
   CONNECTIONS_PER_PROXY: {
     default: "4096",
