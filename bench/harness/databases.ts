@@ -28,7 +28,6 @@ export const migratePostgres = (url: string, record: Migrations) =>
 
 const admin = (server: string) => new SQL(`${server}/postgres`, { max: 1 })
 
-/** A new database `name` on the PostgreSQL server at `server`; its URL. */
 export const createPostgresDatabase = async (server: string, name: string): Promise<string> => {
   const sql = admin(server)
   try {

@@ -94,7 +94,7 @@ export const spawn = (
   return { process: child, stdout: new Output(child.stdout), stderr: new Output(stderr) }
 }
 
-/** Waits for a spawned process to end and its output to be drained; its exit code. */
+/** Once its output is drained too, so that what it printed is all there. */
 export const finished = async (spawned: Spawned): Promise<number> => {
   const exitCode = await spawned.process.exited
   await Promise.all([spawned.stdout.done, spawned.stderr.done])
@@ -114,7 +114,6 @@ export const runCommand = async (
   return { stdout: spawned.stdout.toString(), stderr: spawned.stderr.toString() }
 }
 
-/** A finished process's user + system CPU seconds. */
 export const childCpuSeconds = (spawned: Spawned): number => {
   const usage = spawned.process.resourceUsage()
   return usage === undefined ? 0 : Number(usage.cpuTime.user + usage.cpuTime.system) / 1e6

@@ -19,12 +19,11 @@ export const median = (values: ReadonlyArray<number>): number => {
   return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2
 }
 
-/** Each problem as the line that says the figures beside it are not valid. */
 export const printErrors = (problems: ReadonlyArray<string>) => {
   for (const problem of problems) console.log(`!!! ERRORS: ${problem}; these figures are not valid`)
 }
 
-/** The closing list of every problem of a run; sets exit code 1 when there is one. */
+/** Exit code 1 when there is one: a figure beside an error is not valid. */
 export const printProblems = (problems: ReadonlyArray<string>) => {
   if (problems.length === 0) return
   console.log(

@@ -50,10 +50,9 @@ export interface Server {
   readonly startupMs: number
 }
 
-/** The baseline's command line (`bench/baseline.ts`). */
 export const baselineCommand: ReadonlyArray<string> = [bun, "bench/baseline.ts"]
 
-/** The service as the bench runs it: a rate limit too high to refuse anything, at `logLevel`. */
+/** A rate limit too high to refuse anything: the bench measures the work, not the limit. */
 export const serviceEnv = (logLevel: string): Record<string, string> => ({
   RATE_LIMIT_MAX: "1000000000",
   LOG_LEVEL: logLevel

@@ -60,5 +60,4 @@ export const measureSideBySide = async (
   return { ratios, ratio: ratios.reduce((sum, ratio) => sum + ratio, 0) / ratios.length, problems }
 }
 
-/** The ratios of a side-by-side cost, as the run prints them beside its mean. */
 export const ratiosText = (cost: SideBySideCost) => cost.ratios.map((r) => number(r, 3)).join(", ")

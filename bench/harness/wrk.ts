@@ -145,7 +145,6 @@ export const problemsOf = (scenario: ScenarioName, m: Measurement): Array<string
   return problems
 }
 
-/** One row per server of a scenario's measured runs. */
 export const scenarioTable = (measurements: ReadonlyArray<Measurement>): string =>
   table([
     [

@@ -45,7 +45,6 @@ interface ScenarioResult {
   readonly problems: ReadonlyArray<string>
 }
 
-/** The three servers, started in turn on their databases, the service's made by the binary in `dir`. */
 const startServers = async (dir: string, servers: Array<Server>) => {
   // The service runs as it is deployed: the single binary the start-up scenario built, the server
   // and the key command line in one (bundled, so it loads only the modules it uses).
@@ -78,7 +77,6 @@ const startServers = async (dir: string, servers: Array<Server>) => {
   return servers as [Server, Server, Server]
 }
 
-/** One scenario on the three servers, then the access log's runs; its table and its lines. */
 const measureScenario = async (
   [serviceServer, infoServer, baselineServer]: [Server, Server, Server],
   scenario: { readonly name: ScenarioName; readonly title: string },
@@ -139,7 +137,6 @@ const printReadsOverWhoami = (results: ReadonlyArray<ScenarioResult>) => {
   }
 }
 
-/** Every scenario of BENCH_SCENARIOS against the baseline (the pages on the service alone); writes the results. */
 export const runComparison = async (dir: string, machine: Record<string, unknown>, binary: BinaryResult) => {
   const started: Array<Server> = []
   try {

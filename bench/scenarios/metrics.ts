@@ -83,7 +83,7 @@ const measureMetrics = async (binary: string, dir: string) => {
   return { reference: reference.name, measured: measured.name, against: metricsAgainst ?? null, results }
 }
 
-/** Measures with the binary the start-up scenario built into `dir`, and writes `metrics-<time>.json`. */
+/** The binary is the one the start-up scenario built into `dir`. */
 export const runMetrics = async (dir: string, machine: Record<string, unknown>) => {
   const metrics = await measureMetrics(join(dir, "campaign-api"), dir)
   writeResults("metrics", {

@@ -29,7 +29,6 @@ import { buildGenerator, type OpenLoopScenario } from "../openloop.ts"
 import { measureStart } from "./fresh-instance.ts"
 import { measureRates } from "./open-loop-rates.ts"
 
-/** The rates of each scenario on the warm servers, then the fresh-instance curves. */
 const measureOpenLoop = async (dir: string) => {
   console.log("building the single binary and the generator ...")
   const { binary, sizeBytes } = await buildBinary(dir)
@@ -82,7 +81,6 @@ const measureOpenLoop = async (dir: string) => {
   return { binarySizeBytes: sizeBytes, rates, starts, problems: [...rates, ...starts].flatMap((r) => r.problems) }
 }
 
-/** Measures, and writes `openloop-<time>.json`. */
 export const runOpenLoop = async (dir: string, machine: Record<string, unknown>) => {
   const measured = await measureOpenLoop(dir)
   writeResults("openloop", {

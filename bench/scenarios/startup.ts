@@ -20,7 +20,7 @@ export interface BinaryResult {
   readonly medianBareStartToFirst200Ms: number
 }
 
-/** Builds the binary into `dir` (where the other scenarios find it) and times its starts. */
+/** The binary is built into `dir`, where the comparison and metrics scenarios find it. */
 export const measureBinary = async (dir: string): Promise<BinaryResult> => {
   const { binary, buildSeconds, sizeBytes } = await buildBinary(dir)
   const databaseFile = join(dir, "binary.sqlite")
@@ -69,7 +69,6 @@ export const measureBinary = async (dir: string): Promise<BinaryResult> => {
   }
 }
 
-/** The binary's size and start-up as the run's first line of figures. */
 export const printBinary = (binary: BinaryResult) =>
   console.log(
     `binary: ${number(binary.sizeBytes / 1024 / 1024, 1)} MB, start to first 200 from whoami: ` +
@@ -81,7 +80,6 @@ export const printBinary = (binary: BinaryResult) =>
       `(${number(binary.medianStartToFirst200Ms / binary.medianBareStartToFirst200Ms, 1)}×)`
   )
 
-/** The same, as the closing summary of a full run repeats it. */
 export const printBinarySummary = (binary: BinaryResult) =>
   console.log(
     `\nbinary: ${number(binary.sizeBytes / 1024 / 1024, 1)} MB (${binary.sizeBytes} bytes), ` +
