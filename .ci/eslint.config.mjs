@@ -5,9 +5,8 @@ import js from "@eslint/js"
 import tseslint from "typescript-eslint"
 
 export default [
-  // bench/effect4-whoami: a package of its own on Effect 4, checked with its own dependencies.
   {
-    ignores: ["**/dist/**", "**/node_modules/**", "test/integrators/**", "bench/results/**", "bench/effect4-whoami/**"]
+    ignores: ["**/dist/**", "**/node_modules/**", "test/integrators/**", "bench/results/**"]
   },
   js.configs.recommended,
   ...tseslint.configs.recommended,

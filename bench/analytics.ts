@@ -36,12 +36,8 @@
  *                              # ISOLATION_SECONDS=60 ISOLATION_TURNS=2 ISOLATION_RATE=200
  *                              # ISOLATION_CREATORS=1000000 ISOLATION_WARMUP_SECONDS=10
  */
-import { BunContext } from "@effect/platform-bun"
-import { PgClient, PgMigrator } from "@effect/sql-pg"
-import { SqliteClient, SqliteMigrator } from "@effect/sql-sqlite-bun"
 import { spawn, spawnSync, SQL } from "bun"
 import { Database } from "bun:sqlite"
-import { Effect, Redacted } from "effect"
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
@@ -51,14 +47,19 @@ import ActivationReads from "../src/Database/migrations/0003_activation_reads.ts
 import {
   apiKeyOf,
   brandId,
+  compileArgs,
   freePort,
   keysCreateArgs,
   readPaths,
   seedReads,
   seedReadsPostgres,
+  waitForReady,
   whoamiOk,
   writeResults
 } from "./common.ts"
+import { createPostgresDatabase, dropPostgresDatabases, migratePostgres, migrateSqlite } from "./harness/databases.ts"
+import { cpuSeconds, machineBusySeconds, ownCpuSeconds, runQueueSeconds } from "./harness/machine.ts"
+import { median } from "./harness/report.ts"
 import {
   buildGenerator,
   generatorArgs,
@@ -89,8 +90,7 @@ const givenBinary = process.env["ANALYTICS_BINARY"]
 const binary = givenBinary === undefined ? join(dir, "campaign-api") : resolve(givenBinary)
 if (givenBinary === undefined) {
   if (
-    spawnSync(["bun", "build", "src/main.ts", "--compile", "--bytecode", "--outfile", binary], { cwd: root })
-      .exitCode !== 0
+    spawnSync(compileArgs("src/main.ts", binary, "bun"), { cwd: root }).exitCode !== 0
   ) {
     throw new Error("building the binary failed")
   }
@@ -163,11 +163,7 @@ const insertSql = (placeholder: (n: number) => string, rows: number) =>
   }`
 
 const fillSqlite = async (file: string, shape: string, n: number) => {
-  await SqliteMigrator.run({ loader: SqliteMigrator.fromRecord(before) }).pipe(
-    Effect.provide(SqliteClient.layer({ filename: file })),
-    Effect.provide(BunContext.layer),
-    Effect.runPromise
-  )
+  await migrateSqlite(file, before)
   const db = new Database(file)
   const insert = db.prepare(insertSql(() => "?", 1))
   db.transaction(() => {
@@ -177,11 +173,7 @@ const fillSqlite = async (file: string, shape: string, n: number) => {
 }
 
 const fillPostgres = async (url: string, shape: string, n: number) => {
-  await PgMigrator.run({ loader: PgMigrator.fromRecord(before) }).pipe(
-    Effect.provide(PgClient.layer({ url: Redacted.make(url) })),
-    Effect.provide(BunContext.layer),
-    Effect.runPromise
-  )
+  await migratePostgres(url, before)
   const sql = new SQL(url, { max: 1 })
   const batch = 5_000
   for (let from = 0; from < n; from += batch) {
@@ -191,8 +183,6 @@ const fillPostgres = async (url: string, shape: string, n: number) => {
   }
   await sql.close()
 }
-
-const median = (values: ReadonlyArray<number>) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!
 
 const measure = async (database: string) => {
   // The first command on the database runs the migrations that fill the counts.
@@ -273,20 +263,17 @@ const measure = async (database: string) => {
 /** A new database of `backend` for `label`: a SQLite file in the work directory, or a new PostgreSQL database. */
 const newDatabase = async (backend: string, label: string): Promise<string> => {
   if (backend === "sqlite") return join(dir, `analytics-${label}.sqlite`)
-  const name = `campaign_api_analytics_${label.replace(/[^a-z0-9]/g, "_")}_${Date.now().toString(36)}`
-  const admin = new SQL(`${postgresServer}/postgres`, { max: 1 })
-  await admin.unsafe(`CREATE DATABASE ${name}`)
-  await admin.close()
-  return `${postgresServer}/${name}`
+  return createPostgresDatabase(
+    postgresServer,
+    `campaign_api_analytics_${label.replace(/[^a-z0-9]/g, "_")}_${Date.now().toString(36)}`
+  )
 }
 
 const dropDatabase = async (backend: string, database: string) => {
   if (backend === "sqlite") {
     for (const file of [database, `${database}-wal`, `${database}-shm`]) rmSync(file, { force: true })
   } else {
-    const admin = new SQL(`${postgresServer}/postgres`, { max: 1 })
-    await admin.unsafe(`DROP DATABASE ${database.split("/").pop()} WITH (FORCE)`)
-    await admin.close()
+    await dropPostgresDatabases(postgresServer, [database])
   }
 }
 
@@ -309,35 +296,6 @@ const rangedQuery = `?from=${dateOf(isolationFirstDay)}&to=${dateOf(isolationFir
 const analyticsTimeoutMs = 600_000
 const serverCpu = "1"
 const loadCpu = "0"
-
-/** The true median (the mean of the middle two of an even count). */
-const medianOf = (values: ReadonlyArray<number>) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  const middle = Math.floor(sorted.length / 2)
-  return sorted.length % 2 === 1 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2
-}
-
-/** Clock ticks per second of /proc's CPU times (almost always 100). */
-const clockTicks = Number(spawnSync(["getconf", "CLK_TCK"]).stdout.toString().trim()) || 100
-/** User + system CPU seconds of a process. */
-const cpuSeconds = (pid: number): number => {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-  return (Number(fields[11]) + Number(fields[12])) / clockTicks
-}
-/** Busy CPU seconds of the whole machine (all cores, every process). */
-const machineBusySeconds = (): number => {
-  const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0, steal = 0] = readFileSync("/proc/stat", "utf8")
-    .split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number)
-  return (user + nice + system + irq + softirq + steal) / clockTicks
-}
-/** Seconds a process's main thread (the server's JavaScript) has waited on a run queue for a CPU. */
-const runQueueSeconds = (pid: number): number =>
-  Number(readFileSync(`/proc/${pid}/schedstat`, "utf8").split(" ")[1]) / 1e9
-const ownCpuSeconds = (): number => {
-  const usage = process.cpuUsage()
-  return (usage.user + usage.system) / 1e6
-}
 
 const loadAverage = () => readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")
 
@@ -419,7 +377,7 @@ const isolation = async (backend: string, generator: string) => {
   const runs: Array<IsolationRun> = []
   try {
     while (!(await whoamiOk(url, keyB))) await Bun.sleep(50)
-    while ((await fetch(`${url}/readyz`).then((answer) => answer.status, () => 0)) !== 200) await Bun.sleep(50)
+    await waitForReady(url, { intervalMs: 50 })
     const setupMs = performance.now() - setupStarted
     // B's two requests answer 200 before anything is measured, and A's counts are the whole campaign.
     for (const path of ["/v1/whoami", readPaths.get]) {
@@ -539,7 +497,7 @@ const isolation = async (backend: string, generator: string) => {
           }  ` +
           `${String(answered.length).padStart(7)}  ${
             String(answered.filter((c) => c.status === 200).length).padStart(6)
-          }  ${(aMs.length === 0 ? "-" : medianOf(aMs).toFixed(1)).padStart(8)}  ${
+          }  ${(aMs.length === 0 ? "-" : median(aMs).toFixed(1)).padStart(8)}  ${
             (aMs.length === 0 ? "-" : Math.max(...aMs).toFixed(1)).padStart(8)
           }  ${result.serverCpuPercent.toFixed(0).padStart(12)}  ${
             result.serverWaitedPercent.toFixed(0).padStart(15)
@@ -568,8 +526,8 @@ const isolation = async (backend: string, generator: string) => {
     await dropDatabase(backend, database)
   }
   const p99s = (withA: boolean) => runs.filter((r) => r.withA === withA).map((r) => r.bLatency.p99)
-  const alone = medianOf(p99s(false))
-  const withA = medianOf(p99s(true))
+  const alone = median(p99s(false))
+  const withA = median(p99s(true))
   const ratio = withA / alone
   const calls = runs.flatMap((r) => r.calls)
   const byStatus = new Map<number, number>()
@@ -592,9 +550,9 @@ const isolation = async (backend: string, generator: string) => {
       `with A ${withA.toFixed(2)} ms (median of ${p99s(true).map((ms) => ms.toFixed(2)).join(", ")}), ratio ${
         ratio.toFixed(2)
       }; ` +
-      `A: ${calls.length} calls (${statuses}), ranged p50 ${medianOf(ranged).toFixed(1)} / max ${
+      `A: ${calls.length} calls (${statuses}), ranged p50 ${median(ranged).toFixed(1)} / max ${
         Math.max(...ranged).toFixed(1)
-      } ms, unranged p50 ${medianOf(unranged).toFixed(1)} / max ${
+      } ms, unranged p50 ${median(unranged).toFixed(1)} / max ${
         Math.max(...unranged).toFixed(1)
       } ms; load average ${loadAverage()}`
   )

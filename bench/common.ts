@@ -1,8 +1,8 @@
 /**
  * What the benchmarks share (`run.ts` on SQLite, `shared.ts` on PostgreSQL + Redis, and the
  * request of `inprocess.ts` and `hostile.ts`): the request they make, how a key is created for it,
- * the first request of a replay run, whether a server is up, a free port, and wrk's result as
- * `scenario.lua` prints it.
+ * the first request of a replay run, whether a server is up or ready, a free port, how the binary
+ * is built, and wrk's result as `scenario.lua` prints it.
  */
 import { SQL } from "bun"
 import { Database } from "bun:sqlite"
@@ -48,6 +48,34 @@ export const whoamiOk = async (url: string, apiKey: string): Promise<boolean> =>
     return false
   }
 }
+
+/**
+ * Polls `/readyz` every `intervalMs` until it answers 200; throws once `timeoutMs` have passed
+ * since `startedAt` (by default: now, and never).
+ */
+export const waitForReady = async (
+  url: string,
+  options: { readonly intervalMs: number; readonly startedAt?: number; readonly timeoutMs?: number }
+): Promise<void> => {
+  const { intervalMs, startedAt = performance.now(), timeoutMs = Infinity } = options
+  while ((await fetch(`${url}/readyz`).then((answer) => answer.status, () => 0)) !== 200) {
+    if (performance.now() - startedAt > timeoutMs) {
+      throw new Error(`${url}/readyz did not answer 200 within ${timeoutMs / 1000} s`)
+    }
+    await Bun.sleep(intervalMs)
+  }
+}
+
+/** `bun build --compile --bytecode` of `entry` into `outfile`, as the service is deployed; run by `bun`. */
+export const compileArgs = (entry: string, outfile: string, bun: string) => [
+  bun,
+  "build",
+  entry,
+  "--compile",
+  "--bytecode",
+  "--outfile",
+  outfile
+]
 
 /** A port nothing listens on right now. */
 export const freePort = (): number => {
@@ -100,6 +128,14 @@ export const wrkArgs = (
   activatePath,
   keyPrefix
 ]
+
+/** What a wrk run of `scenario` passes as its key prefix: a read's path goes there instead (scenario.lua). */
+export const wrkKeyPrefix = (scenario: string, prefix: string): string =>
+  scenario === "get" || scenario === "list"
+    ? readPaths[scenario]
+    : scenario in pagePaths
+    ? pagePaths[scenario as PageScenario]
+    : prefix
 
 /** What `scenario.lua` prints on its "BENCH_RESULT {json}" line. */
 interface WrkResult {

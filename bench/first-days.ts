@@ -8,16 +8,13 @@
  *   bun bench/first-days.ts     # FIRST_DAYS_ROWS=100000 FIRST_DAYS_TURNS=2
  *                               # POSTGRES_URL=postgres://postgres@127.0.0.1:5432
  */
-import { BunContext } from "@effect/platform-bun"
-import { PgClient, PgMigrator } from "@effect/sql-pg"
-import { SqliteClient, SqliteMigrator } from "@effect/sql-sqlite-bun"
 import { SQL } from "bun"
 import { Database } from "bun:sqlite"
-import { Effect, Redacted } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { migrations } from "../src/Database/migrations/index.ts"
+import { createPostgresDatabase, dropPostgresDatabases, migratePostgres, migrateSqlite } from "./harness/databases.ts"
 
 const rows = Number(process.env["FIRST_DAYS_ROWS"] ?? 100_000)
 const turns = Number(process.env["FIRST_DAYS_TURNS"] ?? 2)
@@ -45,11 +42,7 @@ const dir = mkdtempSync(join(tmpdir(), "campaign-api-first-days-"))
 
 const sqlite = async (release: keyof typeof releases, turn: number) => {
   const file = join(dir, `${turn}-${release.replaceAll(" ", "-")}.sqlite`)
-  await SqliteMigrator.run({ loader: SqliteMigrator.fromRecord(releases[release]) }).pipe(
-    Effect.provide(SqliteClient.layer({ filename: file })),
-    Effect.provide(BunContext.layer),
-    Effect.runPromise
-  )
+  await migrateSqlite(file, releases[release])
   // The server's settings (README, Reliability): WAL and a synchronous commit.
   const db = new Database(file)
   db.run("PRAGMA journal_mode = WAL")
@@ -63,16 +56,12 @@ const sqlite = async (release: keyof typeof releases, turn: number) => {
 }
 
 const postgres = async (release: keyof typeof releases, turn: number) => {
-  const name = `campaign_api_first_days_${turn}_${release.slice(-4)}_${Date.now().toString(36)}`
-  const admin = new SQL(`${postgresServer}/postgres`, { max: 1 })
-  await admin.unsafe(`CREATE DATABASE ${name}`)
-  const url = `${postgresServer}/${name}`
+  const url = await createPostgresDatabase(
+    postgresServer,
+    `campaign_api_first_days_${turn}_${release.slice(-4)}_${Date.now().toString(36)}`
+  )
   try {
-    await PgMigrator.run({ loader: PgMigrator.fromRecord(releases[release]) }).pipe(
-      Effect.provide(PgClient.layer({ url: Redacted.make(url) })),
-      Effect.provide(BunContext.layer),
-      Effect.runPromise
-    )
+    await migratePostgres(url, releases[release])
     const sql = new SQL(url, { max: 1 })
     const text = insertText((n) => `$${n}`)
     const started = performance.now()
@@ -84,8 +73,7 @@ const postgres = async (release: keyof typeof releases, turn: number) => {
     await sql.close()
     return perRow
   } finally {
-    await admin.unsafe(`DROP DATABASE ${name} WITH (FORCE)`)
-    await admin.close()
+    await dropPostgresDatabases(postgresServer, [url])
   }
 }
 

@@ -10,32 +10,18 @@
 import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { freePort } from "./common.ts"
+import { freePort, waitForReady } from "./common.ts"
+import { cpuSeconds, machineSeconds } from "./harness/machine.ts"
 
 const root = new URL("..", import.meta.url).pathname
 const binary = process.env["READINESS_BINARY"] ?? join(root, "dist/campaign-api")
 const runs = Number(process.env["READINESS_RUNS"] ?? 5)
 
-/** The machine's busy and total jiffies so far, every core added up. */
-const cpuJiffies = () => {
-  const [, user, nice, system, idle, iowait, irq, softirq, steal] = readFileSync("/proc/stat", "utf8").split("\n")[0]!
-    .split(/\s+/).map(Number) as Array<number>
-  const busy = user! + nice! + system! + irq! + softirq! + steal!
-  return { busy, total: busy + idle! + iowait! }
-}
-
-/** A process's own CPU time in jiffies (user and system). */
-const processJiffies = (pid: number) => {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-  return Number(fields[11]) + Number(fields[12])
-}
-
 for (let run = 1; run <= runs; run++) {
   const work = mkdtempSync(join(tmpdir(), "campaign-api-readiness-"))
   const log = join(work, "server.log")
   const port = freePort()
-  const before = cpuJiffies()
+  const before = machineSeconds()
   const startedAt = performance.now()
   const server = Bun.spawn([binary, "serve"], {
     env: {
@@ -49,13 +35,10 @@ for (let run = 1; run <= runs; run++) {
     stdout: "ignore",
     stderr: Bun.file(log)
   })
-  while ((await fetch(`http://127.0.0.1:${port}/readyz`).then((answer) => answer.status, () => 0)) !== 200) {
-    if (performance.now() - startedAt > 120_000) throw new Error("/readyz did not answer 200 within 120 s")
-    await Bun.sleep(20)
-  }
+  await waitForReady(`http://127.0.0.1:${port}`, { intervalMs: 20, startedAt, timeoutMs: 120_000 })
   const readyMs = performance.now() - startedAt
-  const after = cpuJiffies()
-  const own = processJiffies(server.pid)
+  const after = machineSeconds()
+  const own = cpuSeconds(server.pid)
   server.kill("SIGTERM")
   await server.exited
   const warmedUp = readFileSync(log, "utf8").split("\n").filter((line) => line.includes("\"warmed up\""))
@@ -64,7 +47,7 @@ for (let run = 1; run <= runs; run++) {
   console.log(
     `run ${run}: warmed up in ${warmedUp?.toFixed(0) ?? "(no line)"} ms, /readyz 200 after ${
       readyMs.toFixed(0)
-    } ms; the server's CPU ${own * 10} ms, other processes ${(others * 100).toFixed(0)} % of the cores`
+    } ms; the server's CPU ${(own * 1000).toFixed(0)} ms, other processes ${(others * 100).toFixed(0)} % of the cores`
   )
   rmSync(work, { recursive: true, force: true })
   await Bun.sleep(1_000)

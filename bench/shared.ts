@@ -14,22 +14,24 @@
  * `list` for a page of 20 of one campaign). The baseline makes the rate limit's Redis round trip per
  * request as the service does (`bench/baseline.ts` with REDIS_URL), under a limit too high to refuse.
  */
-import { spawn, SQL, type Subprocess } from "bun"
+import { spawn, type Subprocess } from "bun"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import {
   apiKeyOf,
+  compileArgs,
   freePort,
   keysCreateArgs,
-  readPaths,
   seedReadsPostgres,
   storeReplayed,
   whoamiOk,
   writeResults,
   wrkArgs,
+  wrkKeyPrefix,
   wrkResultOf
 } from "./common.ts"
+import { createPostgresDatabase, dropPostgresDatabases } from "./harness/databases.ts"
 
 const postgresServer = process.env["POSTGRES_URL"] ?? "postgres://postgres@127.0.0.1:5432"
 const redisUrl = process.env["REDIS_URL"] ?? "redis://127.0.0.1:6379"
@@ -50,15 +52,10 @@ const run = Date.now().toString(36)
 const children: Array<Subprocess> = []
 const databases: Array<string> = []
 
-const admin = () => new SQL(`${postgresServer}/postgres`, { max: 1 })
-
 const newDatabase = async (name: string): Promise<string> => {
-  const sql = admin()
-  const database = `bench_${run}_${name.replace(/\W/g, "_")}`
-  await sql.unsafe(`CREATE DATABASE ${database}`)
-  await sql.close()
-  databases.push(database)
-  return `${postgresServer}/${database}`
+  const url = await createPostgresDatabase(postgresServer, `bench_${run}_${name.replace(/\W/g, "_")}`)
+  databases.push(url)
+  return url
 }
 
 const runToEnd = async (cmd: Array<string>, env: Record<string, string> = {}) => {
@@ -136,13 +133,8 @@ const measure = async (target: Target, scenario: Scenario): Promise<Measured> =>
   const connections = 50 / target.urls.length
   const all = (seconds: number, keyPrefix: (i: number) => string) =>
     Promise.all(target.urls.map((url, i) => wrk(url, scenario, target.apiKey, keyPrefix(i), connections, seconds)))
-  // A read's path goes where an activation's key prefix would (scenario.lua).
   const keyPrefix = (phase: string) => (i: number) =>
-    scenario === "replay"
-      ? prefix
-      : scenario === "get" || scenario === "list"
-      ? readPaths[scenario]
-      : `${phase}-${prefix}-${i}`
+    scenario === "replay" ? prefix : wrkKeyPrefix(scenario, `${phase}-${prefix}-${i}`)
   await all(warmupSeconds, keyPrefix("warm"))
   const results = await all(durationSeconds, keyPrefix("run"))
   return {
@@ -160,7 +152,7 @@ const main = async () => {
   try {
     const binary = join(dir, "campaign-api")
     console.log("building the single binary...")
-    await runToEnd([process.execPath, "build", "src/main.ts", "--compile", "--bytecode", "--outfile", binary])
+    await runToEnd(compileArgs("src/main.ts", binary, process.execPath))
 
     const baselineDb = await newDatabase("baseline")
     const baselineKey = await createKey(binary, baselineDb)
@@ -227,9 +219,7 @@ const main = async () => {
   } finally {
     for (const child of children) child.kill("SIGTERM")
     await Promise.all(children.map((child) => child.exited))
-    const sql = admin()
-    for (const database of databases) await sql.unsafe(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`)
-    await sql.close()
+    await dropPostgresDatabases(postgresServer, databases)
     rmSync(dir, { recursive: true, force: true })
   }
 }
