@@ -1,8 +1,5 @@
 import { HttpApiBuilder } from "@effect/platform"
-import { ConfigProvider, Duration, Effect, FiberRef, HashSet, Layer, Option } from "effect"
-import { mkdtempSync, rmSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
+import { Effect, Layer, Option } from "effect"
 import { Activations } from "./Activations.ts"
 import { ActivationsRepo } from "./Activations/ActivationsRepo.ts"
 import { ActivationsHandlers, ActivationsLive } from "./Activations/Http.ts"
@@ -14,19 +11,10 @@ import { ApiKeys } from "./ApiKeys.ts"
 import { ApiKeysRepo } from "./ApiKeys/ApiKeysRepo.ts"
 import { ApiKeysMiddlewareLive } from "./ApiKeys/Http.ts"
 import { KeyUsage } from "./ApiKeys/KeyUsage.ts"
-import {
-  AppConfig,
-  checkedFirst,
-  DatabaseConfig,
-  KeysConfig,
-  RedisConfig,
-  ServeConfig,
-  WarmUpConfig
-} from "./Config.ts"
+import { AppConfig, checkedFirst, DatabaseConfig, RedisConfig, ServeConfig } from "./Config.ts"
 import { GroupCommit } from "./Database/GroupCommit.ts"
 import { DatabaseOutage } from "./Database/Outage.ts"
-import { DatabaseInUse, SqlExistingLive, SqlLive, SqlServerLive } from "./Database/Sql.ts"
-import type { BrandId } from "./Domain/ApiKey.ts"
+import { DatabaseInUse, SqlServerLive } from "./Database/Sql.ts"
 import { Draining } from "./Draining.ts"
 import type { EdgeOptions } from "./Edge/Edge.ts"
 import { Listener, WebServerLive } from "./Edge/WebServer.ts"
@@ -37,11 +25,11 @@ import { RequireIdempotencyKeyLive } from "./Idempotency/Http.ts"
 import { IdempotencyRepo } from "./Idempotency/IdempotencyRepo.ts"
 import { IdentityHandlers, IdentityLive } from "./Identity/Http.ts"
 import { Ids } from "./Ids.ts"
-import { logAtStart, UnwrittenAccessLines } from "./Logging.ts"
-import { MetricsLive, MetricsOff } from "./Metrics.ts"
+import { logAtStart } from "./Logging.ts"
+import { MetricsLive } from "./Metrics.ts"
 import { RateLimit } from "./RateLimit.ts"
 import { TracingLive } from "./Tracing.ts"
-import { removeStaleWarmUps, Warming, warmUpBrand, warmUpDirectoryPrefix, warmUpRequests } from "./WarmUp.ts"
+import { type Copy, Warming, WarmUpBegins, WarmUpRuns } from "./WarmUp.ts"
 
 /**
  * The wiring, in one place: which live layer stands behind each service. Tests build the same
@@ -114,89 +102,16 @@ export const EdgeLive = Effect.gen(function*() {
   return options
 })
 
-/**
- * The warm-up's private listener: a Unix socket in a directory of its own that only this user may
- * enter (mkdtemp makes it 0700), removed with everything in it when the warm-up is done, and by the
- * next start should the server be killed before that (`removeStaleWarmUps`). No other
- * user's process can reach the copy, and a fetch over a Unix socket never goes through the proxy
- * HTTP_PROXY names (Bun's fetch proxies loopback addresses too).
- */
-const privateSocket = Effect.acquireRelease(
-  Effect.sync(() => {
-    removeStaleWarmUps(tmpdir())
-    return mkdtempSync(warmUpDirectoryPrefix(tmpdir()))
-  }),
-  (directory) => Effect.sync(() => rmSync(directory, { recursive: true, force: true }))
-).pipe(Effect.map((directory) => join(directory, "copy.sock")))
-
-/**
- * The warm-up (README, Operating it: Start-up): the request path run on a private copy of the
- * service, the same layers on an in-memory database of their own (a fresh build: `Effect.provide`
- * memoizes nothing of the server's) behind a `Bun.serve` of their own on a private Unix socket, so
- * that its requests take the server's own path (Bun's router, the edge's handlers for each route)
- * with the requests Bun makes; with a key of its own, metrics off, access lines made and dropped,
- * every other log line dropped and no span. Nothing of it reaches the server's database, log,
- * metrics, traces or the network; the copy, its listener and its socket are gone when it is done.
- */
-const warmUp = Effect.gen(function*() {
-  const socket = yield* privateSocket
-  const keys = yield* ApiKeys
-  const { apiKey } = yield* keys.create({
-    brandId: warmUpBrand as BrandId,
-    scopes: ["campaigns:read", "campaigns:write", "analytics:read"],
-    name: Option.none(),
-    expiresIn: Option.none()
-  })
-  yield* Layer.build(WebServerLive(EdgeLive).pipe(Layer.provide(Listener.unixSocket(socket))))
-  return yield* warmUpRequests(socket, apiKey)
-}).pipe(
-  Effect.scoped,
-  Effect.provide(MiddlewareLive),
-  Effect.provide(ServicesLive),
-  Effect.provide(Layer.merge(MetricsOff, UnwrittenAccessLines)),
-  Effect.withConfigProvider(ConfigProvider.fromMap(
-    new Map([
-      ["DATABASE_URL", ":memory:"],
-      ["RATE_LIMIT_MAX", "1000000000"],
-      ["SHUTDOWN_DELAY_SECONDS", "0"]
-    ])
-  )),
-  Effect.locally(FiberRef.currentLoggers, HashSet.empty()),
-  Effect.withTracerEnabled(false)
-)
-
-const warmUpAfter = Duration.millis(50)
-
-/** With WARM_UP on, readiness waits for the warm-up from before the server listens. */
-const WarmUpBegins = Layer.effectDiscard(Effect.gen(function*() {
-  if (yield* WarmUpConfig) (yield* Warming).begin()
-}))
-
-/**
- * The warm-up, from `warmUpAfter` after the server listens: a first request, often the very moment
- * the port opens, is answered before the copy is built (tens of milliseconds on the event loop), and
- * clients are answered between its rounds; readiness after.
- */
-const WarmUpRuns = Layer.scopedDiscard(Effect.gen(function*() {
-  const warming = yield* Warming
-  if (!warming.pending()) return
-  yield* Effect.delay(warmUp, warmUpAfter).pipe(
-    // The copy, closed, is garbage: collected now, while no client is owed an answer, rather than in
-    // a pause of the first seconds of traffic.
-    Effect.zipLeft(Effect.sync(() => Bun.gc(true))),
-    Effect.timed,
-    Effect.flatMap(([took, rounds]) =>
-      Effect.logInfo("warmed up", { rounds, milliseconds: Math.round(Duration.toMillis(took)) })
-    ),
-    // Whatever went wrong in the copy, the server itself is as it was: it is ready without the warm-up.
-    Effect.catchAllCause((cause) => Effect.logWarning("the warm-up failed; ready without it", cause)),
-    Effect.ensuring(Effect.sync(warming.end)),
-    Effect.forkScoped
+/** The server's own layers again, on the Unix socket given: the warm-up's private copy (`WarmUp.ts`). */
+const copy: Copy = (socket) =>
+  WebServerLive(EdgeLive).pipe(
+    Layer.provide(Listener.unixSocket(socket)),
+    Layer.provide(MiddlewareLive),
+    Layer.provideMerge(ServicesLive)
   )
-}))
 
 /** The HTTP server: the API on Bun, with the services it needs. */
-export const ServerLive = Layer.merge(DatabaseAnnounced, WarmUpRuns).pipe(
+export const ServerLive = Layer.merge(DatabaseAnnounced, WarmUpRuns(copy)).pipe(
   Layer.provideMerge(WebServerLive(EdgeLive)),
   Layer.provideMerge(WarmUpBegins),
   Layer.provide(MiddlewareLive),
@@ -210,20 +125,3 @@ export const ServerLive = Layer.merge(DatabaseAnnounced, WarmUpRuns).pipe(
   Layer.provide(TracingLive),
   checkedFirst(ServeConfig)
 )
-
-const keysOn = <E, R>(sql: Layer.Layer<Layer.Layer.Success<typeof SqlLive>, E, R>) =>
-  ApiKeys.Live.pipe(
-    Layer.provide(ApiKeysRepo.Live),
-    Layer.provide(sql),
-    Layer.provide(Ids.Live),
-    checkedFirst(KeysConfig)
-  )
-
-/**
- * The key store alone, on the server's database: for `keys create` (and the tests), which makes a
- * new SQLite database where there is none.
- */
-export const KeysLive = keysOn(SqlLive)
-
-/** The same for the other key commands, which refuse a database that is not there (README, The key command line). */
-export const KeysOfExistingLive = keysOn(SqlExistingLive)

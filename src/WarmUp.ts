@@ -1,6 +1,12 @@
-import { Context, Effect, Layer } from "effect"
-import { lstatSync, readdirSync, rmSync } from "node:fs"
+import { ConfigProvider, Context, Duration, Effect, FiberRef, HashSet, Layer, Option } from "effect"
+import { lstatSync, mkdtempSync, readdirSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { ApiKeys } from "./ApiKeys.ts"
+import { WarmUpConfig } from "./Config.ts"
+import { type BrandId, Scope } from "./Domain/ApiKey.ts"
+import { type AccessLogOutput, UnwrittenAccessLines } from "./Logging.ts"
+import { type Metrics, MetricsOff } from "./Metrics.ts"
 
 /**
  * Whether a new server is still warming up (README, Operating it: Start-up). From before it
@@ -91,13 +97,8 @@ export const warmUpRequests = (socket: string, apiKey: string, rounds: number = 
     return rounds
   })
 
-export { brandId as warmUpBrand }
-
 /** What names the warm-up's private directories in the temporary directory: then the pid of the server that made it. */
 const directoryPrefix = "campaign-api-warm-up-"
-
-/** The prefix of a new private directory for the warm-up of this process (mkdtemp adds six characters). */
-export const warmUpDirectoryPrefix = (temporary: string) => join(temporary, `${directoryPrefix}${process.pid}-`)
 
 const running = (pid: number) => {
   try {
@@ -129,3 +130,91 @@ export const removeStaleWarmUps = (temporary: string) => {
     }
   }
 }
+
+/**
+ * The warm-up's private listener: a Unix socket in a directory of its own that only this user may
+ * enter (mkdtemp makes it 0700, its name the warm-up's prefix and this process's pid), removed with
+ * everything in it when the warm-up is done, and by the next start should the server be killed
+ * before that (`removeStaleWarmUps`). No other user's process can reach the copy, and a fetch over
+ * a Unix socket never goes through the proxy HTTP_PROXY names (Bun's fetch proxies loopback
+ * addresses too).
+ */
+const privateSocket = Effect.acquireRelease(
+  Effect.sync(() => {
+    removeStaleWarmUps(tmpdir())
+    return mkdtempSync(join(tmpdir(), `${directoryPrefix}${process.pid}-`))
+  }),
+  (directory) => Effect.sync(() => rmSync(directory, { recursive: true, force: true }))
+).pipe(Effect.map((directory) => join(directory, "copy.sock")))
+
+/**
+ * A private copy of the service listening on the Unix socket it is given: the server's own layers
+ * on a database of their own (the composition root's, `App.ts`), with its key store.
+ */
+export type Copy = (socket: string) => Layer.Layer<ApiKeys, unknown, Metrics | AccessLogOutput>
+
+/**
+ * The warm-up (README, Operating it: Start-up): the request path run on a private copy of the
+ * service, the same layers on an in-memory database of their own (a fresh build: `Effect.provide`
+ * memoizes nothing of the server's) behind a `Bun.serve` of their own on a private Unix socket, so
+ * that its requests take the server's own path (Bun's router, the edge's handlers for each route)
+ * with the requests Bun makes; with a key of its own holding every scope, metrics off, access lines
+ * made and dropped, every other log line dropped and no span. Nothing of it reaches the server's
+ * database, log, metrics, traces or the network; the copy, its listener and its socket are gone
+ * when it is done.
+ */
+const warmUp = (copy: Copy) =>
+  Effect.gen(function*() {
+    const socket = yield* privateSocket
+    const keys = Context.get(yield* Layer.build(copy(socket)), ApiKeys)
+    const { apiKey } = yield* keys.create({
+      brandId: brandId as BrandId,
+      scopes: [...Scope.literals],
+      name: Option.none(),
+      expiresIn: Option.none()
+    })
+    return yield* warmUpRequests(socket, apiKey)
+  }).pipe(
+    Effect.scoped,
+    Effect.provide(Layer.merge(MetricsOff, UnwrittenAccessLines)),
+    Effect.withConfigProvider(ConfigProvider.fromMap(
+      new Map([
+        ["DATABASE_URL", ":memory:"],
+        ["RATE_LIMIT_MAX", "1000000000"],
+        ["SHUTDOWN_DELAY_SECONDS", "0"]
+      ])
+    )),
+    Effect.locally(FiberRef.currentLoggers, HashSet.empty()),
+    Effect.withTracerEnabled(false)
+  )
+
+const warmUpAfter = Duration.millis(50)
+
+/** With WARM_UP on, readiness waits for the warm-up from before the server listens. */
+export const WarmUpBegins = Layer.effectDiscard(Effect.gen(function*() {
+  if (yield* WarmUpConfig) (yield* Warming).begin()
+}))
+
+/**
+ * The warm-up on `copy`, from `warmUpAfter` after the server listens: a first request, often the
+ * very moment the port opens, is answered before the copy is built (tens of milliseconds on the
+ * event loop), and clients are answered between its rounds; readiness after.
+ */
+export const WarmUpRuns = (copy: Copy) =>
+  Layer.scopedDiscard(Effect.gen(function*() {
+    const warming = yield* Warming
+    if (!warming.pending()) return
+    yield* Effect.delay(warmUp(copy), warmUpAfter).pipe(
+      // The copy, closed, is garbage: collected now, while no client is owed an answer, rather than
+      // in a pause of the first seconds of traffic.
+      Effect.zipLeft(Effect.sync(() => Bun.gc(true))),
+      Effect.timed,
+      Effect.flatMap(([took, rounds]) =>
+        Effect.logInfo("warmed up", { rounds, milliseconds: Math.round(Duration.toMillis(took)) })
+      ),
+      // Whatever went wrong in the copy, the server itself is as it was: it is ready without the warm-up.
+      Effect.catchAllCause((cause) => Effect.logWarning("the warm-up failed; ready without it", cause)),
+      Effect.ensuring(Effect.sync(warming.end)),
+      Effect.forkScoped
+    )
+  }))

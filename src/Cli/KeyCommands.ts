@@ -2,7 +2,6 @@ import { Command, Options } from "@effect/cli"
 import { Console, DateTime, Duration, Effect, Layer, Option, Schema } from "effect"
 import { ApiKeys } from "../ApiKeys.ts"
 import type { KeyChangesRequested } from "../ApiKeys/ApiKeysRepo.ts"
-import { KeysLive, KeysOfExistingLive } from "../App.ts"
 import { KeysConfig } from "../Config.ts"
 import { BrandId } from "../Domain/ApiKey.ts"
 import {
@@ -14,6 +13,7 @@ import {
   rateLimitOrDefault,
   scopesOption
 } from "./KeyOptions.ts"
+import { KeysLive, KeysOfExistingLive } from "./KeyStore.ts"
 import { outputWidth, table } from "./KeyTable.ts"
 import { isoOrNever, jsonRow, limitOf, minuteOf, shownName, status } from "./KeyText.ts"
 import { announced, failWith } from "./Output.ts"
