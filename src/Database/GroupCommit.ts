@@ -21,6 +21,7 @@ import { Metrics } from "../Metrics.ts"
 import { spans, tracing } from "../Spans.ts"
 import { busyTimeout, DatabaseFile } from "./Sql.ts"
 import { isRetryable } from "./SqlErrors.ts"
+import { byKeyOrder, positionOf, type Table } from "./WriteOrder.ts"
 
 interface Pending {
   readonly work: Effect.Effect<unknown, unknown>
@@ -51,11 +52,13 @@ class BatchAborted {
   constructor(readonly defect: unknown) {}
 }
 
-/** A piece of work failed: the batch is rolled back and run again with a savepoint per piece. */
+/** A piece of work failed, or a statement refused a row: the batch is rolled back and run again with a savepoint per piece. */
 class Isolate {
   readonly _tag = "Isolate"
 }
 const isolate = new Isolate()
+// Failures raised under a span come back wrapped in a proxy: compare by class, not identity.
+const isIsolate = (e: unknown): e is Isolate => e instanceof Isolate
 
 const isSqlError = (e: unknown): e is SqlError => e instanceof SqlError
 
@@ -65,55 +68,130 @@ const isSqlError = (e: unknown): e is SqlError => e instanceof SqlError
  * batch, which GroupCommit handles.
  */
 export interface BatchedInsert<Row, E = never> {
+  /** A batch writes its tables in `writeOrder`, each in one statement. */
+  readonly table: Table
+  /** The row's primary key, its columns joined: a batch writes a table's rows in this key's order. */
+  readonly keyOf: (row: Row) => string
+  /**
+   * Whether a row may be refused (a live one of the same key is there, another instance's): the
+   * savepoint fallback runs `one` at once, as a piece needs the answer.
+   */
+  readonly refuses: boolean
   /** Inserts the row now and says whether it wrote it. */
   readonly one: (row: Row) => Effect.Effect<boolean, E>
-  /** Inserts every row in one statement and says how many it wrote. */
-  readonly many: (rows: ReadonlyArray<Row>) => Effect.Effect<number, SqlError>
+  /** Inserts the rows, given in key order, in one statement, and gives the keys of those it refused. */
+  readonly many: (rows: ReadonlyArray<Row>) => Effect.Effect<ReadonlyArray<string>, SqlError>
 }
 
-type Collected = Map<BatchedInsert<any, any>, Array<unknown>>
+/** What `many` gives for a table that takes every row. */
+export const noneRefused: ReadonlyArray<string> = []
 
-/** Set while a batch runs its pieces together: their inserts are gathered here instead of run. */
-const collecting = FiberRef.unsafeMake<Collected | undefined>(undefined)
+type AnyInsert = BatchedInsert<any, any>
+
+interface Gathered {
+  readonly key: string
+  readonly row: unknown
+  /** The piece's place in the batch. */
+  readonly piece: number
+}
+
+/** One attempt at a batch's transaction: its pieces' answers, and the rows they gathered. */
+interface Attempt {
+  readonly pieces: ReadonlyArray<Pending>
+  readonly exits: Array<Exit.Exit<unknown, unknown>>
+  readonly rows: Map<AnyInsert, Array<Gathered>>
+  /** The savepoint fallback: a savepoint per piece, and inserts that may be refused run at once. */
+  readonly isolated: boolean
+  /** The piece under way, whose inserts are gathered. */
+  current: number
+}
+
+const attemptOf = (pieces: ReadonlyArray<Pending>, isolated: boolean): Attempt => ({
+  pieces,
+  exits: new Array(pieces.length),
+  rows: new Map(),
+  isolated,
+  current: 0
+})
+
+/** Set while a batch's transaction runs its pieces: their inserts are gathered here instead of run. */
+const collecting = FiberRef.unsafeMake<Attempt | undefined>(undefined)
 
 /**
  * Inserts `row`: at once, or, inside a group-commit batch, with the batch's other rows of the
  * same table in one multi-row statement before it commits, so the statements per request fall
  * with the batch size. Inside a batch it answers `true` before the row is written; if the
- * statement then writes fewer rows (another instance stored a conflicting row first), the batch
- * is rolled back and run again one piece at a time, where every insert answers for itself.
+ * statement then refuses it (another instance stored a conflicting row first), the batch is
+ * rolled back and run again one piece at a time, where every insert that may be refused answers
+ * for itself.
  */
 export const insertBatched = <Row, E>(into: BatchedInsert<Row, E>, row: Row): Effect.Effect<boolean, E> =>
   Effect.withFiberRuntime((fiber) => {
-    const collected = fiber.getFiberRef(collecting)
-    if (collected === undefined) return into.one(row)
-    const rows = collected.get(into)
-    if (rows === undefined) collected.set(into, [row])
-    else rows.push(row)
-    return gathered
+    const attempt = fiber.getFiberRef(collecting)
+    if (attempt === undefined || (into.refuses && attempt.isolated)) return into.one(row)
+    const gathered = { key: into.keyOf(row), row, piece: attempt.current }
+    const rows = attempt.rows.get(into)
+    if (rows === undefined) attempt.rows.set(into, [gathered])
+    else rows.push(gathered)
+    return answeredLater
   })
 
-const gathered = Effect.succeed(true)
+const answeredLater = Effect.succeed(true)
 
-/** Writes what a batch gathered, one statement per table; a short count isolates the batch. */
-const writeCollected = (collected: Collected) =>
+/**
+ * Writes the rows of the pieces that stand, table after table in `writeOrder`, each table's in key
+ * order in one statement; a refused row isolates the batch.
+ */
+const writeGathered = (attempt: Attempt): Effect.Effect<void, SqlError | Isolate> =>
   Effect.forEach(
-    collected,
-    ([into, rows]) =>
-      Effect.flatMap(into.many(rows), (written) => written === rows.length ? Effect.void : Effect.fail(isolate)),
-    {
-      discard: true
-    }
+    [...attempt.rows].sort(([a], [b]) => positionOf(a.table) - positionOf(b.table)),
+    ([into, gathered]) => {
+      const rows = gathered.filter(({ piece }) => Exit.isSuccess(attempt.exits[piece]!))
+        .sort((a, b) => byKeyOrder(a.key, b.key))
+      return rows.length === 0
+        ? Effect.void
+        : Effect.flatMap(into.many(rows.map(({ row }) => row)), (refused) =>
+          refused.length === 0 ? Effect.void : Effect.fail(isolate))
+    },
+    { discard: true }
   )
+
+/**
+ * The savepoint fallback's order of the pieces: by their first key in a table that may refuse rows,
+ * as the batch's first attempt gathered them (a piece without one first), so that those inserts,
+ * run at once there, take their locks in key order too.
+ */
+const fallbackOrder = (first: Attempt): ReadonlyArray<number> => {
+  const keys = Array.from({ length: first.pieces.length }, (): string | undefined => undefined)
+  const refusing = [...first.rows].filter(([into]) => into.refuses)
+    .sort(([a], [b]) => positionOf(a.table) - positionOf(b.table))
+  for (const [, rows] of refusing) {
+    const lowest = new Map<number, string>()
+    for (const { key, piece } of rows) {
+      const known = lowest.get(piece)
+      if (known === undefined || byKeyOrder(key, known) < 0) lowest.set(piece, key)
+    }
+    for (const [piece, key] of lowest) keys[piece] ??= key
+  }
+  return keys.map((key, piece) => ({ key: key ?? "", piece }))
+    .sort((a, b) => byKeyOrder(a.key, b.key))
+    .map(({ piece }) => piece)
+}
 
 /**
  * Group commit: concurrent writers share one transaction, so one fsync acknowledges
  * many requests instead of one, and their inserts into a table share one multi-row statement
  * (`insertBatched`). Nobody is answered before the shared commit is durable.
- * When a piece of work fails, the batch is rolled back and run again with each piece in
- * its own savepoint, so the failure undoes only its own writes (a savepoint per piece
- * every time was a large part of an activation's CPU: README, Performance). Work may therefore run more than once,
- * as it already may when the database is busy: it must do nothing outside the transaction.
+ *
+ * The pieces of work run first, gathering their rows; then each table is written in one statement,
+ * table after table in `writeOrder`, its rows in key order, so that every batch, on any instance,
+ * takes its locks in that one order. When a piece of work fails, or a statement refuses a row, the
+ * batch is rolled back and run again with each piece in its own savepoint, so the failure undoes
+ * only its own writes (a savepoint per piece every time was a large part of an activation's CPU:
+ * README, Performance): the pieces in key order, their inserts that may be refused at once, their
+ * other rows gathered and written after the last piece, in the same order. Work may therefore run
+ * more than once, as it already may when the database is busy: it must do nothing outside the
+ * transaction.
  */
 export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit, {
   readonly transaction: <A, E>(work: Effect.Effect<A, E>) => Effect.Effect<A, E>
@@ -147,49 +225,56 @@ export class GroupCommit extends Context.Tag("Database/GroupCommit")<GroupCommit
       // The pieces run one after another on this fiber: each sets its request's annotations (one
       // operation, where a scoped `Effect.locally` took fifteen), cleared once the last has run,
       // before the batch's own statements.
-      const run = (pending: Pending) =>
+      const workOf = (pending: Pending) =>
         Effect.zipRight(FiberRef.set(FiberRef.currentLogAnnotations, pending.annotations), pending.work)
-      const runEach = <A, E>(batch: ReadonlyArray<Pending>, each: (pending: Pending) => Effect.Effect<A, E>) =>
-        Effect.ensuring(Effect.forEach(batch, each), FiberRef.set(FiberRef.currentLogAnnotations, HashMap.empty()))
 
-      // The common case: every piece of work succeeds, and none needs a savepoint of its own.
-      const direct = (pending: Pending) =>
-        Effect.flatMap(
-          Effect.exit(run(pending)),
-          (exit): Effect.Effect<Exit.Exit<unknown, unknown>, BatchAborted | Isolate> => {
-            if (Exit.isSuccess(exit)) return Effect.succeed(exit)
-            return Option.match(abortsBatch(exit.cause), { onNone: () => Effect.fail(isolate), onSome: Effect.fail })
-          }
-        )
-
-      // After a piece of work failed: each in its own savepoint, so a failure undoes only its own writes.
-      const inSavepoint = (pending: Pending) =>
-        Effect.flatMap(
-          Effect.exit(sql.withTransaction(run(pending))),
-          (exit): Effect.Effect<Exit.Exit<unknown, unknown>, BatchAborted> => {
-            if (Exit.isSuccess(exit)) return Effect.succeed(exit)
-            return Option.match(abortsBatch(exit.cause), { onNone: () => Effect.succeed(exit), onSome: Effect.fail })
-          }
-        )
-
-      // Each attempt gathers its inserts afresh: a retry after SQLITE_BUSY runs every piece again.
-      const together = (batch: ReadonlyArray<Pending>) =>
+      /**
+       * Runs a piece's work, its inserts gathered. A failure of its own isolates the batch, once every
+       * piece has run (the fallback orders them by what they gathered); in the fallback's savepoint,
+       * it undoes the piece's statements and leaves its rows out.
+       */
+      const runPiece = (attempt: Attempt, piece: number) =>
         Effect.suspend(() => {
-          const collected: Collected = new Map()
-          return Effect.zipRight(bounded, runEach(batch, direct)).pipe(
-            Effect.locally(collecting, collected),
-            Effect.zipLeft(Effect.suspend(() => writeCollected(collected)))
+          attempt.current = piece
+          const work = workOf(attempt.pieces[piece]!)
+          return Effect.flatMap(
+            Effect.exit(attempt.isolated ? sql.withTransaction(work) : work),
+            (exit): Effect.Effect<void, BatchAborted> => {
+              attempt.exits[piece] = exit
+              return Exit.isSuccess(exit)
+                ? Effect.void
+                : Option.match(abortsBatch(exit.cause), { onNone: () => Effect.void, onSome: Effect.fail })
+            }
           )
         })
 
+      /** Runs the pieces in `order`, then writes their rows; each piece's answer, in the batch's order. */
+      const runAttempt = (attempt: Attempt, order: ReadonlyArray<number>) =>
+        Effect.forEach(order, (piece) => runPiece(attempt, piece), { discard: true }).pipe(
+          Effect.ensuring(FiberRef.set(FiberRef.currentLogAnnotations, HashMap.empty())),
+          Effect.zipRight(
+            Effect.suspend(() =>
+              !attempt.isolated && attempt.exits.some(Exit.isFailure) ? Effect.fail(isolate) : writeGathered(attempt)
+            )
+          ),
+          Effect.as(attempt.exits),
+          Effect.locally(collecting, attempt)
+        )
+
+      // Each attempt gathers its inserts afresh: a retry after SQLITE_BUSY runs every piece again.
       const commit = (batch: ReadonlyArray<Pending>) =>
         file.ensurePresent.pipe(
-          Effect.zipRight(sql.withTransaction(together(batch))),
-          Effect.catchIf(
-            // Failures raised under a span come back wrapped in a proxy: compare by class, not identity.
-            (e): e is Isolate => e instanceof Isolate,
-            () => sql.withTransaction(Effect.zipRight(bounded, runEach(batch, inSavepoint)))
-          ),
+          Effect.zipRight(Effect.suspend(() => {
+            const first = attemptOf(batch, false)
+            const isolated = Effect.suspend(() => runAttempt(attemptOf(batch, true), fallbackOrder(first))).pipe(
+              // There inserts that may be refused answer for themselves.
+              Effect.catchIf(isIsolate, () => Effect.dieMessage("a table refused a row it takes every row of"))
+            )
+            return sql.withTransaction(Effect.zipRight(bounded, runAttempt(first, batch.map((_, piece) => piece))))
+              .pipe(
+                Effect.catchIf(isIsolate, () => sql.withTransaction(Effect.zipRight(bounded, isolated)))
+              )
+          })),
           Effect.catchIf(isSqlError, (e) => Effect.fail(new BatchAborted(e))),
           // SQLite's lock is waited for here, asynchronously: bun:sqlite would block the whole event
           // loop. A PostgreSQL deadlock victim runs again the same way.
