@@ -1122,6 +1122,45 @@ layer(GroupCommitOnFreshFile)("GroupCommit", (it) => {
     }))
 })
 
+/** Group commit with both repositories that write in batches, on a database file of their own. */
+const GroupCommitWithIdempotencyOnFreshFile = Layer.mergeAll(
+  GroupCommit.Live,
+  ActivationsRepo.Live,
+  IdempotencyRepo.Live
+)
+  .pipe(Layer.provideMerge(SqlLiveAt(tempDatabase())), Layer.provide(MetricsOff))
+
+layer(GroupCommitWithIdempotencyOnFreshFile)("GroupCommit and a refused row", (it) => {
+  it.effect("a piece whose row the batch's statement refuses runs again, answered false, and nothing of it is kept; the others run once", () =>
+    Effect.gen(function*() {
+      const groupCommit = yield* GroupCommit
+      const activations = yield* ActivationsRepo
+      const idempotency = yield* IdempotencyRepo
+      // Stored by "another instance" before the batch writes: the third piece's key is taken.
+      const taken = idempotencyEntry()
+      expect(yield* idempotency.insert(taken)).toBe(true)
+      const records = Array.from({ length: 5 }, () => activationRecord({ id: uuidOf(++sequence) }))
+      const runs = records.map(() => 0)
+      const outcomes = yield* Effect.all(
+        records.map((activation, i) =>
+          Effect.suspend(() => {
+            runs[i]!++
+            return activations.insert(activation, owner).pipe(
+              Effect.zipRight(idempotency.insert(i === 2 ? taken : idempotencyEntry({ resourceId: activation.id }))),
+              Effect.flatMap((inserted) => inserted ? Effect.succeed(activation) : Effect.fail("refused"))
+            )
+          }).pipe(groupCommit.transaction, Effect.exit)
+        ),
+        { concurrency: "unbounded" }
+      )
+      const stored = yield* Effect.forEach(records, (activation) => activations.findById(brandId, activation.id))
+      expect(outcomes).toEqual(records.map((record, i) => i === 2 ? Exit.fail("refused") : Exit.succeed(record)))
+      expect(runs).toEqual([1, 1, 2, 1, 1])
+      expect(stored).toEqual(records.map((record, i) => i === 2 ? Option.none() : Option.some(record)))
+      expect(yield* idempotency.find(taken.brandId, taken.key, 0)).toEqual(Option.some(taken))
+    }))
+})
+
 describe("GroupCommit's order of writes", () => {
   type Written = readonly [table: string, how: "one" | "many", keys: ReadonlyArray<string>]
   /** Inserts that write nothing and note each statement they would run. */
@@ -1195,18 +1234,24 @@ const logged = captureLogs(({ annotations, message }) => ({
   requestId: annotationOf(annotations, "requestId")
 }))
 
-layer(GroupCommit.Live.pipe(Layer.provide(SqlLiveAt(tempDatabase())), Layer.provide([logged.layer, MetricsOff])))(
+layer(
+  GroupCommit.Live.pipe(Layer.provideMerge(SqlLiveAt(tempDatabase())), Layer.provide([logged.layer, MetricsOff]))
+)(
   "GroupCommit's log lines",
   (it) => {
     it.effect("a piece of work logs with its own request's annotations, never with another piece's, in both of a batch's runs", () =>
       Effect.gen(function*() {
         const groupCommit = yield* GroupCommit
+        const sql = yield* SqlClient.SqlClient
         const piece = (n: number) =>
           groupCommit.transaction(
-            Effect.zipRight(Effect.logInfo(`piece ${n}`), n === 4 ? Effect.fail("refused") : Effect.void)
+            Effect.zipRight(
+              Effect.logInfo(`piece ${n}`),
+              n === 4 ? Effect.zipRight(Effect.orDie(sql`SELECT 1`), Effect.fail("refused")) : Effect.void
+            )
           )
         // Started together, so they share a batch. The fourth comes from a request without an id; the
-        // fifth fails, so the batch runs again with a savepoint per piece.
+        // fifth runs a statement itself and fails, so the batch runs again with a savepoint per piece.
         yield* Effect.all([
           ...[0, 1, 2].map((n) => Effect.annotateLogs(piece(n), "requestId", `request-${n}`)),
           piece(3),
