@@ -1272,6 +1272,24 @@ layer(
 )
 
 /**
+ * The deadlocks PostgreSQL found in `database`, once no other connection to it is left: a backend's
+ * counters reach pg_stat_database by the time it has exited (its last flush).
+ */
+const deadlocksIn = async (database: string): Promise<number> => {
+  const name = new URL(database).pathname.slice(1)
+  await eventually("every connection to the database to close", async () =>
+    (await postgres.count(
+      database,
+      "SELECT 1 FROM pg_stat_activity WHERE datname = ? AND pid <> pg_backend_pid()",
+      name
+    )) === 0)
+  return withPostgres(
+    database,
+    async (sql) => Number((await sql`SELECT deadlocks FROM pg_stat_database WHERE datname = ${name}`)[0].deadlocks)
+  )
+}
+
+/**
  * Two instances' idempotency and group commit on one PostgreSQL database, each with a pool of its
  * own, as two processes of the service are; `lostRaces` counts the stored responses each found
  * another had stored first, when its own insert was refused.
@@ -1334,7 +1352,6 @@ describe.skipIf(sharedSkipped !== undefined)("GroupCommit on PostgreSQL, two ins
 
   it("a key sent to both at once, among other activations, never deadlocks; every answer is the original's bytes, and every count is kept", async () => {
     const database = await postgres.database()
-    const name = new URL(database).pathname.slice(1)
     const instances = [instanceOn(database), instanceOn(database)] as const
     lostRaces = 0
     // Loops on both instances, a quarter of their requests sent to both at once with the same key
@@ -1397,33 +1414,31 @@ describe.skipIf(sharedSkipped !== undefined)("GroupCommit on PostgreSQL, two ins
       ))
     ).toBe(0)
 
-    // A backend's counters reach pg_stat_database by the time it has exited (its last flush).
-    await eventually(
-      "both instances' connections to close",
-      async () =>
-        (await count(`SELECT 1 FROM pg_stat_activity WHERE datname = '${name}' AND pid <> pg_backend_pid()`)) === 0
-    )
-    const deadlocks = await withPostgres(
-      database,
-      async (sql) => Number((await sql`SELECT deadlocks FROM pg_stat_database WHERE datname = ${name}`)[0].deadlocks)
-    )
-    expect(deadlocks).toBe(0)
+    expect(await deadlocksIn(database)).toBe(0)
   })
 })
 
 describe.skipIf(sharedSkipped !== undefined)("IdempotencyRepo.purgeExpired on PostgreSQL", () => {
+  const purgeOn = (database: string) => (now: number) =>
+    Effect.flatMap(IdempotencyRepo, (repo) => repo.purgeExpired(now, 100)).pipe(
+      Effect.provide(IdempotencyRepo.Live.pipe(Layer.provide(SqlLiveAt(database)))),
+      Effect.runPromise
+    )
+  const entry = (key: string, createdAt: number, expiresAt: number) =>
+    `('${brandId}', '${key}', '${"0".repeat(64)}', NULL, 200, '{}', ${createdAt}, ${expiresAt})`
+  const purgeWaitsForALock = (database: string) =>
+    eventually("the purge to wait for a row's lock", async () =>
+      (await postgres.count(
+        database,
+        "SELECT 1 FROM pg_stat_activity WHERE datname = ? AND wait_event_type = 'Lock' AND query LIKE 'DELETE FROM idempotency_keys%'",
+        new URL(database).pathname.slice(1)
+      )) === 1)
+
   it("leaves an entry that was replaced while the purge waited for its row", async () => {
     const database = await postgres.database()
-    const purge = (now: number) =>
-      Effect.flatMap(IdempotencyRepo, (repo) => repo.purgeExpired(now, 100)).pipe(
-        Effect.provide(IdempotencyRepo.Live.pipe(Layer.provide(SqlLiveAt(database)))),
-        Effect.runPromise
-      )
+    const purge = purgeOn(database)
     await purge(0) // migrates the new database
-    await postgres.exec(
-      database,
-      `INSERT INTO idempotency_keys VALUES ('${brandId}', 'reused', '${"0".repeat(64)}', NULL, 200, '{}', 1, 1000)`
-    )
+    await postgres.exec(database, `INSERT INTO idempotency_keys VALUES ${entry("reused", 1, 1000)}`)
     // Another instance replaces the expired entry with a live one and has not committed yet,
     // while the purge, which chose that row as expired, waits for it.
     let purged: Promise<number> | undefined
@@ -1431,16 +1446,39 @@ describe.skipIf(sharedSkipped !== undefined)("IdempotencyRepo.purgeExpired on Po
       sql.begin(async (tx) => {
         await tx`UPDATE idempotency_keys SET created_at = 2000, expires_at = 999999 WHERE idempotency_key = 'reused'`
         purged = purge(5000)
-        const name = new URL(database).pathname.slice(1)
-        await eventually("the purge to wait for the row's lock", async () =>
-          (await postgres.count(
-            database,
-            "SELECT 1 FROM pg_stat_activity WHERE datname = ? AND wait_event_type = 'Lock' AND query LIKE 'DELETE FROM idempotency_keys%'",
-            name
-          )) === 1)
+        await purgeWaitsForALock(database)
       }))
     expect(await purged).toBe(0)
     expect(await postgres.count(database, "SELECT 1 FROM idempotency_keys WHERE expires_at = 999999")).toBe(1)
+  })
+
+  it("takes its rows in key order, as a batch does: a batch replacing two expired entries while it runs never deadlocks with it", async () => {
+    const database = await postgres.database()
+    const purge = purgeOn(database)
+    await purge(0)
+    // The first to expire is the last in key order.
+    await postgres.exec(
+      database,
+      `INSERT INTO idempotency_keys VALUES ${entry("z-expired-first", 1, 1000)}, ${entry("a-expired-next", 1, 1001)}`
+    )
+    let purged: Promise<number> | undefined
+    await withPostgres(database, (sql) =>
+      sql.begin(async (tx) => {
+        // As a batch replaces expired entries (IdempotencyRepo's upsert): in key order.
+        const replace = (key: string) =>
+          tx.unsafe(`INSERT INTO idempotency_keys VALUES ${entry(key, 2000, 999999)}
+            ON CONFLICT (brand_id, idempotency_key) DO UPDATE SET created_at = excluded.created_at,
+              expires_at = excluded.expires_at WHERE idempotency_keys.expires_at <= excluded.created_at`)
+        await replace("a-expired-next")
+        purged = purge(5000)
+        // Awaited below, where its failure (a deadlock's victim) is reported.
+        purged.catch(() => undefined)
+        await purgeWaitsForALock(database)
+        await replace("z-expired-first")
+      }))
+    expect(await purged).toBe(0)
+    expect(await postgres.count(database, "SELECT 1 FROM idempotency_keys WHERE expires_at = 999999")).toBe(2)
+    expect(await deadlocksIn(database)).toBe(0)
   })
 })
 

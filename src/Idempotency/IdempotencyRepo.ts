@@ -111,17 +111,27 @@ export class IdempotencyRepo extends Context.Tag("Idempotency/IdempotencyRepo")<
           }).pipe(span("IdempotencyRepo.insert")),
         // Row values in IN: one statement that SQLite and PostgreSQL both accept. The expiry is
         // checked again on the row itself: on PostgreSQL a row replaced by a new entry while the
-        // purge waited for its lock is re-checked against the outer condition only.
-        purgeExpired: (now, limit) =>
-          sql<{ n: number }>`DELETE FROM idempotency_keys WHERE (brand_id, idempotency_key) IN (
-              SELECT brand_id, idempotency_key FROM idempotency_keys
-              WHERE expires_at <= ${now} ORDER BY expires_at LIMIT ${limit})
+        // purge waited for its lock is re-checked against the outer condition only. There the rows
+        // are locked first in key order ("C": by code unit, as batches sort them, WriteOrder.ts),
+        // not in the order of expiry that picked them: a batch replacing two of them while the
+        // purge runs would otherwise wait on the purge as it waits on the batch.
+        purgeExpired: (now, limit) => {
+          const expired = sql`SELECT brand_id, idempotency_key FROM idempotency_keys
+            WHERE expires_at <= ${now} ORDER BY expires_at LIMIT ${limit}`
+          const chosen = sql.onDialectOrElse({
+            pg: () =>
+              sql`SELECT brand_id, idempotency_key FROM idempotency_keys WHERE (brand_id, idempotency_key) IN (${expired})
+                ORDER BY brand_id COLLATE "C", idempotency_key COLLATE "C" FOR UPDATE`,
+            orElse: () => expired
+          })
+          return sql<{ n: number }>`DELETE FROM idempotency_keys WHERE (brand_id, idempotency_key) IN (${chosen})
             AND expires_at <= ${now}
             RETURNING 1 AS n`.pipe(
             Effect.map((rows) => rows.length),
             Effect.orDie,
             span("IdempotencyRepo.purgeExpired")
           )
+        }
       }
     })
   )
