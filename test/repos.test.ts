@@ -1184,12 +1184,15 @@ describe("GroupCommit's order of writes", () => {
       const sql = yield* SqlClient.SqlClient
       const written: Array<Written> = []
       const { counts, keys } = noting(written)
-      const pieces = [["count-c", "key-d"], ["count-a", "key-b"], ["count-e", "key-a"], ["count-b", "key-e"], [
-        "count-d",
-        "key-c"
-      ]] as const
+      const pieces = [
+        { count: "count-c", key: "key-d" },
+        { count: "count-a", key: "key-b" },
+        { count: "count-e", key: "key-a" },
+        { count: "count-b", key: "key-e" },
+        { count: "count-d", key: "key-c" }
+      ]
       const outcomes = yield* Effect.all(
-        pieces.map(([count, key], i) =>
+        pieces.map(({ count, key }, i) =>
           insertBatched(counts, count).pipe(
             Effect.zipRight(insertBatched(keys, key)),
             Effect.zipRight(
