@@ -10,6 +10,7 @@ import {
   Exit,
   Fiber,
   Layer,
+  ManagedRuntime,
   Option,
   Ref,
   Schedule,
@@ -17,6 +18,7 @@ import {
   TestServices
 } from "effect"
 import { chmodSync, statSync, writeFileSync } from "node:fs"
+import { Activations } from "../src/Activations.ts"
 import {
   ActivationsRepo,
   countStatements,
@@ -24,13 +26,14 @@ import {
   pageRows,
   pageStatement
 } from "../src/Activations/ActivationsRepo.ts"
+import { recordJson } from "../src/Activations/Http.ts"
 import { ApiKeys } from "../src/ApiKeys.ts"
 import { type ApiKeyRow, ApiKeysRepo } from "../src/ApiKeys/ApiKeysRepo.ts"
 import { AppConfig } from "../src/Config.ts"
-import { GroupCommit } from "../src/Database/GroupCommit.ts"
+import { type BatchedInsert, GroupCommit, insertBatched, noneRefused } from "../src/Database/GroupCommit.ts"
 import { ReadSql, SqlLive } from "../src/Database/Sql.ts"
 import type { Activation } from "../src/Domain/Activation.ts"
-import type { BrandId } from "../src/Domain/ApiKey.ts"
+import type { BrandId, KeyId } from "../src/Domain/ApiKey.ts"
 import { IdempotencyConflict, IdempotencyInProgress } from "../src/Domain/Errors.ts"
 import {
   fingerprintOf,
@@ -1119,24 +1122,139 @@ layer(GroupCommitOnFreshFile)("GroupCommit", (it) => {
     }))
 })
 
+/** Group commit with both repositories that write in batches, on a database file of their own. */
+const GroupCommitWithIdempotencyOnFreshFile = Layer.mergeAll(
+  GroupCommit.Live,
+  ActivationsRepo.Live,
+  IdempotencyRepo.Live
+)
+  .pipe(Layer.provideMerge(SqlLiveAt(tempDatabase())), Layer.provide(MetricsOff))
+
+layer(GroupCommitWithIdempotencyOnFreshFile)("GroupCommit and a refused row", (it) => {
+  it.effect("a piece whose row the batch's statement refuses runs again, answered false, and nothing of it is kept; the others run once", () =>
+    Effect.gen(function*() {
+      const groupCommit = yield* GroupCommit
+      const activations = yield* ActivationsRepo
+      const idempotency = yield* IdempotencyRepo
+      // Stored by "another instance" before the batch writes: the third piece's key is taken.
+      const taken = idempotencyEntry()
+      expect(yield* idempotency.insert(taken)).toBe(true)
+      const records = Array.from({ length: 5 }, () => activationRecord({ id: uuidOf(++sequence) }))
+      const runs = records.map(() => 0)
+      const outcomes = yield* Effect.all(
+        records.map((activation, i) =>
+          Effect.suspend(() => {
+            runs[i]!++
+            return activations.insert(activation, owner).pipe(
+              Effect.zipRight(idempotency.insert(i === 2 ? taken : idempotencyEntry({ resourceId: activation.id }))),
+              Effect.flatMap((inserted) => inserted ? Effect.succeed(activation) : Effect.fail("refused"))
+            )
+          }).pipe(groupCommit.transaction, Effect.exit)
+        ),
+        { concurrency: "unbounded" }
+      )
+      const stored = yield* Effect.forEach(records, (activation) => activations.findById(brandId, activation.id))
+      expect(outcomes).toEqual(records.map((record, i) => i === 2 ? Exit.fail("refused") : Exit.succeed(record)))
+      expect(runs).toEqual([1, 1, 2, 1, 1])
+      expect(stored).toEqual(records.map((record, i) => i === 2 ? Option.none() : Option.some(record)))
+      expect(yield* idempotency.find(taken.brandId, taken.key, 0)).toEqual(Option.some(taken))
+    }))
+})
+
+describe("GroupCommit's order of writes", () => {
+  type Written = readonly [table: string, how: "one" | "many", keys: ReadonlyArray<string>]
+  /** Inserts that write nothing and note each statement they would run. */
+  const noting = (written: Array<Written>) => {
+    const insertInto = (table: "idempotency_keys" | "campaign_days", refuses: boolean): BatchedInsert<string> => ({
+      table,
+      keyOf: (key) => key,
+      refuses,
+      one: (key) => Effect.sync(() => written.push([table, "one", [key]])).pipe(Effect.as(true)),
+      many: (keys) => Effect.sync(() => written.push([table, "many", keys])).pipe(Effect.as(noneRefused))
+    })
+    return { keys: insertInto("idempotency_keys", true), counts: insertInto("campaign_days", false) }
+  }
+  /**
+   * Five pieces started together, so they share a batch, each writing a count before its key, in
+   * no order of either; the fourth runs a statement itself and then fails when `fourthFails`.
+   */
+  const fivePieces = (fourthFails: boolean) =>
+    Effect.gen(function*() {
+      const groupCommit = yield* GroupCommit
+      const sql = yield* SqlClient.SqlClient
+      const written: Array<Written> = []
+      const { counts, keys } = noting(written)
+      const pieces = [
+        { count: "count-c", key: "key-d" },
+        { count: "count-a", key: "key-b" },
+        { count: "count-e", key: "key-a" },
+        { count: "count-b", key: "key-e" },
+        { count: "count-d", key: "key-c" }
+      ]
+      const outcomes = yield* Effect.all(
+        pieces.map(({ count, key }, i) =>
+          insertBatched(counts, count).pipe(
+            Effect.zipRight(insertBatched(keys, key)),
+            Effect.zipRight(
+              i === 3 && fourthFails ? Effect.zipRight(Effect.orDie(sql`SELECT 1`), Effect.fail("failed")) : Effect.void
+            ),
+            groupCommit.transaction,
+            Effect.exit
+          )
+        ),
+        { concurrency: "unbounded" }
+      )
+      return { outcomes, written }
+    }).pipe(
+      Effect.provide(GroupCommit.Live.pipe(Layer.provideMerge(SqlLiveAt(tempDatabase())), Layer.provide(MetricsOff)))
+    )
+
+  it.effect("a batch writes its tables in one order, whichever its pieces wrote first, each in one statement in key order", () =>
+    Effect.gen(function*() {
+      const { outcomes, written } = yield* fivePieces(false)
+      expect(outcomes.every(Exit.isSuccess)).toBe(true)
+      expect(written).toEqual([
+        ["idempotency_keys", "many", ["key-a", "key-b", "key-c", "key-d", "key-e"]],
+        ["campaign_days", "many", ["count-a", "count-b", "count-c", "count-d", "count-e"]]
+      ])
+    }))
+
+  it.effect("in the savepoint fallback the pieces take their keys at once, in key order, and the counts come after, in key order", () =>
+    Effect.gen(function*() {
+      const { outcomes, written } = yield* fivePieces(true)
+      expect(outcomes.map(Exit.isSuccess)).toEqual([true, true, true, false, true])
+      expect(written).toEqual([
+        ...["key-a", "key-b", "key-c", "key-d", "key-e"].map((key) => ["idempotency_keys", "one", [key]]),
+        // The fourth piece's count is left out with its savepoint; its key's insert was undone there.
+        ["campaign_days", "many", ["count-a", "count-c", "count-d", "count-e"]]
+      ])
+    }))
+})
+
 /** Lines logged by the batches' fiber, with their requestId annotation. */
 const logged = captureLogs(({ annotations, message }) => ({
   message: [message].flat().join(" "),
   requestId: annotationOf(annotations, "requestId")
 }))
 
-layer(GroupCommit.Live.pipe(Layer.provide(SqlLiveAt(tempDatabase())), Layer.provide([logged.layer, MetricsOff])))(
+layer(
+  GroupCommit.Live.pipe(Layer.provideMerge(SqlLiveAt(tempDatabase())), Layer.provide([logged.layer, MetricsOff]))
+)(
   "GroupCommit's log lines",
   (it) => {
     it.effect("a piece of work logs with its own request's annotations, never with another piece's, in both of a batch's runs", () =>
       Effect.gen(function*() {
         const groupCommit = yield* GroupCommit
+        const sql = yield* SqlClient.SqlClient
         const piece = (n: number) =>
           groupCommit.transaction(
-            Effect.zipRight(Effect.logInfo(`piece ${n}`), n === 4 ? Effect.fail("refused") : Effect.void)
+            Effect.zipRight(
+              Effect.logInfo(`piece ${n}`),
+              n === 4 ? Effect.zipRight(Effect.orDie(sql`SELECT 1`), Effect.fail("refused")) : Effect.void
+            )
           )
         // Started together, so they share a batch. The fourth comes from a request without an id; the
-        // fifth fails, so the batch runs again with a savepoint per piece.
+        // fifth runs a statement itself and fails, so the batch runs again with a savepoint per piece.
         yield* Effect.all([
           ...[0, 1, 2].map((n) => Effect.annotateLogs(piece(n), "requestId", `request-${n}`)),
           piece(3),
@@ -1156,19 +1274,174 @@ layer(GroupCommit.Live.pipe(Layer.provide(SqlLiveAt(tempDatabase())), Layer.prov
   }
 )
 
+/**
+ * The deadlocks PostgreSQL found in `database`, once no other connection to it is left: a backend's
+ * counters reach pg_stat_database by the time it has exited (its last flush).
+ */
+const deadlocksIn = async (database: string): Promise<number> => {
+  const name = new URL(database).pathname.slice(1)
+  await eventually("every connection to the database to close", async () =>
+    (await postgres.count(
+      database,
+      "SELECT 1 FROM pg_stat_activity WHERE datname = ? AND pid <> pg_backend_pid()",
+      name
+    )) === 0)
+  return withPostgres(
+    database,
+    async (sql) => Number((await sql`SELECT deadlocks FROM pg_stat_database WHERE datname = ${name}`)[0].deadlocks)
+  )
+}
+
+/**
+ * Two instances' idempotency and group commit on one PostgreSQL database, each with a pool of its
+ * own, as two processes of the service are; `lostRaces` counts the stored responses each found
+ * another had stored first, when its own insert was refused.
+ */
+describe.skipIf(sharedSkipped !== undefined)("GroupCommit on PostgreSQL, two instances", () => {
+  const by = { brandId: brandId as BrandId, keyId: "k3y1d0000000000a" as KeyId, scopes: [] }
+  const campaigns = ["1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e51", "1C2D3E4F-5A6B-4C7D-8E9F-0A1B2C3D4E52"]
+  const creators = [1, 2, 3].map((n) => `9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6${n}`)
+  const plannedDays = ["2026-06-01", "2026-06-02", null]
+  const pick = <A>(items: ReadonlyArray<A>) => items[Math.floor(Math.random() * items.length)]!
+
+  let lostRaces = 0
+  const IdempotencyRepoCounted = Layer.effect(
+    IdempotencyRepo,
+    Effect.map(IdempotencyRepo, (repo) => ({
+      ...repo,
+      insert: (row: IdempotencyRow) =>
+        Effect.tap(repo.insert(row), (inserted) => Effect.sync(() => inserted ? undefined : lostRaces++))
+    }))
+  ).pipe(Layer.provide(IdempotencyRepo.Live))
+  const instanceOn = (database: string) =>
+    ManagedRuntime.make(
+      Layer.merge(Idempotency.Live, Activations.Live).pipe(
+        Layer.provideMerge(Layer.merge(IdempotencyRepoCounted, GroupCommit.Live)),
+        Layer.provideMerge(ActivationsRepo.Live),
+        Layer.provide(Ids.Live),
+        Layer.provide(SqlLiveAt(database)),
+        Layer.provide([AppConfigTest, MetricsOff])
+      )
+    )
+  type Instance = ReturnType<typeof instanceOn>
+
+  /** An activation under `key`, as the handler runs it. */
+  const activate = (
+    instance: Instance,
+    key: string,
+    path: { readonly creatorId: string; readonly campaignId: string },
+    body: { readonly socialUsername: string; readonly plannedPostAt: string | null }
+  ) =>
+    instance.runPromiseExit(Effect.gen(function*() {
+      const idempotency = yield* Idempotency
+      const activations = yield* Activations
+      const operation = Effect.map(activations.activate({ ...path, request: body, by }), (activation) => ({
+        status: 200,
+        body: recordJson(activation),
+        resourceId: activation.id
+      }))
+      return yield* idempotency.run({
+        brandId,
+        key,
+        method: "POST",
+        path: `/v1/creators/${path.creatorId}/campaigns/${path.campaignId}/activate`,
+        body
+      }, operation)
+    }))
+
+  /** Rows of `query` that `expected` lacks, and rows of `expected` that `query` lacks. */
+  const difference = (query: string, expected: string) =>
+    `(${query} EXCEPT ${expected}) UNION ALL (${expected} EXCEPT ${query})`
+
+  it("a key sent to both at once, among other activations, never deadlocks; every answer is the original's bytes, and every count is kept", async () => {
+    const database = await postgres.database()
+    const instances = [instanceOn(database), instanceOn(database)] as const
+    lostRaces = 0
+    // Loops on both instances, a quarter of their requests sent to both at once with the same key
+    // and body (a client's retry through a balancer), all of them on a few campaigns' counts.
+    const answers = new Map<string, Array<Exit.Exit<IdempotentAnswer, unknown>>>()
+    await Promise.all(Array.from({ length: 16 }, async (_, loop) => {
+      for (let n = 0; n < 40; n++) {
+        const key = `order-${loop}-${n}`
+        const path = { creatorId: pick(creators), campaignId: pick(campaigns) }
+        const body = { socialUsername: "@jane", plannedPostAt: pick(plannedDays) }
+        const to = Math.random() < 0.25 ? instances : [instances[loop % 2]!]
+        answers.set(key, await Promise.all(to.map((instance) => activate(instance, key, path, body))))
+      }
+    }))
+    await Promise.all(instances.map((instance) => instance.dispose()))
+
+    expect(lostRaces).toBeGreaterThan(0)
+    for (const exits of answers.values()) {
+      const answered = exits.filter(Exit.isSuccess).map((exit) => exit.value)
+      // A duplicate that waited longer than the bound for the original is the contract's 409.
+      for (const exit of exits) {
+        if (Exit.isFailure(exit)) expect(Cause.squash(exit.cause)).toBeInstanceOf(IdempotencyInProgress)
+      }
+      expect(answered.filter((answer) => !answer.replayed).length).toBeLessThanOrEqual(1)
+      expect(new Set(answered.map((answer) => answer.body)).size).toBeLessThanOrEqual(1)
+    }
+    const count = (query: string) => postgres.count(database, query)
+    expect(await count("SELECT 1 FROM activations")).toBe(answers.size)
+    expect(await count("SELECT 1 FROM idempotency_keys i JOIN activations a ON a.id = i.resource_id")).toBe(
+      answers.size
+    )
+    const activated = "FROM activations GROUP BY brand_id, lower(campaign_id), substr(activated_at, 1, 10)"
+    expect(
+      await count(difference(
+        "SELECT brand_id, campaign_key, day, planned_day, activations FROM campaign_days",
+        `SELECT brand_id, lower(campaign_id), substr(activated_at, 1, 10), COALESCE(planned_post_at, ''), COUNT(*)
+         ${activated}, COALESCE(planned_post_at, '')`
+      ))
+    ).toBe(0)
+    expect(
+      await count(difference(
+        "SELECT brand_id, campaign_key, day, creator_key FROM campaign_creator_days",
+        `SELECT brand_id, lower(campaign_id), substr(activated_at, 1, 10), lower(creator_id) ${activated}, lower(creator_id)`
+      ))
+    ).toBe(0)
+    expect(
+      await count(difference(
+        "SELECT brand_id, campaign_key, creator_key FROM campaign_creators",
+        "SELECT brand_id, lower(campaign_id), lower(creator_id) FROM activations GROUP BY 1, 2, 3"
+      ))
+    ).toBe(0)
+    // The creators counted by their previous day (0007), against the same counts made afresh.
+    expect(
+      await count(difference(
+        "SELECT brand_id, campaign_key, day, previous_day, creators FROM campaign_day_pairs WHERE creators <> 0",
+        `SELECT brand_id, campaign_key, day, previous_day, COUNT(*) FROM (
+           SELECT brand_id, campaign_key, day, COALESCE(CAST(LAG(day) OVER (
+             PARTITION BY brand_id, campaign_key, creator_key ORDER BY day) AS VARCHAR(10)), '') AS previous_day
+           FROM campaign_creator_days) days GROUP BY 1, 2, 3, 4`
+      ))
+    ).toBe(0)
+
+    expect(await deadlocksIn(database)).toBe(0)
+  })
+})
+
 describe.skipIf(sharedSkipped !== undefined)("IdempotencyRepo.purgeExpired on PostgreSQL", () => {
+  const purgeOn = (database: string) => (now: number) =>
+    Effect.flatMap(IdempotencyRepo, (repo) => repo.purgeExpired(now, 100)).pipe(
+      Effect.provide(IdempotencyRepo.Live.pipe(Layer.provide(SqlLiveAt(database)))),
+      Effect.runPromise
+    )
+  const entry = (key: string, createdAt: number, expiresAt: number) =>
+    `('${brandId}', '${key}', '${"0".repeat(64)}', NULL, 200, '{}', ${createdAt}, ${expiresAt})`
+  const purgeWaitsForALock = (database: string) =>
+    eventually("the purge to wait for a row's lock", async () =>
+      (await postgres.count(
+        database,
+        "SELECT 1 FROM pg_stat_activity WHERE datname = ? AND wait_event_type = 'Lock' AND query LIKE 'DELETE FROM idempotency_keys%'",
+        new URL(database).pathname.slice(1)
+      )) === 1)
+
   it("leaves an entry that was replaced while the purge waited for its row", async () => {
     const database = await postgres.database()
-    const purge = (now: number) =>
-      Effect.flatMap(IdempotencyRepo, (repo) => repo.purgeExpired(now, 100)).pipe(
-        Effect.provide(IdempotencyRepo.Live.pipe(Layer.provide(SqlLiveAt(database)))),
-        Effect.runPromise
-      )
+    const purge = purgeOn(database)
     await purge(0) // migrates the new database
-    await postgres.exec(
-      database,
-      `INSERT INTO idempotency_keys VALUES ('${brandId}', 'reused', '${"0".repeat(64)}', NULL, 200, '{}', 1, 1000)`
-    )
+    await postgres.exec(database, `INSERT INTO idempotency_keys VALUES ${entry("reused", 1, 1000)}`)
     // Another instance replaces the expired entry with a live one and has not committed yet,
     // while the purge, which chose that row as expired, waits for it.
     let purged: Promise<number> | undefined
@@ -1176,16 +1449,39 @@ describe.skipIf(sharedSkipped !== undefined)("IdempotencyRepo.purgeExpired on Po
       sql.begin(async (tx) => {
         await tx`UPDATE idempotency_keys SET created_at = 2000, expires_at = 999999 WHERE idempotency_key = 'reused'`
         purged = purge(5000)
-        const name = new URL(database).pathname.slice(1)
-        await eventually("the purge to wait for the row's lock", async () =>
-          (await postgres.count(
-            database,
-            "SELECT 1 FROM pg_stat_activity WHERE datname = ? AND wait_event_type = 'Lock' AND query LIKE 'DELETE FROM idempotency_keys%'",
-            name
-          )) === 1)
+        await purgeWaitsForALock(database)
       }))
     expect(await purged).toBe(0)
     expect(await postgres.count(database, "SELECT 1 FROM idempotency_keys WHERE expires_at = 999999")).toBe(1)
+  })
+
+  it("takes its rows in key order, as a batch does: a batch replacing two expired entries while it runs never deadlocks with it", async () => {
+    const database = await postgres.database()
+    const purge = purgeOn(database)
+    await purge(0)
+    // The first to expire is the last in key order.
+    await postgres.exec(
+      database,
+      `INSERT INTO idempotency_keys VALUES ${entry("z-expired-first", 1, 1000)}, ${entry("a-expired-next", 1, 1001)}`
+    )
+    let purged: Promise<number> | undefined
+    await withPostgres(database, (sql) =>
+      sql.begin(async (tx) => {
+        // As a batch replaces expired entries (IdempotencyRepo's upsert): in key order.
+        const replace = (key: string) =>
+          tx.unsafe(`INSERT INTO idempotency_keys VALUES ${entry(key, 2000, 999999)}
+            ON CONFLICT (brand_id, idempotency_key) DO UPDATE SET created_at = excluded.created_at,
+              expires_at = excluded.expires_at WHERE idempotency_keys.expires_at <= excluded.created_at`)
+        await replace("a-expired-next")
+        purged = purge(5000)
+        // Awaited below, where its failure (a deadlock's victim) is reported.
+        purged.catch(() => undefined)
+        await purgeWaitsForALock(database)
+        await replace("z-expired-first")
+      }))
+    expect(await purged).toBe(0)
+    expect(await postgres.count(database, "SELECT 1 FROM idempotency_keys WHERE expires_at = 999999")).toBe(2)
+    expect(await deadlocksIn(database)).toBe(0)
   })
 })
 

@@ -1,8 +1,9 @@
 import { SqlClient, type Statement } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Context, Effect, Layer, Option } from "effect"
-import { type BatchedInsert, insertBatched } from "../Database/GroupCommit.ts"
+import { type BatchedInsert, insertBatched, noneRefused } from "../Database/GroupCommit.ts"
 import { ReadSql } from "../Database/Sql.ts"
+import type { Table } from "../Database/WriteOrder.ts"
 import type { Activation } from "../Domain/Activation.ts"
 import { spans } from "../Spans.ts"
 
@@ -101,18 +102,17 @@ type CreatorDayRow = {
 type CreatorRow = { readonly brand_id: string; readonly campaign_key: string; readonly creator_key: string }
 
 /**
- * A batch's rows of one table, one per key: counts of the same key added up (PostgreSQL refuses an
- * `ON CONFLICT DO UPDATE` that reaches one row twice in a statement), in key order, so that two
- * instances' batches take the rows' locks in the same order.
+ * A batch's rows of a table of counts, one per key: counts of the same key added up (PostgreSQL
+ * refuses an `ON CONFLICT DO UPDATE` that reaches one row twice in a statement), in the order given.
  */
-const byKey = <Row>(rows: ReadonlyArray<Row>, keyOf: (row: Row) => string, merge: (a: Row, b: Row) => Row) => {
+const mergedByKey = <Row>(rows: ReadonlyArray<Row>, keyOf: (row: Row) => string, merge: (a: Row, b: Row) => Row) => {
   const merged = new Map<string, Row>()
   for (const row of rows) {
     const key = keyOf(row)
     const seen = merged.get(key)
     merged.set(key, seen === undefined ? row : merge(seen, row))
   }
-  return [...merged.keys()].sort().map((key) => merged.get(key)!)
+  return [...merged.values()]
 }
 const dayKey = (row: DayRow) => `${row.brand_id} ${row.campaign_key} ${row.day} ${row.planned_day}`
 const creatorDayKey = (row: CreatorDayRow) => `${row.brand_id} ${row.campaign_key} ${row.day} ${row.creator_key}`
@@ -250,18 +250,23 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
       const firstDaysFrom = read.prepare(countStatement.firstDaysFrom)
       const firstDaysAfter = read.prepare(countStatement.firstDaysAfter)
       /**
-       * A table of counts, written with the batch's rows merged per key (`byKey`), or one row alone.
-       * It adds to what is there, so `many` accounts for every row given, as written.
+       * A table of counts, written with the batch's rows merged per key (`mergedByKey`), or one row
+       * alone. It adds to what is there, so it takes every row.
        */
       const counted = <Row>(
+        table: Table,
         write: (rows: ReadonlyArray<Row>) => Effect.Effect<unknown, SqlError>,
         keyOf: (row: Row) => string,
         merge: (a: Row, b: Row) => Row = (a) => a
       ): BatchedInsert<Row> => ({
+        table,
+        keyOf,
+        refuses: false,
         one: (row) => Effect.orDie(Effect.as(write([row]), true)),
-        many: (rows) => Effect.as(write(byKey(rows, keyOf, merge)), rows.length)
+        many: (rows) => Effect.as(write(mergedByKey(rows, keyOf, merge)), noneRefused)
       })
       const countDays = counted<DayRow>(
+        "campaign_days",
         (rows) =>
           sql`INSERT INTO campaign_days ${sql.insert(rows)}
               ON CONFLICT (brand_id, campaign_key, day, planned_day)
@@ -270,18 +275,23 @@ export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<
         (a, b) => ({ ...a, activations: a.activations + b.activations })
       )
       const noteCreatorDays = counted<CreatorDayRow>(
+        "campaign_creator_days",
         (rows) => sql`INSERT INTO campaign_creator_days ${sql.insert(rows)} ON CONFLICT DO NOTHING`,
         creatorDayKey
       )
       // Which creators activated at all: read by instances of the release before 0007 while a rolling
       // deploy runs them beside this one; this release counts them from `campaign_day_pairs`.
       const noteCreators = counted<CreatorRow>(
+        "campaign_creators",
         (rows) => sql`INSERT INTO campaign_creators ${sql.insert(rows)} ON CONFLICT DO NOTHING`,
         creatorKey
       )
       const into: BatchedInsert<Row> = {
+        table: "activations",
+        keyOf: (row) => row.id,
+        refuses: false,
         one: (row) => Effect.orDie(Effect.as(sql`INSERT INTO activations ${sql.insert(row)}`, true)),
-        many: (rows) => Effect.as(sql`INSERT INTO activations ${sql.insert(rows)}`, rows.length)
+        many: (rows) => Effect.as(sql`INSERT INTO activations ${sql.insert(rows)}`, noneRefused)
       }
       return {
         // The record and its campaign's counts, in the caller's transaction: all of them or none.

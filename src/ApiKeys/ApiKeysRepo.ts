@@ -1,6 +1,7 @@
 import { SqlClient } from "@effect/sql"
-import { Array as Arr, Context, Effect, Layer, Order } from "effect"
+import { Context, Effect, Layer } from "effect"
 import { keyChanges } from "../Database/KeyChanges.ts"
+import { inKeyOrder } from "../Database/WriteOrder.ts"
 import type { RateLimitPolicy } from "../Domain/ApiKey.ts"
 import { spans } from "../Spans.ts"
 
@@ -70,11 +71,8 @@ const fromStored = (row: Stored): ApiKeyRow => ({
 /** Rows per statement when last uses are written: far below either database's limit on parameters. */
 const usageBatch = 500
 
-/** Key id, then digest: the one order in which every instance writes a batch of uses. */
-const byKeyThenSecret = Order.combine(
-  Order.mapInput(Order.string, (use: SecretUse) => use.keyId),
-  Order.mapInput(Order.string, (use: SecretUse) => use.secretSha256)
-)
+/** A use's row's primary key, key id then digest (a key id has 16 characters, so the pair reads back unambiguously). */
+const usageKey = (use: SecretUse) => `${use.keyId} ${use.secretSha256}`
 
 /** API keys as stored: only the SHA-256 digest of each secret. SQL errors are defects. */
 export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo, {
@@ -183,10 +181,11 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
           Effect.orDie,
           span("ApiKeysRepo.lastUsed")
         ),
-        // In one order on every instance (key id, then digest): two instances writing the same keys
-        // at once take their rows' locks in the same order, so PostgreSQL never finds a deadlock.
+        // In key order, as every table is written (Database/WriteOrder.ts), each statement a
+        // transaction of its own: two instances writing the same keys at once take their rows' locks
+        // in the same order, so PostgreSQL never finds a deadlock.
         recordUsage: (unsorted) => {
-          const uses = Arr.sort(unsorted, byKeyThenSecret)
+          const uses = inKeyOrder(unsorted, usageKey)
           return Effect.forEach(
             Array.from(
               { length: Math.ceil(uses.length / usageBatch) },

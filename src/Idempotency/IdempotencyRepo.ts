@@ -1,6 +1,6 @@
 import { SqlClient } from "@effect/sql"
-import { Array as Arr, Context, Effect, Layer, Option, Order } from "effect"
-import { type BatchedInsert, insertBatched } from "../Database/GroupCommit.ts"
+import { Context, Effect, Layer, Option } from "effect"
+import { type BatchedInsert, insertBatched, noneRefused } from "../Database/GroupCommit.ts"
 import { ReadSql } from "../Database/Sql.ts"
 import { spans } from "../Spans.ts"
 
@@ -29,10 +29,9 @@ type Row = Stored & {
   readonly idempotency_key: string
 }
 
-const byKey = Order.combine(
-  Order.mapInput(Order.string, (row: Row) => row.brand_id),
-  Order.mapInput(Order.string, (row: Row) => row.idempotency_key)
-)
+/** The row's primary key (brand, Idempotency-Key): the brand is a UUID, so the pair reads back unambiguously. */
+const keyOf = (row: { readonly brand_id: string; readonly idempotency_key: string }) =>
+  `${row.brand_id} ${row.idempotency_key}`
 
 const fromStored = (brandId: string, key: string, row: Stored): IdempotencyRow => ({
   brandId,
@@ -66,18 +65,24 @@ export class IdempotencyRepo extends Context.Tag("Idempotency/IdempotencyRepo")<
       // Replaces only an expired entry: a live one (another instance stored it first) is left as
       // it was, and the row is missing from what the statement returns.
       const upsert = (rows: ReadonlyArray<Row>) =>
-        sql<{ brand_id: string }>`INSERT INTO idempotency_keys ${sql.insert(rows)}
+        sql<{ brand_id: string; idempotency_key: string }>`INSERT INTO idempotency_keys ${sql.insert(rows)}
           ON CONFLICT (brand_id, idempotency_key) DO UPDATE SET
             fingerprint = excluded.fingerprint, resource_id = excluded.resource_id,
             status_code = excluded.status_code, response_body = excluded.response_body,
             created_at = excluded.created_at, expires_at = excluded.expires_at
           WHERE idempotency_keys.expires_at <= excluded.created_at
-          RETURNING brand_id`
+          RETURNING brand_id, idempotency_key`
       const into: BatchedInsert<Row> = {
+        table: "idempotency_keys",
+        keyOf,
+        refuses: true,
         one: (row) => Effect.orDie(Effect.map(upsert([row]), (written) => written.length === 1)),
-        // In key order: two instances' batches then lock shared keys in the same order (PostgreSQL
-        // waits for the other's commit rather than declaring a deadlock).
-        many: (rows) => Effect.map(upsert(Arr.sort(rows, byKey)), (written) => written.length)
+        many: (rows) =>
+          Effect.map(upsert(rows), (written) => {
+            if (written.length === rows.length) return noneRefused
+            const stored = new Set(written.map(keyOf))
+            return rows.map(keyOf).filter((key) => !stored.has(key))
+          })
       }
       const select = read.prepare((brandId: string, key: string, now: number) =>
         sql<Stored>`
@@ -106,17 +111,27 @@ export class IdempotencyRepo extends Context.Tag("Idempotency/IdempotencyRepo")<
           }).pipe(span("IdempotencyRepo.insert")),
         // Row values in IN: one statement that SQLite and PostgreSQL both accept. The expiry is
         // checked again on the row itself: on PostgreSQL a row replaced by a new entry while the
-        // purge waited for its lock is re-checked against the outer condition only.
-        purgeExpired: (now, limit) =>
-          sql<{ n: number }>`DELETE FROM idempotency_keys WHERE (brand_id, idempotency_key) IN (
-              SELECT brand_id, idempotency_key FROM idempotency_keys
-              WHERE expires_at <= ${now} ORDER BY expires_at LIMIT ${limit})
+        // purge waited for its lock is re-checked against the outer condition only. There the rows
+        // are locked first in key order ("C": by code unit, as batches sort them, WriteOrder.ts),
+        // not in the order of expiry that picked them: a batch replacing two of them while the
+        // purge runs would otherwise wait on the purge as it waits on the batch.
+        purgeExpired: (now, limit) => {
+          const expired = sql`SELECT brand_id, idempotency_key FROM idempotency_keys
+            WHERE expires_at <= ${now} ORDER BY expires_at LIMIT ${limit}`
+          const chosen = sql.onDialectOrElse({
+            pg: () =>
+              sql`SELECT brand_id, idempotency_key FROM idempotency_keys WHERE (brand_id, idempotency_key) IN (${expired})
+                ORDER BY brand_id COLLATE "C", idempotency_key COLLATE "C" FOR UPDATE`,
+            orElse: () => expired
+          })
+          return sql<{ n: number }>`DELETE FROM idempotency_keys WHERE (brand_id, idempotency_key) IN (${chosen})
             AND expires_at <= ${now}
             RETURNING 1 AS n`.pipe(
             Effect.map((rows) => rows.length),
             Effect.orDie,
             span("IdempotencyRepo.purgeExpired")
           )
+        }
       }
     })
   )
