@@ -59,7 +59,8 @@ process.env["LOG_LEVEL"] ??= "warn"
 process.env["RATE_LIMIT_MAX"] = "1000000000"
 // Imported after the environment is set: the layers read it when they are built.
 const { ApiKeys } = await import("../src/ApiKeys.ts")
-const { EdgeLive, KeysLive, MiddlewareLive, ServicesLive } = await import("../src/App.ts")
+const { EdgeLive, MiddlewareLive, ServicesLive } = await import("../src/App.ts")
+const { KeysLive } = await import("../src/Cli/KeyStore.ts")
 const { makeEdge } = await import("../src/Edge/Edge.ts")
 const { LoggingLive } = await import("../src/Logging.ts")
 const { MetricsOff } = await import("../src/Metrics.ts")
