@@ -103,7 +103,8 @@ const contractErrors: Record<string, Record<string, Array<string>>> = {
   },
   "activations.get": readErrors,
   "activations.list": readErrors,
-  "analytics.campaign": readErrors,
+  // The brand's line (README, Analytics) refuses with a 429 of its own.
+  "analytics.campaign": { ...readErrors, "429": ["CONCURRENCY_LIMITED", "RATE_LIMITED"] },
   "identity.whoami": {
     ...unknownQuery,
     "401": ["UNAUTHORIZED"],
