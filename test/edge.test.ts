@@ -6,8 +6,9 @@
  */
 import { HttpApiBuilder, HttpServer } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
-import { ConfigProvider, Effect, Layer, Logger, LogLevel } from "effect"
+import { ConfigProvider, Deferred, Effect, Exit, Layer, Logger, LogLevel } from "effect"
 import { Activations } from "../src/Activations.ts"
+import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
 import { ActivationsHandlers } from "../src/Activations/Http.ts"
 import { JsonBodyLive } from "../src/Activations/JsonBody.ts"
 import { Analytics } from "../src/Analytics.ts"
@@ -19,6 +20,7 @@ import { KeyUsage } from "../src/ApiKeys/KeyUsage.ts"
 import { ApiLive, MiddlewareLive } from "../src/App.ts"
 import { DatabaseOutage } from "../src/Database/Outage.ts"
 import { declaredEndpoints, middlewareOf } from "../src/Declaration.ts"
+import { analyticsLine } from "../src/Domain/Activation.ts"
 import type { ApiKeyIdentity, Authenticated, BrandId, KeyId } from "../src/Domain/ApiKey.ts"
 import { IdempotencyInProgress, KeyRefused } from "../src/Domain/Errors.ts"
 import { Draining } from "../src/Draining.ts"
@@ -32,6 +34,7 @@ import { MetricsOff } from "../src/Metrics.ts"
 import { RateLimit, type RateLimitDecision } from "../src/RateLimit.ts"
 import { Warming } from "../src/WarmUp.ts"
 import { activatePath } from "./support/client.ts"
+import { eventually } from "./support/load.ts"
 import { makeTestLayer } from "./support/testLayer.ts"
 
 const writer: ApiKeyIdentity = {
@@ -53,10 +56,12 @@ const ending: Authenticated = {
   rateLimit: { max: 5, windowSeconds: 30 },
   secretSha256: "ee".repeat(32)
 }
+const analyst: ApiKeyIdentity = { ...writer, keyId: "analy5t000000000" as KeyId, scopes: ["analytics:read"] }
 const tokens: Record<string, Authenticated> = {
   "cak_writer": endless(writer),
   "cak_reader": endless(reader),
-  "cak_ending": ending
+  "cak_ending": ending,
+  "cak_analyst": endless(analyst)
 }
 
 interface Doubles {
@@ -67,12 +72,26 @@ interface Doubles {
   activations: number
   /** The secrets whose use the key step noted, by digest. */
   used: Array<string>
+  /** Each analytics count asked for, held until the test lets it answer; `stopped` once interrupted before. */
+  counts: Array<{ readonly answer: Deferred.Deferred<void>; stopped: boolean }>
 }
 
 const makeDoubles = (doubles: Doubles) =>
   Layer.mergeAll(
-    // The reads and the analytics are not what these tests are about: any call dies, loudly.
-    makeTestLayer(Analytics)({}),
+    // The analytics as they are, on counts the test holds; the reads are not what these tests are
+    // about: any call dies, loudly.
+    Analytics.Live.pipe(Layer.provide(
+      makeTestLayer(ActivationsRepo)({
+        counts: () =>
+          Effect.flatMap(Deferred.make<void>(), (answer) => {
+            const held = { answer, stopped: false }
+            doubles.counts.push(held)
+            return Effect.as(Deferred.await(answer), { byDay: [], byPlannedDay: [], unscheduled: 0, creators: 0 }).pipe(
+              Effect.onInterrupt(() => Effect.sync(() => held.stopped = true))
+            )
+          })
+      })
+    )),
     makeTestLayer(DatabaseOutage)({}),
     MetricsOff,
     makeTestLayer(HealthRepo)({ database: "sqlite", ping: Effect.void }),
@@ -159,8 +178,23 @@ const fresh = (): Doubles => ({
   decision: { allowed: true, remaining: 119, retryAfterSeconds: 0 },
   inProgress: false,
   activations: 0,
-  used: []
+  used: [],
+  counts: []
 })
+
+const campaignId = "9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d"
+const analyticsOf = (init: RequestInit = {}) =>
+  new Request(`http://localhost/v1/campaigns/${campaignId}/analytics`, {
+    ...init,
+    headers: { authorization: "Bearer cak_analyst" }
+  })
+/** Lets the held counts answer in the order they were asked for, each once it has been asked for. */
+const answerCounts = async (doubles: Doubles, how: number) => {
+  for (let i = 0; i < how; i++) {
+    await eventually(`count ${i + 1} asked for`, () => doubles.counts.length > i)
+    Deferred.unsafeDone(doubles.counts[i]!.answer, Exit.void)
+  }
+}
 
 /** A request that fails every check that `passing` does not name, in the order of checks. */
 const activation = (passing: ReadonlyArray<"key" | "scope" | "idempotencyKey" | "mediaType" | "json" | "valid">) =>
@@ -298,6 +332,32 @@ describe.each(servers)("$name, in process on test doubles", ({ on }) => {
     )
     expect({ status, code: json.code }).toEqual({ status: 409, code: "IDEMPOTENCY_IN_PROGRESS" })
     expect(headers["retry-after"]).toBe("1")
+  })
+})
+
+describe.each(servers)("$name, with a brand's analytics calls in line", ({ on }) => {
+  it(`answers the call past its line 429 CONCURRENCY_LIMITED with Retry-After and none of the key's RateLimit headers`, async () => {
+    const doubles = fresh()
+    const { fetch } = await on(doubles)
+    const calls = Array.from({ length: 2 + analyticsLine.waiting }, () => Promise.resolve(fetch(analyticsOf())))
+    const answered: Array<number> = []
+    calls.forEach((call, i) => void call.then(() => answered.push(i)))
+    // One is being answered and the line's others wait for it: the one past them is answered first.
+    await eventually("a call answered", () => answered.length > 0)
+    expect(answered).toEqual([calls.length - 1])
+    const refused = await answer(calls.at(-1)!)
+    expect({ status: refused.status, code: refused.json.code }).toEqual({ status: 429, code: "CONCURRENCY_LIMITED" })
+    expect(refused.headers["retry-after"]).toBe("1")
+    expect(refused.headers["ratelimit"]).toBeUndefined()
+    expect(refused.headers["ratelimit-policy"]).toBeUndefined()
+    await answerCounts(doubles, calls.length - 1)
+    for (const call of calls.slice(0, -1)) {
+      const answered = await answer(call)
+      expect(answered.status).toBe(200)
+      // An answer of the line carries the key's quota, as any other.
+      expect(answered.headers).toMatchObject({ "ratelimit-policy": `"default";q=120;w=60` })
+      expect(answered.headers["retry-after"]).toBeUndefined()
+    }
   })
 })
 

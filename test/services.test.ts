@@ -1,5 +1,5 @@
 import { RateLimiter } from "@effect/experimental"
-import { HttpServerRequest } from "@effect/platform"
+import { HttpApp, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { describe, expect, it, layer } from "@effect/vitest"
 import {
   Arbitrary,
@@ -14,6 +14,7 @@ import {
   FastCheck as fc,
   Fiber,
   FiberId,
+  FiberRef,
   HashMap,
   Layer,
   List,
@@ -51,6 +52,7 @@ import { accessLine, jsonLine } from "../src/Logging.ts"
 import { MetricsOff } from "../src/Metrics.ts"
 import { RateLimit } from "../src/RateLimit.ts"
 import { RateLimitStore } from "../src/RateLimit/Store.ts"
+import { addResponseHeaders, removeResponseHeaders } from "../src/Responses.ts"
 import { Warming } from "../src/WarmUp.ts"
 import { annotationOf, captureLogs } from "./support/telemetry.ts"
 import { makeTestLayer } from "./support/testLayer.ts"
@@ -694,6 +696,43 @@ layer(AnalyticsWithHeldCounts)("Analytics", (it) => {
         yield* othersRun
       }
       expect(heldCounts).toHaveLength(1 + analyticsLine.waiting)
+    }))
+})
+
+describe("the headers an answer carries", () => {
+  /** What the fiber's pre-response handlers make of a plain answer, as either server applies them. */
+  const headersOfAnswer = Effect.flatMap(FiberRef.get(HttpApp.currentPreResponseHandlers), (handler) =>
+    Effect.map(
+      Option.isNone(handler)
+        ? Effect.succeed(HttpServerResponse.text("ok"))
+        : handler.value(HttpServerRequest.fromWeb(new Request("http://localhost/")), HttpServerResponse.text("ok")),
+      (response) => ({ status: response.status, headers: { ...response.headers } })
+    ))
+  const plain = { "content-type": "text/plain", "content-length": "2" }
+  const keyHeaders = {
+    "ratelimit": `"default";r=1;t=0`,
+    "ratelimit-policy": `"default";q=2;w=60`,
+    "api-key-expires": "x"
+  }
+
+  it.effect("takes back the headers named, and only those, from what an earlier step added", () =>
+    Effect.gen(function*() {
+      yield* addResponseHeaders(keyHeaders)
+      yield* removeResponseHeaders(["ratelimit", "ratelimit-policy"])
+      expect(yield* headersOfAnswer).toEqual({ status: 200, headers: { ...plain, "api-key-expires": "x" } })
+    }))
+
+  it.effect("takes them back behind a handler that does more than set headers, which still runs", () =>
+    Effect.gen(function*() {
+      yield* HttpApp.appendPreResponseHandler((_, response) =>
+        Effect.succeed(HttpServerResponse.setStatus(HttpServerResponse.setHeader(response, "x-other", "1"), 201))
+      )
+      yield* addResponseHeaders(keyHeaders)
+      yield* removeResponseHeaders(["ratelimit", "ratelimit-policy"])
+      expect(yield* headersOfAnswer).toEqual({
+        status: 201,
+        headers: { ...plain, "x-other": "1", "api-key-expires": "x" }
+      })
     }))
 })
 

@@ -17,13 +17,13 @@ const campaign = HttpApiEndpoint.get("campaign", "/campaigns/:campaignId/analyti
   .annotate(ErrorCases, {
     "400": "`from` after `to` is `VALIDATION_ERROR`.",
     "429":
-      `\`CONCURRENCY_LIMITED\`: ${waiting} of the brand's calls were already waiting behind the one being answered, or this call waited ${longestWaitSeconds} s.`
+      `\`CONCURRENCY_LIMITED\`: ${waiting} of the brand's calls were already waiting behind the one being answered, or this call waited ${longestWaitSeconds} s; it carries \`Retry-After\` and none of the key's RateLimit headers.`
   })
   .annotate(OpenApi.Summary, "A campaign's numbers")
   .annotate(
     OpenApi.Description,
     "The brand's activations of the campaign whose `activatedAt` falls on a UTC day from `from` to `to`, both inclusive and optional (`from` after `to` is 400 `VALIDATION_ERROR`): how many, how many distinct creators, how many per day, their planned posts per day, and how many have no planned post. A campaign without activations is all zeros, not 404. A brand's calls are answered one at a time: a call made while another of the brand's is being answered waits its turn, " +
-      `with at most ${waiting} of the brand's calls waiting and none for more than ${longestWaitSeconds} s: a call past either is refused with 429 \`CONCURRENCY_LIMITED\`, and may be sent again once one of the brand's calls has been answered. Requires the scope \`analytics:read\`.`
+      `with at most ${waiting} of the brand's calls waiting and none for more than ${longestWaitSeconds} s: a call past either is refused with 429 \`CONCURRENCY_LIMITED\` and \`Retry-After\`, and may be sent again once one of the brand's calls has been answered. Requires the scope \`analytics:read\`.`
   )
 
 export class AnalyticsApi extends HttpApiGroup.make("analytics")
