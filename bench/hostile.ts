@@ -15,7 +15,8 @@ import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync 
 import { connect, type Socket } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { activatePath, freePort, wrkArgs, wrkResultOf } from "./common.ts"
+import { campaign, fillSqlite } from "./campaigns.ts"
+import { activatePath, apiKeyOf, brandId, freePort, wrkArgs, wrkResultOf } from "./common.ts"
 
 const root = new URL("..", import.meta.url).pathname
 const work = mkdtempSync(join(tmpdir(), "campaign-api-hostile-"))
@@ -551,6 +552,159 @@ const connectionChurn: Attack = async (_, key) => {
   }
 }
 
+/**
+ * The widest campaign a brand can make at 1,000,000 activations (`widest` in bench/campaigns.ts:
+ * 36,553 entries, its whole answer about a second on SQLite) on a SQLite file of its own, seeded
+ * once for the analytics attacks and upgraded by the server's own first command, with a key that
+ * reads it and one of another brand.
+ */
+let widestCampaign: Promise<{ readonly database: string; readonly analyst: string; readonly other: string }> | undefined
+const widest = () =>
+  widestCampaign ??= (async () => {
+    const file = join(work, "widest.sqlite")
+    await fillSqlite(file, "widest", 1_000_000)
+    const keyOn = (brand: string, scopes: string) => {
+      const created = Bun.spawnSync([
+        ...serverCommand.slice(0, -1),
+        ...["keys", "create", "--brand", brand, "--scopes", scopes, "--json"]
+      ], { cwd: root, env: { ...process.env, DATABASE_URL: file } })
+      if (created.exitCode !== 0) throw new Error(`keys create on the widest campaign: ${created.stderr}`)
+      return apiKeyOf(created.stdout.toString())
+    }
+    // The first upgrades the file: the counts of its activations are filled then.
+    return {
+      database: file,
+      analyst: keyOn(brandId, "analytics:read"),
+      other: keyOn(crypto.randomUUID(), "campaigns:read")
+    }
+  })()
+
+/**
+ * An analytics call of the widest campaign on a connection of its own, dropped (the connection
+ * closed) `dropAfterMs` after it was sent, whatever was answered by then: the status it got, or
+ * `none`.
+ */
+const droppedCall = (port: number, apiKey: string, dropAfterMs: number, headers = ""): Promise<string> =>
+  new Promise((resolve) => {
+    let answer = ""
+    const socket = connect(port, "127.0.0.1")
+    socket.on("error", () => {})
+    socket.on("data", (data: Buffer) => {
+      if (answer.length < 16) answer += data.toString("latin1")
+    })
+    socket.write(
+      `GET /v1/campaigns/${campaign}/analytics HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${apiKey}\r\n${headers}\r\n`
+    )
+    setTimeout(() => {
+      socket.destroy()
+      resolve(/^HTTP\/1\.1 (\d{3})/.exec(answer)?.[1] ?? "none")
+    }, dropAfterMs)
+  })
+
+const tally = (statuses: ReadonlyArray<string>) => {
+  const counts = new Map<string, number>()
+  for (const status of statuses) counts.set(status, (counts.get(status) ?? 0) + 1)
+  return [...counts].map(([status, n]) => `${n} × ${status}`).join(", ")
+}
+
+/**
+ * The CPU seconds a process spends from `from` (its CPU time then) until it is quiet again, under
+ * 20 ms in a second, and how long after `startedAt` that was; or at `limitMs`, if never.
+ */
+const cpuUntilQuiet = async (pid: number, from: number, startedAt: number, limitMs = 180_000) => {
+  let last = cpuSeconds(pid)
+  for (;;) {
+    await Bun.sleep(1_000)
+    const now = cpuSeconds(pid)
+    const elapsed = performance.now() - startedAt
+    if (now - last < 0.02 || elapsed > limitMs) return { cpu: now - from, quietAfterSeconds: elapsed / 1000 - 1 }
+    last = now
+  }
+}
+
+/** Whether a figure met its floor, as the attack's line says it. */
+const verdict = (met: boolean) => (met ? "PASS" : "FAIL")
+
+/**
+ * 20 calls of the widest campaign at once, each dropped after 0.5 s: what the server spends on calls
+ * nobody will read, from the first until it is quiet again (floor: under 3 s of CPU).
+ */
+const analyticsDropped: Attack = async () => {
+  const { analyst, database } = await widest()
+  const server = await startServer({ DATABASE_URL: database, RATE_LIMIT_MAX: "1000000" })
+  try {
+    const wholeStarted = performance.now()
+    const whole = await fetch(`${server.url}/v1/campaigns/${campaign}/analytics`, {
+      headers: { authorization: `Bearer ${analyst}` }
+    })
+    const entries = await whole.json() as {
+      analytics: { activationsByDay: Array<unknown>; plannedPostsByDay: Array<unknown> }
+    }
+    const wholeMs = performance.now() - wholeStarted
+    await Bun.sleep(2_000)
+    const from = cpuSeconds(server.pid)
+    const startedAt = performance.now()
+    const statuses = await Promise.all(Array.from({ length: 20 }, () => droppedCall(server.port, analyst, 500)))
+    const { cpu, quietAfterSeconds } = await cpuUntilQuiet(server.pid, from, startedAt)
+    return `20 calls of the widest campaign (a whole answer: ${whole.status}, ${
+      entries.analytics.activationsByDay.length + entries.analytics.plannedPostsByDay.length
+    } entries in ${ms(wholeMs)}), each dropped after 0.5 s, answered by then ${tally(statuses)}: ` +
+      `the server spent ${cpu.toFixed(2)} s of CPU on them, quiet ${quietAfterSeconds.toFixed(1)} s after the first ` +
+      `(floor: under 3 s of CPU: ${verdict(cpu < 3)})`
+  } finally {
+    await server.stop()
+  }
+}
+
+/**
+ * Behind a trusted proxy (the runner on 127.0.0.1, CONNECTIONS_PER_PROXY=50): 50 calls of the widest
+ * campaign at once and one a second after them for 40 s, each on a connection of its own dropped after
+ * 1 s, while another brand's whoami through the same proxy is asked 20 times, every 2 s, each on a new
+ * connection with a 5 s timeout (floor: at least 19 of the 20 answered 200).
+ */
+const analyticsProxy: Attack = async () => {
+  const { analyst, database, other } = await widest()
+  const server = await startServer({
+    DATABASE_URL: database,
+    RATE_LIMIT_MAX: "1000000",
+    CONNECTIONS_PER_PROXY: "50",
+    TRUSTED_PROXIES: "127.0.0.1"
+  })
+  try {
+    const client = (n: number) => `x-forwarded-for: 203.0.113.${(n % 250) + 1}\r\n`
+    const startedAt = performance.now()
+    const runMs = 40_000
+    const calls = Array.from({ length: 50 }, (_, n) => droppedCall(server.port, analyst, 1_000, client(n)))
+    const arrivals = (async () => {
+      for (let n = 50; performance.now() - startedAt < runMs; n++) {
+        await Bun.sleep(1_000)
+        calls.push(droppedCall(server.port, analyst, 1_000, client(n)))
+      }
+    })()
+    const probed: Array<string> = []
+    for (let i = 0; i < 20; i++) {
+      await Bun.sleep(Math.max(0, startedAt + 1_000 + i * 2_000 - performance.now()))
+      const answer = await fetch(`${server.url}/v1/whoami`, {
+        headers: { authorization: `Bearer ${other}`, "x-forwarded-for": "198.51.100.7", connection: "close" },
+        signal: AbortSignal.timeout(5_000)
+      }).then(async (response) => {
+        await response.arrayBuffer()
+        return String(response.status)
+      }, () => "no answer in 5 s")
+      probed.push(answer)
+    }
+    await arrivals
+    const statuses = await Promise.all(calls)
+    const answered = probed.filter((status) => status === "200").length
+    return `behind a trusted proxy with CONNECTIONS_PER_PROXY=50, ${statuses.length} calls of the widest campaign ` +
+      `(50 at once, then one a second), each dropped after 1 s, answered by then ${tally(statuses)}; ` +
+      `another brand's whoami through the same proxy: ${tally(probed)} ` +
+      `(floor: at least 19 of 20 answered 200: ${verdict(answered >= 19)})`
+  } finally {
+    await server.stop()
+  }
+}
+
 const attacks: Record<string, Attack> = {
   /** 1: slow readers of /docs that never read the 3 MB page. */
   "docs-readers": async (server, key) => {
@@ -902,6 +1056,12 @@ const attacks: Record<string, Attack> = {
   /** The second guard, 2: new connections from one address holding half a request stay within its limit. */
   "connection-churn": connectionChurn,
 
+  /** A brand's analytics calls dropped by their client: what the server goes on spending on them. */
+  "analytics-dropped": analyticsDropped,
+
+  /** The same behind a trusted proxy: whether another brand's requests through it still get in. */
+  "analytics-proxy": analyticsProxy,
+
   /** 6: 500,000 idempotency records expiring together, purged while whoami is served. */
   purge: async (_server, key) => {
     // Its own server, on a database filled beforehand with entries expired a minute ago.
@@ -931,9 +1091,20 @@ const serverSettings: Record<string, Record<string, string>> = { "claimed-addres
 
 const fileTricks = ["wal-deleted", "shm-revoke"]
 /** What starts a server of its own. */
-const ownServer = ["purge", "held-connections", "held-two-addresses", "keep-alive-victim", "connection-churn"]
-/** What works on a SQLite file only: the file tricks, and the purge's records written straight into the file. */
-const sqliteOnly = [...fileTricks, "purge"]
+const ownServer = [
+  "purge",
+  "held-connections",
+  "held-two-addresses",
+  "keep-alive-victim",
+  "connection-churn",
+  "analytics-dropped",
+  "analytics-proxy"
+]
+/**
+ * What works on a SQLite file only: the file tricks, and the purge's records and the widest
+ * campaign written straight into a file.
+ */
+const sqliteOnly = [...fileTricks, "purge", "analytics-dropped", "analytics-proxy"]
 
 const main = async () => {
   const names = wanted.length === 0

@@ -66,18 +66,34 @@ const retryAfter = header("Seconds to wait before retrying.", { type: "integer",
  */
 const afterTheKey = new Set(["200", "304", "400", "403", "409", "413", "415", "429"])
 
-/** The RateLimit headers of a secured operation's answer with `status`, required where every such answer has them. */
-const rateLimitHeadersFor = (status: string): Json => {
+/**
+ * The code of an answer that comes after the key and carries none of the key's quota headers: the
+ * analytics' brand line, which is no measure of the key's quota (README, Analytics).
+ */
+const notTheQuota = "`CONCURRENCY_LIMITED`"
+const quotaHeaders = new Set(["RateLimit-Policy", "RateLimit"])
+
+/**
+ * The RateLimit headers of a secured operation's answer with `status` and `codes`, required where
+ * every such answer has them.
+ */
+const rateLimitHeadersFor = (status: string, codes: ReadonlyArray<string>): Json => {
   if (status === "401" || status === "405") return {}
-  if (afterTheKey.has(status)) return rateLimitHeaders
+  const unmetered = codes.includes(notTheQuota)
+  if (afterTheKey.has(status) && !unmetered) return rateLimitHeaders
   return Object.fromEntries(
-    Object.entries<Json>(rateLimitHeaders).map(([name, { required: _, ...optional }]) => [name, optional])
+    Object.entries<Json>(rateLimitHeaders).map(([name, { required: _, ...optional }]) => [
+      name,
+      unmetered && quotaHeaders.has(name)
+        ? { ...optional, description: `${optional.description} Absent with ${notTheQuota}.` }
+        : optional
+    ])
   )
 }
 
-const headersFor = (status: string, secured: boolean, replays: boolean): Json => ({
+const headersFor = (status: string, secured: boolean, replays: boolean, codes: ReadonlyArray<string>): Json => ({
   ...everyAnswerRefs,
-  ...(secured ? rateLimitHeadersFor(status) : {}),
+  ...(secured ? rateLimitHeadersFor(status, codes) : {}),
   ...(status === "401"
     ? { "WWW-Authenticate": { ...header("`Bearer`"), required: true } }
     : status === "403"
@@ -176,6 +192,7 @@ const finish = (spec: Json, declarations: ReadonlyMap<string, Declaration>): Jso
       const secured = operation.security.length > 0
       for (const [status, response] of Object.entries<Json>(operation.responses)) {
         const content = response.content?.["application/json"]
+        let codes: ReadonlyArray<string> = []
         if (content !== undefined) {
           const schema = withoutDecodeError(content.schema)
           if (schema === undefined) {
@@ -188,11 +205,12 @@ const finish = (spec: Json, declarations: ReadonlyMap<string, Declaration>): Jso
               ...(declaration?.errorCases[status] === undefined ? [] : [declaration.errorCases[status]]),
               ...(status === "400" ? [unknownQuery] : [])
             ]
-            const codes = codesOf(schema).join(", ")
-            response.description = cases.length === 0 ? codes : `${codes}. ${cases.join(" ")}`
+            codes = codesOf(schema)
+            const listed = codes.join(", ")
+            response.description = cases.length === 0 ? listed : `${listed}. ${cases.join(" ")}`
           }
         }
-        response.headers = headersFor(status, secured, declaration?.replays ?? false)
+        response.headers = headersFor(status, secured, declaration?.replays ?? false, codes)
         if (status === "200" || status === "304") {
           for (const [name, { always, description }] of Object.entries(declaration?.successHeaders ?? {})) {
             response.headers[name] = { ...header(description), ...(always ? { required: true } : {}) }

@@ -1,4 +1,4 @@
-import { HttpApp, HttpServerResponse } from "@effect/platform"
+import { Headers, HttpApp, HttpServerResponse } from "@effect/platform"
 import { Effect, type Fiber, FiberRef, Option } from "effect"
 
 /**
@@ -72,6 +72,46 @@ export const addResponseHeadersOn = (
  */
 export const addResponseHeaders = (headers: Readonly<Record<string, string>>): Effect.Effect<void> =>
   Effect.withFiberRuntime((fiber) => addResponseHeadersOn(fiber, headers) ?? Effect.void)
+
+/** What the fiber's pre-response handler becomes once `names` are taken off what it sets. */
+const withoutHeaders = (
+  handler: HttpApp.PreResponseHandler,
+  names: ReadonlyArray<string>
+): HttpApp.PreResponseHandler => {
+  if (isHeadersHandler(handler)) {
+    const headers = { ...handler.headers }
+    for (const name of names) delete headers[name]
+    return headersHandler(headers)
+  }
+  return (request, response) =>
+    Effect.map(handler(request, response), (response) =>
+      HttpServerResponse.setBody(
+        HttpServerResponse.empty({
+          status: response.status,
+          statusText: response.statusText,
+          headers: names.reduce((headers, name) => Headers.remove(headers, name), response.headers),
+          cookies: response.cookies
+        }),
+        response.body
+      ))
+}
+
+/**
+ * Takes headers an earlier step added (`addResponseHeaders`) back off whatever answer the request
+ * ends in, on both servers: in place from the collector the server made for this request, or else
+ * by what the fiber's pre-response handler becomes without them. Names in lowercase, as they are added.
+ */
+export const removeResponseHeaders = (names: ReadonlyArray<string>): Effect.Effect<void> =>
+  Effect.withFiberRuntime((fiber) => {
+    const current = fiber.getFiberRef(HttpApp.currentPreResponseHandlers)
+    if (Option.isNone(current)) return Effect.void
+    if (isHeadersHandler(current.value) && isCollecting(current.value)) {
+      const headers = current.value.headers as Record<string, string>
+      for (const name of names) delete headers[name]
+      return Effect.void
+    }
+    return FiberRef.set(HttpApp.currentPreResponseHandlers, Option.some(withoutHeaders(current.value, names)))
+  })
 
 /**
  * JSON already written (a stored answer replayed byte for byte, a read's record): the library's

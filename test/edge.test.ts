@@ -6,8 +6,9 @@
  */
 import { HttpApiBuilder, HttpServer } from "@effect/platform"
 import { describe, expect, it } from "@effect/vitest"
-import { ConfigProvider, Effect, Layer, Logger, LogLevel } from "effect"
+import { ConfigProvider, Deferred, Effect, Exit, Layer, Logger, LogLevel } from "effect"
 import { Activations } from "../src/Activations.ts"
+import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
 import { ActivationsHandlers } from "../src/Activations/Http.ts"
 import { JsonBodyLive } from "../src/Activations/JsonBody.ts"
 import { Analytics } from "../src/Analytics.ts"
@@ -19,6 +20,7 @@ import { KeyUsage } from "../src/ApiKeys/KeyUsage.ts"
 import { ApiLive, MiddlewareLive } from "../src/App.ts"
 import { DatabaseOutage } from "../src/Database/Outage.ts"
 import { declaredEndpoints, middlewareOf } from "../src/Declaration.ts"
+import { analyticsLine } from "../src/Domain/Activation.ts"
 import type { ApiKeyIdentity, Authenticated, BrandId, KeyId } from "../src/Domain/ApiKey.ts"
 import { IdempotencyInProgress, KeyRefused } from "../src/Domain/Errors.ts"
 import { Draining } from "../src/Draining.ts"
@@ -28,10 +30,12 @@ import { HealthHandlers } from "../src/Health/Http.ts"
 import { Idempotency } from "../src/Idempotency.ts"
 import { RequireIdempotencyKeyLive } from "../src/Idempotency/Http.ts"
 import { IdentityHandlers } from "../src/Identity/Http.ts"
-import { MetricsOff } from "../src/Metrics.ts"
+import { Metrics, MetricsOff } from "../src/Metrics.ts"
 import { RateLimit, type RateLimitDecision } from "../src/RateLimit.ts"
 import { Warming } from "../src/WarmUp.ts"
 import { activatePath } from "./support/client.ts"
+import { eventually } from "./support/load.ts"
+import { annotationOf, captureLogs } from "./support/telemetry.ts"
 import { makeTestLayer } from "./support/testLayer.ts"
 
 const writer: ApiKeyIdentity = {
@@ -53,10 +57,12 @@ const ending: Authenticated = {
   rateLimit: { max: 5, windowSeconds: 30 },
   secretSha256: "ee".repeat(32)
 }
+const analyst: ApiKeyIdentity = { ...writer, keyId: "analy5t000000000" as KeyId, scopes: ["analytics:read"] }
 const tokens: Record<string, Authenticated> = {
   "cak_writer": endless(writer),
   "cak_reader": endless(reader),
-  "cak_ending": ending
+  "cak_ending": ending,
+  "cak_analyst": endless(analyst)
 }
 
 interface Doubles {
@@ -67,14 +73,28 @@ interface Doubles {
   activations: number
   /** The secrets whose use the key step noted, by digest. */
   used: Array<string>
+  /** Each analytics count asked for, held until the test lets it answer; `stopped` once interrupted before. */
+  counts: Array<{ readonly answer: Deferred.Deferred<void>; stopped: boolean }>
 }
 
-const makeDoubles = (doubles: Doubles) =>
+const makeDoubles = (doubles: Doubles, metrics: Layer.Layer<Metrics> = MetricsOff) =>
   Layer.mergeAll(
-    // The reads and the analytics are not what these tests are about: any call dies, loudly.
-    makeTestLayer(Analytics)({}),
+    // The analytics as they are, on counts the test holds; the reads are not what these tests are
+    // about: any call dies, loudly.
+    Analytics.Live.pipe(Layer.provide(
+      makeTestLayer(ActivationsRepo)({
+        counts: () =>
+          Effect.flatMap(Deferred.make<void>(), (answer) => {
+            const held = { answer, stopped: false }
+            doubles.counts.push(held)
+            return Effect.as(Deferred.await(answer), { byDay: [], byPlannedDay: [], unscheduled: 0, creators: 0 }).pipe(
+              Effect.onInterrupt(() => Effect.sync(() => held.stopped = true))
+            )
+          })
+      })
+    )),
     makeTestLayer(DatabaseOutage)({}),
-    MetricsOff,
+    metrics,
     makeTestLayer(HealthRepo)({ database: "sqlite", ping: Effect.void }),
     Draining.Live,
     Warming.Live,
@@ -120,27 +140,38 @@ const makeDoubles = (doubles: Doubles) =>
 const config = ConfigProvider.fromMap(new Map([["PORT", "0"], ["DOCS_ENABLED", "false"]]))
 
 /** The edge as the server builds it, on the doubles: the handlers, and the middleware from their layers. */
-const edgeProgram = Effect.gen(function*() {
-  return yield* makeEdge({
-    api: CampaignApi,
-    handlers: {
-      activations: yield* ActivationsHandlers,
-      analytics: yield* AnalyticsHandlers,
-      identity: yield* IdentityHandlers,
-      health: yield* HealthHandlers
-    },
-    synchronousGets: true
+const edgeProgramWith = (synchronousGets: boolean) =>
+  Effect.gen(function*() {
+    return yield* makeEdge({
+      api: CampaignApi,
+      handlers: {
+        activations: yield* ActivationsHandlers,
+        analytics: yield* AnalyticsHandlers,
+        identity: yield* IdentityHandlers,
+        health: yield* HealthHandlers
+      },
+      synchronousGets
+    })
   })
-})
+const edgeProgram = edgeProgramWith(true)
 
 type Fetch = (request: Request) => Response | Promise<Response>
 
-const edgeOn = (doubles: Doubles): Promise<{ readonly fetch: Fetch }> =>
-  edgeProgram.pipe(
+const edgeOn = (
+  doubles: Doubles,
+  { logged = LogLevel.None, logs = Layer.empty, metrics = MetricsOff, synchronousGets = true }: {
+    readonly logged?: LogLevel.LogLevel
+    readonly logs?: Layer.Layer<never>
+    readonly metrics?: Layer.Layer<Metrics>
+    readonly synchronousGets?: boolean
+  } = {}
+): Promise<{ readonly fetch: Fetch }> =>
+  edgeProgramWith(synchronousGets).pipe(
     Effect.provide(MiddlewareLive),
-    Effect.provide(makeDoubles(doubles)),
+    Effect.provide(makeDoubles(doubles, metrics)),
+    Effect.provide(logs),
     Effect.withConfigProvider(config),
-    Logger.withMinimumLogLevel(LogLevel.None),
+    Logger.withMinimumLogLevel(logged),
     Effect.runPromise
   )
 
@@ -159,8 +190,30 @@ const fresh = (): Doubles => ({
   decision: { allowed: true, remaining: 119, retryAfterSeconds: 0 },
   inProgress: false,
   activations: 0,
-  used: []
+  used: [],
+  counts: []
 })
+
+const campaignId = "9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d"
+const analyticsOf = (init: RequestInit = {}) =>
+  new Request(`http://localhost/v1/campaigns/${campaignId}/analytics`, {
+    ...init,
+    headers: { authorization: "Bearer cak_analyst" }
+  })
+/** A promise's value once it has one: a state waited for, and named if it never comes. */
+const settled = async <A>(what: string, promise: Promise<A>): Promise<A> => {
+  let done = false
+  void promise.finally(() => done = true)
+  await eventually(what, () => done)
+  return promise
+}
+/** Lets the held counts answer in the order they were asked for, each once it has been asked for. */
+const answerCounts = async (doubles: Doubles, how: number) => {
+  for (let i = 0; i < how; i++) {
+    await eventually(`count ${i + 1} asked for`, () => doubles.counts.length > i)
+    Deferred.unsafeDone(doubles.counts[i]!.answer, Exit.void)
+  }
+}
 
 /** A request that fails every check that `passing` does not name, in the order of checks. */
 const activation = (passing: ReadonlyArray<"key" | "scope" | "idempotencyKey" | "mediaType" | "json" | "valid">) =>
@@ -301,7 +354,96 @@ describe.each(servers)("$name, in process on test doubles", ({ on }) => {
   })
 })
 
+/** The servers, and the edge as it serves every request with a promise (PostgreSQL, Redis). */
+const waitingServers = [
+  ...servers,
+  {
+    name: "the edge, every request in a promise",
+    on: (doubles: Doubles) => edgeOn(doubles, { synchronousGets: false })
+  }
+] as const
+
+describe.each(waitingServers)("$name, with a brand's analytics calls in line", ({ on }) => {
+  it(`answers the call past its line 429 CONCURRENCY_LIMITED with Retry-After and none of the key's RateLimit headers`, async () => {
+    const doubles = fresh()
+    const { fetch } = await on(doubles)
+    const calls = Array.from({ length: 2 + analyticsLine.waiting }, () => Promise.resolve(fetch(analyticsOf())))
+    const answered: Array<number> = []
+    calls.forEach((call, i) => void call.then(() => answered.push(i)))
+    // One is being answered and the line's others wait for it: the one past them is answered first.
+    await eventually("a call answered", () => answered.length > 0)
+    expect(answered).toEqual([calls.length - 1])
+    const refused = await answer(calls.at(-1)!)
+    expect({ status: refused.status, code: refused.json.code }).toEqual({ status: 429, code: "CONCURRENCY_LIMITED" })
+    expect(refused.headers["retry-after"]).toBe("1")
+    expect(refused.headers["ratelimit"]).toBeUndefined()
+    expect(refused.headers["ratelimit-policy"]).toBeUndefined()
+    await answerCounts(doubles, calls.length - 1)
+    for (const call of calls.slice(0, -1)) {
+      const answered = await answer(call)
+      expect(answered.status).toBe(200)
+      // An answer of the line carries the key's quota, as any other.
+      expect(answered.headers).toMatchObject({ "ratelimit-policy": `"default";q=120;w=60` })
+      expect(answered.headers["retry-after"]).toBeUndefined()
+    }
+  })
+})
+
+describe.each(waitingServers)("$name, when a client goes", ({ on }) => {
+  it("interrupts its request: the read stops, the brand's next call is answered at once, and it is answered 499", async () => {
+    const doubles = fresh()
+    const { fetch } = await on(doubles)
+    const client = new AbortController()
+    const left = Promise.resolve(fetch(analyticsOf({ signal: client.signal })))
+    const next = Promise.resolve(fetch(analyticsOf()))
+    await eventually("the first call's read", () => doubles.counts.length === 1)
+    client.abort()
+    await eventually("the next call's read", () => doubles.counts.length === 2)
+    expect(doubles.counts[0]!.stopped).toBe(true)
+    expect((await settled("the left call answered", left)).status).toBe(499)
+    Deferred.unsafeDone(doubles.counts[1]!.answer, Exit.void)
+    expect((await next).status).toBe(200)
+  })
+})
+
 describe("the edge's own", () => {
+  it("logs a request whose client went as its access line with status 499, counts it as 499, and logs nothing unexpected", async () => {
+    const doubles = fresh()
+    const statuses: Array<number> = []
+    const nothing = () => {}
+    const metrics = Layer.succeed(Metrics, {
+      on: true,
+      answered: (_method, _route, status) => void statuses.push(status),
+      replayed: nothing,
+      conflicted: nothing,
+      activationCreated: nothing,
+      committed: nothing,
+      databaseUnavailable: nothing
+    })
+    // Tracing is on here (Effect's own tracer): the access line is the message "request" with its fields.
+    const { layer: logs, lines } = captureLogs(({ annotations, logLevel, message }) => ({
+      level: logLevel.label,
+      message: (message as ReadonlyArray<unknown>)[0],
+      status: annotationOf(annotations, "status"),
+      route: annotationOf(annotations, "route"),
+      keyId: annotationOf(annotations, "keyId")
+    }))
+    const { fetch } = await edgeOn(doubles, { logged: LogLevel.Info, logs, metrics })
+    const client = new AbortController()
+    const left = Promise.resolve(fetch(analyticsOf({ signal: client.signal })))
+    await eventually("the call's read", () => doubles.counts.length === 1)
+    client.abort()
+    expect((await settled("the left call answered", left)).status).toBe(499)
+    expect(lines).toEqual([{
+      level: "INFO",
+      message: "request",
+      status: 499,
+      route: "/v1/campaigns/:campaignId/analytics",
+      keyId: analyst.keyId
+    }])
+    expect(statuses).toEqual([499])
+  })
+
   it("answers a valid body's failed validation as VALIDATION_ERROR naming the field (the library's own server says HttpApiDecodeError)", async () => {
     const { fetch } = await edgeOn(fresh())
     const { json, status } = await answer(fetch(activation(["key", "scope", "idempotencyKey", "mediaType", "json"])))

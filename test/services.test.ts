@@ -1,5 +1,5 @@
 import { RateLimiter } from "@effect/experimental"
-import { HttpServerRequest } from "@effect/platform"
+import { HttpApp, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { describe, expect, it, layer } from "@effect/vitest"
 import {
   Arbitrary,
@@ -14,6 +14,7 @@ import {
   FastCheck as fc,
   Fiber,
   FiberId,
+  FiberRef,
   HashMap,
   Layer,
   List,
@@ -36,9 +37,9 @@ import { KeyUsage } from "../src/ApiKeys/KeyUsage.ts"
 import { AppConfig } from "../src/Config.ts"
 import { DatabaseOutage } from "../src/Database/Outage.ts"
 import { databaseError } from "../src/Database/SqlErrors.ts"
-import { ActivateResponse, Activation, ActivationList } from "../src/Domain/Activation.ts"
+import { ActivateResponse, Activation, ActivationList, analyticsLine } from "../src/Domain/Activation.ts"
 import type { ApiKeyIdentity, BrandId, KeyId, Scope } from "../src/Domain/ApiKey.ts"
-import { KeyRefused, type RefusalReason } from "../src/Domain/Errors.ts"
+import { ConcurrencyLimited, KeyRefused, type RefusalReason } from "../src/Domain/Errors.ts"
 import { IdempotencyKeyHeader, isMissingIdempotencyKey } from "../src/Domain/IdempotencyKey.ts"
 import { Draining } from "../src/Draining.ts"
 import { makeCallers } from "../src/Edge/Caller.ts"
@@ -51,6 +52,7 @@ import { accessLine, jsonLine } from "../src/Logging.ts"
 import { MetricsOff } from "../src/Metrics.ts"
 import { RateLimit } from "../src/RateLimit.ts"
 import { RateLimitStore } from "../src/RateLimit/Store.ts"
+import { addResponseHeaders, removeResponseHeaders } from "../src/Responses.ts"
 import { Warming } from "../src/WarmUp.ts"
 import { annotationOf, captureLogs } from "./support/telemetry.ts"
 import { makeTestLayer } from "./support/testLayer.ts"
@@ -545,18 +547,25 @@ layer(RateLimitInMemory)("RateLimit (3 per 60 s)", (it) => {
     }))
 })
 
-/** Each count the repository is asked for, held until the test lets it answer. */
-const heldCounts: Array<{ readonly brandId: string; readonly answer: Deferred.Deferred<void> }> = []
+/**
+ * Each count the repository is asked for, held until the test lets it answer; `stopped` once it was
+ * interrupted before that.
+ */
+const heldCounts: Array<{ readonly brandId: string; readonly answer: Deferred.Deferred<void>; stopped: boolean }> = []
 
 const AnalyticsWithHeldCounts = Analytics.Live.pipe(
   Layer.provide(
     makeTestLayer(ActivationsRepo)({
       counts: (brandId) =>
-        Effect.flatMap(Deferred.make<void>(), (answer) =>
-          Effect.zipRight(
-            Effect.sync(() => void heldCounts.push({ brandId, answer })),
-            Effect.as(Deferred.await(answer), { byDay: [], byPlannedDay: [], unscheduled: 0, creators: 0 })
-          ))
+        Effect.flatMap(Deferred.make<void>(), (answer) => {
+          const held = { brandId, answer, stopped: false }
+          return Effect.zipRight(
+            Effect.sync(() => void heldCounts.push(held)),
+            Effect.as(Deferred.await(answer), { byDay: [], byPlannedDay: [], unscheduled: 0, creators: 0 }).pipe(
+              Effect.onInterrupt(() => Effect.sync(() => held.stopped = true))
+            )
+          )
+        })
     })
   )
 )
@@ -588,6 +597,142 @@ layer(AnalyticsWithHeldCounts)("Analytics", (it) => {
       expect(heldCounts.map(({ brandId }) => brandId)).toEqual([brandId, otherBrandId, brandId])
       yield* Deferred.succeed(heldCounts[2]!.answer, undefined)
       expect((yield* Fiber.join(second)).from).toBe("2026-03-01")
+    }))
+
+  /** The brand's held counts, in the order they were asked for. */
+  const heldOf = (brand: string) => heldCounts.filter((held) => held.brandId === brand)
+  const call = (brand: string) =>
+    Effect.flatMap(Analytics, (analytics) => Effect.fork(analytics.campaign(brand, campaignId, range)))
+  /** A call that is answered without waiting: with what it was refused. */
+  const refusedAtOnce = (brand: string) =>
+    Effect.gen(function*() {
+      const refused = yield* call(brand)
+      yield* othersRun
+      expect(refused.unsafePoll(), "answered at once").not.toBeNull()
+      return yield* Effect.flip(Fiber.join(refused))
+    })
+
+  it.effect(`lets ${analyticsLine.waiting} of a brand's calls wait while one is answered, and refuses the next at once with ConcurrencyLimited, other brands' calls unaffected`, () =>
+    Effect.gen(function*() {
+      heldCounts.length = 0
+      const lineBrand = "2d3e4f5a-6b7c-4d8e-9f0a-1b2c3d4e5f6a"
+      const line = yield* Effect.forEach(Array.from({ length: 1 + analyticsLine.waiting }), () => call(lineBrand))
+      yield* othersRun
+      expect(heldOf(lineBrand)).toHaveLength(1)
+      const refused = yield* refusedAtOnce(lineBrand)
+      expect(refused).toBeInstanceOf(ConcurrencyLimited)
+      expect(refused.message).toBe(
+        `${analyticsLine.waiting} of this brand's analytics calls are already waiting their turn behind the one being answered; retry once one has been answered.`
+      )
+      // Another brand's call is the first of a line of its own.
+      const other = yield* call(otherBrandId)
+      yield* othersRun
+      expect(heldOf(otherBrandId)).toHaveLength(1)
+      // Each answer hands the turn to the next in line, in the order they came.
+      for (let answered = 0; answered < line.length; answered++) {
+        expect(heldOf(lineBrand)).toHaveLength(answered + 1)
+        yield* Deferred.succeed(heldOf(lineBrand)[answered]!.answer, undefined)
+        expect((yield* Fiber.join(line[answered]!)).campaignId).toBe(campaignId)
+        yield* othersRun
+        // The first answered, its place in line is free again: one call takes it, the next is refused.
+        if (answered === 0) {
+          line.push(yield* call(lineBrand))
+          expect(yield* refusedAtOnce(lineBrand)).toBeInstanceOf(ConcurrencyLimited)
+        }
+      }
+      yield* Deferred.succeed(heldOf(otherBrandId)[0]!.answer, undefined)
+      yield* Fiber.join(other)
+    }))
+
+  it.effect(`refuses a call that has waited its turn ${analyticsLine.longestWaitSeconds} s, and the line goes on without it`, () =>
+    Effect.gen(function*() {
+      heldCounts.length = 0
+      const first = yield* call(brandId)
+      yield* othersRun
+      const waiting = yield* call(brandId)
+      yield* othersRun
+      yield* TestClock.adjust(Duration.seconds(analyticsLine.longestWaitSeconds - 1))
+      yield* othersRun
+      expect(waiting.unsafePoll()).toBeNull()
+      const later = yield* call(brandId)
+      yield* TestClock.adjust(Duration.seconds(1))
+      yield* othersRun
+      expect(waiting.unsafePoll(), "refused").not.toBeNull()
+      const refused = yield* Effect.flip(Fiber.join(waiting))
+      expect(refused).toBeInstanceOf(ConcurrencyLimited)
+      expect(refused.message).toBe(
+        `This call waited ${analyticsLine.longestWaitSeconds} seconds for the brand's earlier analytics calls to be answered; retry once they have been.`
+      )
+      // It never read; the call behind it, a second short of its own bound, reads next.
+      expect(heldCounts).toHaveLength(1)
+      yield* Deferred.succeed(heldCounts[0]!.answer, undefined)
+      yield* Fiber.join(first)
+      yield* othersRun
+      expect(heldCounts).toHaveLength(2)
+      yield* Deferred.succeed(heldCounts[1]!.answer, undefined)
+      expect((yield* Fiber.join(later)).campaignId).toBe(campaignId)
+    }))
+
+  it.effect("lets go of a call whose caller went: a waiting call's place is free at once, a read stops and hands the turn on", () =>
+    Effect.gen(function*() {
+      heldCounts.length = 0
+      const reading = yield* call(brandId)
+      yield* othersRun
+      const waiting = yield* Effect.forEach(Array.from({ length: analyticsLine.waiting }), () => call(brandId))
+      yield* othersRun
+      expect(yield* refusedAtOnce(brandId)).toBeInstanceOf(ConcurrencyLimited)
+      // A waiting call's caller goes: a new call takes its place rather than being refused.
+      yield* Fiber.interrupt(waiting[0]!)
+      const late = yield* call(brandId)
+      yield* othersRun
+      expect(late.unsafePoll()).toBeNull()
+      // The reading call's caller goes: its read stops, and the next in line reads at once.
+      yield* Fiber.interrupt(reading)
+      yield* othersRun
+      expect(heldCounts.map(({ stopped }) => stopped)).toEqual([true, false])
+      for (const next of [...waiting.slice(1), late]) {
+        yield* Deferred.succeed(heldCounts.at(-1)!.answer, undefined)
+        expect((yield* Fiber.join(next)).campaignId).toBe(campaignId)
+        yield* othersRun
+      }
+      expect(heldCounts).toHaveLength(1 + analyticsLine.waiting)
+    }))
+})
+
+describe("the headers an answer carries", () => {
+  /** What the fiber's pre-response handlers make of a plain answer, as either server applies them. */
+  const headersOfAnswer = Effect.flatMap(FiberRef.get(HttpApp.currentPreResponseHandlers), (handler) =>
+    Effect.map(
+      Option.isNone(handler)
+        ? Effect.succeed(HttpServerResponse.text("ok"))
+        : handler.value(HttpServerRequest.fromWeb(new Request("http://localhost/")), HttpServerResponse.text("ok")),
+      (response) => ({ status: response.status, headers: { ...response.headers } })
+    ))
+  const plain = { "content-type": "text/plain", "content-length": "2" }
+  const keyHeaders = {
+    "ratelimit": `"default";r=1;t=0`,
+    "ratelimit-policy": `"default";q=2;w=60`,
+    "api-key-expires": "x"
+  }
+
+  it.effect("takes back the headers named, and only those, from what an earlier step added", () =>
+    Effect.gen(function*() {
+      yield* addResponseHeaders(keyHeaders)
+      yield* removeResponseHeaders(["ratelimit", "ratelimit-policy"])
+      expect(yield* headersOfAnswer).toEqual({ status: 200, headers: { ...plain, "api-key-expires": "x" } })
+    }))
+
+  it.effect("takes them back behind a handler that does more than set headers, which still runs", () =>
+    Effect.gen(function*() {
+      yield* HttpApp.appendPreResponseHandler((_, response) =>
+        Effect.succeed(HttpServerResponse.setStatus(HttpServerResponse.setHeader(response, "x-other", "1"), 201))
+      )
+      yield* addResponseHeaders(keyHeaders)
+      yield* removeResponseHeaders(["ratelimit", "ratelimit-policy"])
+      expect(yield* headersOfAnswer).toEqual({
+        status: 201,
+        headers: { ...plain, "x-other": "1", "api-key-expires": "x" }
+      })
     }))
 })
 

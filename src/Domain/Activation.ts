@@ -282,6 +282,13 @@ export const AnalyticsQuery = Schema.Struct({
 }).annotations({ parseOptions: { onExcessProperty: "error" } })
 export type AnalyticsQuery = typeof AnalyticsQuery.Type
 
+/**
+ * A brand's line for its analytics calls (README, Analytics): one answered at a time, at most
+ * `waiting` others waiting their turn, none of them longer than `longestWaitSeconds`; a call past
+ * either bound is refused rather than queued.
+ */
+export const analyticsLine = { waiting: 4, longestWaitSeconds: 10 } as const
+
 /** A count: a whole number, never negative. */
 const Count = (description: string) =>
   Schema.Number.pipe(Schema.filter((n) => Number.isInteger(n) && n >= 0)).annotations({

@@ -24,6 +24,7 @@ export class IdempotencyInProgress
 export class PayloadTooLarge extends Schema.TaggedError<PayloadTooLarge>()("PayloadTooLarge", fields) {}
 export class UnsupportedMediaType extends Schema.TaggedError<UnsupportedMediaType>()("UnsupportedMediaType", fields) {}
 export class RateLimited extends Schema.TaggedError<RateLimited>()("RateLimited", fields) {}
+export class ConcurrencyLimited extends Schema.TaggedError<ConcurrencyLimited>()("ConcurrencyLimited", fields) {}
 export class InternalError extends Schema.TaggedError<InternalError>()("InternalError", fields) {}
 export class ServiceUnavailable extends Schema.TaggedError<ServiceUnavailable>()("ServiceUnavailable", fields) {}
 
@@ -40,6 +41,7 @@ export type ApiError =
   | PayloadTooLarge
   | UnsupportedMediaType
   | RateLimited
+  | ConcurrencyLimited
   | InternalError
   | ServiceUnavailable
 
@@ -57,6 +59,7 @@ const wireCodes = {
   PayloadTooLarge: [413, "PAYLOAD_TOO_LARGE"],
   UnsupportedMediaType: [415, "UNSUPPORTED_MEDIA_TYPE"],
   RateLimited: [429, "RATE_LIMITED"],
+  ConcurrencyLimited: [429, "CONCURRENCY_LIMITED"],
   InternalError: [500, "INTERNAL_ERROR"],
   ServiceUnavailable: [503, "SERVICE_UNAVAILABLE"]
 } as const satisfies { readonly [K in ApiError["_tag"]]: readonly [number, string] }

@@ -1,11 +1,18 @@
-import { type HttpApi, HttpApp, HttpServerRequest, HttpServerResponse, OpenApi } from "@effect/platform"
+import {
+  type HttpApi,
+  HttpApp,
+  HttpServerError,
+  HttpServerRequest,
+  HttpServerResponse,
+  OpenApi
+} from "@effect/platform"
 import {
   Cause,
   Context,
   Duration,
   Effect,
   Exit,
-  Fiber,
+  type Fiber,
   FiberId,
   FiberRef,
   FiberRefs,
@@ -270,21 +277,86 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, synch
     const baseAnnotations = FiberRefs.getOrDefault(built.fiberRefs, FiberRef.currentLogAnnotations)
 
     /**
+     * The requests whose fibers are waiting and not yet listened to, each until its fiber ends or
+     * the turn of the event loop it waited in is over (`watch`): most have been answered by then (a
+     * replay, once its body is read), and listening to a request's signal is one of the dearer steps
+     * of an answer (bench/BENCHMARKS.md).
+     */
+    const unwatched = new Map<Fiber.RuntimeFiber<Reply>, Request>()
+    let watchDue = false
+    /**
+     * Each request still waiting is interrupted once its client has gone (Bun aborts the request's
+     * signal when its connection closes), as the library's own web handler interrupts it
+     * (`HttpApp.toWebHandler`): what it was doing stops at its next wait (a read between its pages,
+     * a turn in a line). A request answered synchronously never waits long enough to be left.
+     */
+    const watch = () => {
+      watchDue = false
+      for (const [fiber, request] of unwatched) {
+        const signal = request.signal
+        const left = () => fiber.unsafeInterruptAsFork(HttpServerError.clientAbortFiberId)
+        if (signal.aborted) left()
+        else signal.addEventListener("abort", left, { once: true })
+      }
+      unwatched.clear()
+    }
+
+    /**
+     * A request's fiber once it waits, as a promise of its reply, watched for its client leaving
+     * (`watch`). Its program's own matching of a failure does not run for an interruption, so
+     * `failed` answers it (499, `Render.ts`) from where the fiber stopped, as the fiber itself
+     * would have: its context, headers and key note are the fiber's. A program made uninterruptible
+     * around its route would answer it in the fiber, at the cost of two changes of its flags for
+     * every request, the synchronous ones included, which no client can leave.
+     */
+    const awaited = (
+      fiber: Fiber.RuntimeFiber<Reply>,
+      request: Request,
+      failed: (cause: Cause.Cause<unknown>) => Effect.Effect<Reply>
+    ): Promise<Reply> => {
+      unwatched.set(fiber, request)
+      if (!watchDue) {
+        watchDue = true
+        setImmediate(watch)
+      }
+      return new Promise((resolve, reject) =>
+        fiber.addObserver((exit) => {
+          unwatched.delete(fiber)
+          if (Exit.isSuccess(exit)) return resolve(exit.value)
+          if (!Cause.isInterruptedOnly(exit.cause)) return reject(Runtime.makeFiberFailure(exit.cause))
+          const where = Runtime.make({
+            context: fiber.currentContext,
+            fiberRefs: fiber.getFiberRefs(),
+            runtimeFlags: built.runtimeFlags
+          })
+          resolve(Runtime.runPromise(where, failed(exit.cause)))
+        })
+      )
+    }
+
+    /**
      * A GET reads no body: on SQLite with the rate limits in memory its program never waits, and
      * answering it synchronously, without a promise or a scheduler turn, saves much of its cost.
-     * Should it wait after all, it goes on in its fiber, joined; that costs more than a promise from
+     * Should it wait after all, it goes on in its fiber, awaited; that costs more than a promise from
      * the start, which is why a POST (always a body to read), and every request when the rate limits
      * are on Redis (a round trip each) or the reads on PostgreSQL (its pool), starts with one.
      */
-    const answer = (exchange: Exchange, provided: Provided, program: Effect.Effect<Reply>): Reply | Promise<Reply> => {
+    const answer = (
+      exchange: Exchange,
+      provided: Provided,
+      program: Effect.Effect<Reply>,
+      failed: (cause: Cause.Cause<unknown>) => Effect.Effect<Reply>
+    ): Reply | Promise<Reply> => {
       const runtime = runtimeOf(provided, exchange.requestId)
       const method = exchange.request.method
-      if (!synchronousGets || (method !== "GET" && method !== "HEAD")) return Runtime.runPromise(runtime, program)
+      if (!synchronousGets || (method !== "GET" && method !== "HEAD")) {
+        return awaited(Runtime.runFork(runtime, program), exchange.request.source, failed)
+      }
       const exit = Runtime.runSyncExit(runtime, program)
       if (Exit.isSuccess(exit)) return exit.value
       const defect = Cause.squash(exit.cause)
       return Runtime.isAsyncFiberException(defect)
-        ? Runtime.runPromise(runtime, Fiber.join(defect.fiber as Fiber.RuntimeFiber<Reply>))
+        ? awaited(defect.fiber as Fiber.RuntimeFiber<Reply>, exchange.request.source, failed)
         : Promise.reject(defect)
     }
 
@@ -377,12 +449,13 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, synch
         const logging = accessLog(fiber, exchange, reply.status, startedAt)
         return logging === undefined ? Effect.succeed(reply) : Effect.as(logging, reply)
       }
+      const failed = (cause: Cause.Cause<unknown>) => Effect.flatMap(renderer.renderFailure(cause), finish)
       const answered = Effect.matchCauseEffect(route.run(request, params, provided), {
-        onFailure: (cause) => Effect.flatMap(renderer.renderFailure(cause), finish),
+        onFailure: failed,
         onSuccess: finish
       })
       const program = (traced ? withServerSpan(exchange, provided)(answered) : answered) as Effect.Effect<Reply>
-      const reply = answer(exchange, provided, program)
+      const reply = answer(exchange, provided, program, failed)
       return reply instanceof Promise ? settle(exchange, reply, startedAt) : respond(exchange, reply, startedAt)
     }
 

@@ -1,4 +1,5 @@
-import { Cause, Effect, Option } from "effect"
+import { HttpServerError } from "@effect/platform"
+import { Cause, Effect, HashSet, Option } from "effect"
 import { ArrayFormatter, isParseError } from "effect/ParseResult"
 import type * as ParseResult from "effect/ParseResult"
 import { isDatabaseUnavailable } from "../Database/SqlErrors.ts"
@@ -78,13 +79,15 @@ const validationMessage = (error: ParseResult.ParseError): string => {
 
 const unavailable = new ServiceUnavailable({ message: "The service is temporarily unavailable; retry shortly." })
 const internal = new InternalError({ message: "An unexpected error occurred." })
+const clientClosed: Reply = { status: 499, body: undefined }
 
 /**
  * The one renderer: every way a request can end badly leaves as the envelope. A tagged failure is
  * its own envelope (its headers, `WWW-Authenticate` or `Retry-After`, are the pre-response
  * handlers' it added), a schema's decode failure is VALIDATION_ERROR naming the field, the
  * database being unusable is 503 (told to `outage`, which counts and logs it), and anything else
- * is a generic 500 with the cause in the log.
+ * is a generic 500 with the cause in the log. The one exception: a request whose client has gone
+ * (interrupted, `Edge.ts`) is 499 without a body, which nobody reads; only its access line does.
  */
 export const makeRenderer = (outage: (cause: Cause.Cause<unknown>) => Effect.Effect<void>) => {
   const renderFailure = (cause: Cause.Cause<unknown>): Effect.Effect<Reply> => {
@@ -95,6 +98,15 @@ export const makeRenderer = (outage: (cause: Cause.Cause<unknown>) => Effect.Eff
       if (isParseError(error)) {
         return Effect.succeed(errorReply(new ValidationError({ message: validationMessage(error) })))
       }
+    }
+    // Interrupted and nothing more: its client gone, 499 (nginx's "client closed request"); by
+    // anything else, 503. Both as the library's own server answers them (`HttpServerError.causeResponse`).
+    if (Cause.isInterruptedOnly(cause)) {
+      return Effect.succeed(
+        HashSet.has(Cause.interruptors(cause), HttpServerError.clientAbortFiberId)
+          ? clientClosed
+          : errorReply(unavailable)
+      )
     }
     if (isDatabaseUnavailable(Cause.squash(cause))) return Effect.as(outage(cause), errorReply(unavailable))
     return Effect.as(Effect.logError("unexpected failure", cause), errorReply(internal))
