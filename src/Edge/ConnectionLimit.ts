@@ -102,8 +102,8 @@ export interface ConnectionCounts {
  * and port from its first request on, and counts until it can no longer be open: while a request
  * is in flight on it (Bun sets no idle timeout then), and after its last answer for its idle
  * timeout and the timer's granularity (when Bun has closed it, whatever part of a next request it
- * holds), or until it ends with `Connection: close` or its client goes mid-request. The count is
- * never below what is open.
+ * holds), or until it ends with `Connection: close` or with its client gone mid-request. The count
+ * is never below what is open.
  *
  * A first request on a connection over its address's limit, or over the process's total, is
  * refused (the caller answers it 503 and closes the connection). Once an address holds half its
@@ -214,8 +214,6 @@ export const makeConnectionLimit = (options: {
         connection.lastSeen = performance.now()
         if (closing) forget(connection)
       },
-      /** The client of a request in flight on `connection` went: the connection is closed. */
-      gone: forget,
       /** What was refused and shortened since the last call. */
       takeCounts: (): ConnectionCounts => {
         const drained = counts

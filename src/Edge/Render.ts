@@ -79,7 +79,10 @@ const validationMessage = (error: ParseResult.ParseError): string => {
 
 const unavailable = new ServiceUnavailable({ message: "The service is temporarily unavailable; retry shortly." })
 const internal = new InternalError({ message: "An unexpected error occurred." })
-const clientClosed: Reply = { status: 499, body: undefined }
+
+/** The status of an answer to a client that has gone: nginx's "client closed request", and the library's. */
+export const clientGone = 499
+const clientClosed: Reply = { status: clientGone, body: undefined }
 
 /**
  * The one renderer: every way a request can end badly leaves as the envelope. A tagged failure is

@@ -11,7 +11,7 @@ import {
   type Refusal
 } from "./ConnectionLimit.ts"
 import { type EdgeOptions, type Handle, inProcess, makeEdge } from "./Edge.ts"
-import { errorReply, toWebResponse } from "./Render.ts"
+import { clientGone, errorReply, toWebResponse } from "./Render.ts"
 
 /** How long in-flight requests may take to finish after SIGTERM before their connections are closed. */
 const drainTimeout = Duration.seconds(10)
@@ -199,8 +199,12 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
       }
       if (connection !== undefined) {
         if (connections.last(connection)) close = true
-        // A connection ending with this answer, by the server's word or its client's, no longer counts.
-        connections.answered(connection, close || request.headers.get("connection")?.toLowerCase() === "close")
+        // A connection ending with this answer, by the server's word or its client's, no longer
+        // counts; nor one whose client has gone, which the edge answers 499 once its request stops.
+        connections.answered(
+          connection,
+          close || response.status === clientGone || request.headers.get("connection")?.toLowerCase() === "close"
+        )
       }
       if (close) response.headers.set("connection", "close")
       return response
@@ -227,10 +231,9 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
       } catch (error) {
         return failed(connection)(error)
       }
-      if (!(response instanceof Promise)) return settle(response, connection, request)
-      // A client that goes before its answer has closed its connection: it stops counting at once.
-      if (connection !== undefined) request.signal.addEventListener("abort", () => connections.gone(connection))
-      return response.then((response) => settle(response, connection, request), failed(connection))
+      return response instanceof Promise
+        ? response.then((response) => settle(response, connection, request), failed(connection))
+        : settle(response, connection, request)
     }
 
     const routes = Object.fromEntries(
