@@ -296,6 +296,31 @@ describe("connections per address (README, Operating it: Connections)", () => {
     }
   })
 
+  it("stops counting a connection the server closes after its answer, a body left unread", async () => {
+    const fresh = await serveInProcess(tempDatabase(), { CONNECTIONS_PER_ADDRESS: "2" })
+    try {
+      // Refused before its body is read: the answer closes the connection, which no longer counts.
+      for (let i = 0; i < 5; i++) {
+        const connection = await openConnection(fresh.url, "127.0.0.5")
+        try {
+          connection.send(rawRequest("POST", activatePath(), [
+            ["idempotency-key", uniqueKey()],
+            ["content-type", "application/json"],
+            ["content-length", String(body.length)]
+          ]))
+          const answer = responseOf(await connection.next())
+          expectEnvelope(answer, 401, "UNAUTHORIZED")
+          expect(answer.headers["connection"]).toBe("close")
+          expect((await connection.next())._tag).toBe("Closed")
+        } finally {
+          connection.destroy()
+        }
+      }
+    } finally {
+      await fresh.stop()
+    }
+  })
+
   it("counts a connection holding part of a next request until the server has closed it", async () => {
     const fresh = await serveInProcess(tempDatabase(), { CONNECTIONS_PER_ADDRESS: "4" })
     const held = await idleFrom(fresh.url, "127.0.0.5", 4)

@@ -199,11 +199,13 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
       }
       if (connection !== undefined) {
         if (connections.last(connection)) close = true
-        // A connection ending with this answer, by the server's word or its client's, no longer
-        // counts; nor one whose client has gone, which the edge answers 499 once its request stops.
+        // A connection ending with this answer, by the server's word (this one's, or the edge's for
+        // a body left unread) or its client's, no longer counts; nor one whose client has gone,
+        // which the edge answers 499 once its request stops.
         connections.answered(
           connection,
-          close || response.status === clientGone || request.headers.get("connection")?.toLowerCase() === "close"
+          close || response.status === clientGone || response.headers.get("connection") === "close" ||
+            request.headers.get("connection")?.toLowerCase() === "close"
         )
       }
       if (close) response.headers.set("connection", "close")

@@ -48,7 +48,10 @@ export const series = {
     durationBuckets,
     "Time from a request's arrival to its answer, by method, route pattern and status."
   ),
-  rateLimited: counter("api_rate_limited_total", "Requests refused with 429 for their key's rate limit."),
+  rateLimited: counter(
+    "api_rate_limited_total",
+    "Requests refused with 429: by their key's rate limit, or an analytics call by its brand's line (CONCURRENCY_LIMITED)."
+  ),
   replays: counter(
     "api_idempotent_replays_total",
     "Activations answered with the stored response of an earlier request with the same Idempotency-Key."
