@@ -158,8 +158,21 @@ export const toWebResponse = ({ bodyRead, request, requestId }: Answering, reply
   // HEAD answers as GET would, headers included (README, For integrators).
   if (request.method === "HEAD") headers["date"] = httpDate()
   // The rest of an unread body is still on the connection: it cannot carry another request.
-  if (!bodyRead && hasBody(request)) headers["connection"] = "close"
+  const closing = !bodyRead && hasBody(request)
+  if (closing) headers["connection"] = "close"
   // The one answer without a body (README, For integrators): nothing to give a type to.
   if (reply.status === 304) delete headers["content-type"]
-  return new Response(reply.body, { status: reply.status, headers })
+  const response = new Response(reply.body, { status: reply.status, headers })
+  if (closing) closingResponses.add(response)
+  return response
 }
+
+/**
+ * The answers that close their connection because of their request's unread body: asked of each
+ * answer by the web server, which stops counting the connection. Reading the response's headers
+ * for it cost whoami and fresh activations 2 to 3 % (bench/BENCHMARKS.md, The second guard).
+ */
+const closingResponses = new WeakSet<Response>()
+
+/** Whether `response` closes its connection for its request's unread body. */
+export const closesForUnreadBody = (response: Response): boolean => closingResponses.has(response)

@@ -11,7 +11,7 @@ import {
   type Refusal
 } from "./ConnectionLimit.ts"
 import { type EdgeOptions, type Handle, inProcess, makeEdge } from "./Edge.ts"
-import { clientGone, errorReply, toWebResponse } from "./Render.ts"
+import { clientGone, closesForUnreadBody, errorReply, toWebResponse } from "./Render.ts"
 
 /** How long in-flight requests may take to finish after SIGTERM before their connections are closed. */
 const drainTimeout = Duration.seconds(10)
@@ -204,7 +204,7 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
         // which the edge answers 499 once its request stops.
         connections.answered(
           connection,
-          close || response.status === clientGone || response.headers.get("connection") === "close" ||
+          close || response.status === clientGone || closesForUnreadBody(response) ||
             request.headers.get("connection")?.toLowerCase() === "close"
         )
       }
