@@ -8,6 +8,7 @@
  *                                         # BENCH_LOG_RUNS=4, BENCH_LOG_SECONDS=5 (the access log's runs)
  *                                         # BENCH_METRICS_ONLY=1 (only metrics on against off, side by side;
  *                                         # BENCH_METRICS_AGAINST=<binary>: that binary against this one, metrics off)
+ *                                         # BENCH_LOG_LEVEL=warn (or info: the service's level in the measured runs)
  *                                         # BENCH_OPEN_LOOP=1 (only latency at constant rates, from each request's
  *                                         # due time, and a fresh instance's first seconds: bench/README.md)
  *

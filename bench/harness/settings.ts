@@ -39,8 +39,15 @@ export const startupRuns = 9
 export const settleMs = 1000
 /** Other processes using more CPU than this (100 = one core) during a measured run make it noisy. */
 export const otherCpuWarningPercent = 10
-/** Effect's names for log levels: README's `warning` is refused by Config.logLevel (only `warn` parses). */
-export const serviceLogLevel = "warn"
+/**
+ * The service's LOG_LEVEL in the measured runs (`BENCH_LOG_LEVEL`, warn or info): the access log's
+ * own runs set both; a side-by-side run of two builds (`BENCH_METRICS_AGAINST`) compares them at this one.
+ */
+export const serviceLogLevel = process.env["BENCH_LOG_LEVEL"]?.trim() || "warn"
+if (serviceLogLevel !== "warn" && serviceLogLevel !== "info") {
+  console.error(`BENCH_LOG_LEVEL must be warn or info, got "${serviceLogLevel}"`)
+  process.exit(2)
+}
 
 export type ScenarioName = "whoami" | "fresh" | "replay" | "mix" | "get" | "list" | PageScenario
 
