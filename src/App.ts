@@ -2,10 +2,10 @@ import { HttpApiBuilder } from "@effect/platform"
 import { Effect, Layer, Option } from "effect"
 import { Activations } from "./Activations.ts"
 import { ActivationsRepo } from "./Activations/ActivationsRepo.ts"
-import { ActivationsHandlers, ActivationsLive } from "./Activations/Http.ts"
+import { ActivationsHandlers } from "./Activations/Http.ts"
 import { JsonBodyLive } from "./Activations/JsonBody.ts"
 import { Analytics } from "./Analytics.ts"
-import { AnalyticsHandlers, AnalyticsLive } from "./Analytics/Http.ts"
+import { AnalyticsHandlers } from "./Analytics/Http.ts"
 import { CampaignApi } from "./Api.ts"
 import { ApiKeys } from "./ApiKeys.ts"
 import { ApiKeysRepo } from "./ApiKeys/ApiKeysRepo.ts"
@@ -18,12 +18,13 @@ import { DatabaseInUse, SqlServerLive } from "./Database/Sql.ts"
 import { Draining } from "./Draining.ts"
 import type { EdgeOptions } from "./Edge/Edge.ts"
 import { Listener, WebServerLive } from "./Edge/WebServer.ts"
+import { allHandlers, groupsLive, type HandlersOf } from "./Handlers.ts"
 import { HealthRepo } from "./Health/HealthRepo.ts"
-import { HealthHandlers, HealthLive } from "./Health/Http.ts"
+import { HealthHandlers } from "./Health/Http.ts"
 import { Idempotency } from "./Idempotency.ts"
 import { RequireIdempotencyKeyLive } from "./Idempotency/Http.ts"
 import { IdempotencyRepo } from "./Idempotency/IdempotencyRepo.ts"
-import { IdentityHandlers, IdentityLive } from "./Identity/Http.ts"
+import { IdentityHandlers } from "./Identity/Http.ts"
 import { Ids } from "./Ids.ts"
 import { logAtStart } from "./Logging.ts"
 import { MetricsLive } from "./Metrics.ts"
@@ -73,28 +74,31 @@ const DatabaseAnnounced = Layer.effectDiscard(
 /** The implementation of every middleware the definition declares, on the services. */
 export const MiddlewareLive = Layer.mergeAll(ApiKeysMiddlewareLive, RequireIdempotencyKeyLive, JsonBodyLive)
 
+/** Each group's handlers, written beside its feature: the one record both servers are made of. */
+const handlers = {
+  activations: ActivationsHandlers,
+  analytics: AnalyticsHandlers,
+  identity: IdentityHandlers,
+  health: HealthHandlers
+} satisfies HandlersOf<typeof CampaignApi>
+
 /**
  * The API as HttpApiBuilder serves it, from the same handlers and middleware as the edge: what
  * the differential test serves through the library's own web handler (README, Tests).
  */
 export const ApiLive = HttpApiBuilder.api(CampaignApi).pipe(
-  Layer.provide([ActivationsLive, AnalyticsLive, IdentityLive, HealthLive]),
+  Layer.provide(groupsLive(CampaignApi, handlers)),
   Layer.provide(MiddlewareLive)
 )
 
 /**
- * What the edge serves: the definition and the handler of each endpoint, the same functions the
+ * What the edge serves: the definition and the handler of each endpoint, the same record the
  * groups of `ApiLive` are made of (README, Layout: the request path).
  */
 export const EdgeLive = Effect.gen(function*() {
   const options: EdgeOptions<typeof CampaignApi> = {
     api: CampaignApi,
-    handlers: {
-      activations: yield* ActivationsHandlers,
-      analytics: yield* AnalyticsHandlers,
-      identity: yield* IdentityHandlers,
-      health: yield* HealthHandlers
-    },
+    handlers: yield* allHandlers(CampaignApi, handlers),
     // With the rate limits on Redis every request waits on it, and on PostgreSQL every read waits on
     // the pool: then none is answered synchronously. On SQLite with the limits in memory, no GET waits.
     synchronousGets: Option.isNone(yield* RedisConfig) && (yield* DatabaseConfig)._tag === "sqlite"

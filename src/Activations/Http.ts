@@ -125,14 +125,3 @@ export const ActivationsHandlers = Effect.gen(function*() {
 
   return { activate, get, list }
 })
-
-/** The activations' group, as HttpApiBuilder serves it. */
-export const ActivationsLive = HttpApiBuilder.group(
-  CampaignApi,
-  "activations",
-  (handlers) =>
-    Effect.map(
-      ActivationsHandlers,
-      ({ activate, get, list }) => handlers.handle("activate", activate).handle("get", get).handle("list", list)
-    )
-)

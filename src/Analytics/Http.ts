@@ -42,10 +42,3 @@ export const AnalyticsHandlers = Effect.gen(function*() {
   )
   return { campaign }
 })
-
-/** The analytics group, as HttpApiBuilder serves it. */
-export const AnalyticsLive = HttpApiBuilder.group(
-  CampaignApi,
-  "analytics",
-  (handlers) => Effect.map(AnalyticsHandlers, ({ campaign }) => handlers.handle("campaign", campaign))
-)

@@ -12,9 +12,9 @@ import {
 } from "@effect/platform"
 import { Context, Effect, Either, Option, Redacted, Schema, SchemaAST as AST } from "effect"
 import { ArrayFormatter, type ParseError } from "effect/ParseResult"
-import type * as Types from "effect/Types"
 import { type Declared, middlewareOf } from "../Declaration.ts"
 import { ValidationError } from "../Domain/Errors.ts"
+import type { GroupsOf } from "../Handlers.ts"
 import type { EdgeRequest } from "./ServerRequest.ts"
 
 /** A response, before the edge adds its own headers: JSON text unless a header says otherwise. */
@@ -22,36 +22,6 @@ export interface Reply {
   readonly status: number
   readonly body: string | Uint8Array<ArrayBuffer> | undefined
   readonly headers?: Readonly<Record<string, string>>
-}
-
-/** What an endpoint's declared middleware provide its handler. */
-export type ProvidedTo<Endpoint> = HttpApiMiddleware.HttpApiMiddleware.ExtractProvides<
-  HttpApiEndpoint.HttpApiEndpoint.Context<Endpoint>
->
-
-/**
- * An endpoint's handler as `HttpApiBuilder.handler` makes it: its decoded input in, its success
- * value (or a response of its own) out, needing nothing but what the endpoint's middleware provide.
- */
-export type HandlerOf<Endpoint extends HttpApiEndpoint.HttpApiEndpoint.Any> = (
-  request: Types.Simplify<HttpApiEndpoint.HttpApiEndpoint.Request<Endpoint>>
-) => Effect.Effect<
-  HttpApiEndpoint.HttpApiEndpoint.Success<Endpoint> | HttpServerResponse.HttpServerResponse,
-  unknown,
-  ProvidedTo<Endpoint>
->
-
-type GroupsOf<Api> = Api extends HttpApi.HttpApi<infer _Id, infer Groups, infer _E, infer _R> ? Groups : never
-
-/**
- * A handler for every endpoint of an HttpApi definition, by group and endpoint name: an endpoint
- * added to the definition without one here is a type error, as it is for `HttpApiBuilder.group`.
- */
-export type Handlers<Api> = {
-  readonly [Group in GroupsOf<Api> as HttpApiGroup.HttpApiGroup.Name<Group>]: {
-    readonly [Endpoint in HttpApiGroup.HttpApiGroup.Endpoints<Group> as HttpApiEndpoint.HttpApiEndpoint.Name<Endpoint>]:
-      HandlerOf<Endpoint>
-  }
 }
 
 /**

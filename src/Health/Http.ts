@@ -54,10 +54,3 @@ export const HealthHandlers = Effect.gen(function*() {
     )
   }
 })
-
-/** The health group, as HttpApiBuilder serves it. */
-export const HealthLive = HttpApiBuilder.group(
-  CampaignApi,
-  "health",
-  (handlers) => Effect.map(HealthHandlers, ({ alive, ready }) => handlers.handle("alive", alive).handle("ready", ready))
-)

@@ -12,10 +12,3 @@ export const whoami = HttpApiBuilder.handler(
 )
 
 export const IdentityHandlers = Effect.succeed({ whoami })
-
-/** The identity group, as HttpApiBuilder serves it. */
-export const IdentityLive = HttpApiBuilder.group(
-  CampaignApi,
-  "identity",
-  (handlers) => handlers.handle("whoami", whoami)
-)
