@@ -177,8 +177,17 @@ const contact = { name: "The operators of this deployment" }
 
 const finish = (spec: Json, declarations: ReadonlyMap<string, Declaration>): Json => {
   spec.info.contact = contact
+  // The definition hands the keys' middleware the whole `Authorization` header (`ApiKeys/Api.ts`):
+  // what clients send in it is a Bearer token.
   const bearer = spec.components?.securitySchemes?.bearer
-  if (bearer !== undefined) bearer.bearerFormat = "cak_<keyId>_<secret>"
+  if (bearer !== undefined) {
+    spec.components.securitySchemes.bearer = {
+      description: bearer.description,
+      type: "http",
+      scheme: "bearer",
+      bearerFormat: "cak_<keyId>_<secret>"
+    }
+  }
   for (const [path, operations] of Object.entries<Json>(spec.paths)) {
     for (const [method, operation] of Object.entries<Json>(operations)) {
       const declaration = declarations.get(operation.operationId)

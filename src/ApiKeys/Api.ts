@@ -6,7 +6,13 @@ import { Envelope, Forbidden, RateLimited, Unauthorized } from "../Domain/Errors
 /** The key a request authenticated with: what the key's middleware gives the handler. */
 export class CurrentKey extends Context.Tag("ApiKeys/CurrentKey")<CurrentKey, ApiKeyIdentity>() {}
 
-const bearer = HttpApiSecurity.bearer.pipe(
+/**
+ * The `Authorization` header, whole: the keys' middleware reads the Bearer scheme and its token from
+ * it in one parse (`ApiKeys/Http.ts`). The library's own bearer scheme would hand over the header
+ * past its first seven characters whatever its scheme, and the scheme would be read a second time
+ * from the request. The document names it for what it is, a Bearer token (`ApiDocument.ts`).
+ */
+const bearer = HttpApiSecurity.apiKey({ key: "Authorization", in: "header" }).pipe(
   HttpApiSecurity.annotate(OpenApi.Description, "An API key: `Authorization: Bearer cak_<keyId>_<secret>`.")
 )
 

@@ -1,4 +1,3 @@
-import { HttpServerRequest } from "@effect/platform"
 import { Context, Effect, Layer, Redacted } from "effect"
 import { ApiKeys, malformedKey } from "../ApiKeys.ts"
 import { type ApiKeyIdentity, type Authenticated, grants, type RateLimitPolicy, type Scope } from "../Domain/ApiKey.ts"
@@ -10,7 +9,7 @@ import { AnalyticsReadKey, ApiKeyAuth, CampaignsReadKey, CampaignsWriteKey } fro
 import { KeyUsage } from "./KeyUsage.ts"
 
 /** The scheme is case-insensitive (RFC 9110); anything but exactly one token is refused. */
-const bearerToken = /^bearer +[^\s,]+ *$/i
+const bearerToken = /^bearer +([^\s,]+) *$/i
 const bearerCredentials = /^bearer\s+\S/i
 const missingKey = Effect.fail(new KeyRefused({ reason: "missing", keyId: null, brandId: null }))
 
@@ -18,8 +17,7 @@ const missingKey = Effect.fail(new KeyRefused({ reason: "missing", keyId: null, 
  * Why a header gave no token: Bearer credentials that are not one token were meant as a key
  * (`malformed`); no header, another scheme or a bare `Bearer` is no key at all (`missing`).
  */
-const refusalWithoutToken = (header: string | undefined) =>
-  header !== undefined && bearerCredentials.test(header) ? malformedKey : missingKey
+const refusalWithoutToken = (header: string) => bearerCredentials.test(header) ? malformedKey : missingKey
 
 /** Every refusal, whatever its reason, is this one answer: a 401 never tells whether a key id exists. */
 const unauthorized = Effect.zipRight(
@@ -51,9 +49,8 @@ const limitText = (limit: RateLimitPolicy, whose: string): LimitText => ({
  * rate limit on carries the `RateLimit` headers, an error's included, and `Api-Key-Expires` when
  * the secret sent has an end. The key's use is noted for its last-used time.
  *
- * The library's bearer decoding hands over the `Authorization` header past its first seven
- * characters, whatever the scheme: the header itself says whether it is Bearer credentials of one
- * token at all, and why not.
+ * The security scheme hands over the `Authorization` header whole (`Api.ts`): whether it is Bearer
+ * credentials of one token at all, and why not, is read from it with the token, in one parse.
  */
 const keyChecks = Effect.gen(function*() {
   const keys = yield* ApiKeys
@@ -112,14 +109,13 @@ const keyChecks = Effect.gen(function*() {
   }
   const refuse = (refusal: KeyRefused) => Effect.zipRight(noteKey(refusal), unauthorized)
 
-  const authenticate = (token: Redacted.Redacted<string>) =>
-    Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
-      const header = request.headers["authorization"]
-      const authenticated = header !== undefined && bearerToken.test(header)
-        ? keys.authenticate(Redacted.value(token).trim())
-        : refusalWithoutToken(header)
-      return Effect.matchEffect(authenticated, { onFailure: refuse, onSuccess: charge })
-    })
+  /** The whole `Authorization` header (empty without one), read once: its scheme, then its token. */
+  const authenticate = (authorization: Redacted.Redacted<string>) => {
+    const header = Redacted.value(authorization)
+    const token = bearerToken.exec(header)?.[1]
+    const authenticated = token === undefined ? refusalWithoutToken(header) : keys.authenticate(token)
+    return Effect.matchEffect(authenticated, { onFailure: refuse, onSuccess: charge })
+  }
 
   const withScope = (scope: Scope) => {
     const refused = forbidden(scope)

@@ -132,24 +132,28 @@ const successEncoder = (successSchema: Schema.Schema.Any): (value: unknown) => R
 
 /**
  * A security scheme's check of a request: its credential, read as HttpApiBuilder's
- * `securityDecode` reads it (a bearer token at once, from the `Authorization` header past its
- * first seven characters), handed to the middleware's implementation of the scheme.
+ * `securityDecode` reads it (a header's key straight from the request's own headers, its value as
+ * sent or empty, without the library's record of them; any other scheme by the library itself),
+ * handed to the middleware's implementation of the scheme.
  */
 const schemeCheck = (
   security: HttpApiSecurity.HttpApiSecurity,
   run: (credential: unknown) => Effect.Effect<unknown, unknown, HttpServerRequest.HttpServerRequest>
-) =>
-  security._tag === "Bearer"
-    ? (request: EdgeRequest) => run(Redacted.make((request.source.headers.get("authorization") ?? "").slice(7)))
-    : (request: EdgeRequest) =>
-      Effect.flatMap(
-        Effect.provideService(
-          HttpApiBuilder.securityDecode(security),
-          HttpServerRequest.ParsedSearchParams,
-          queryOf(request.url)
-        ),
-        run
-      )
+) => {
+  if (security._tag === "ApiKey" && security.in === "header") {
+    const name = security.key.toLowerCase()
+    return (request: EdgeRequest) => run(Redacted.make(request.source.headers.get(name) ?? ""))
+  }
+  return (request: EdgeRequest) =>
+    Effect.flatMap(
+      Effect.provideService(
+        HttpApiBuilder.securityDecode(security),
+        HttpServerRequest.ParsedSearchParams,
+        queryOf(request.url)
+      ),
+      run
+    )
+}
 
 type Program = Effect.Effect<Reply, unknown, HttpServerRequest.HttpServerRequest>
 
