@@ -11,13 +11,13 @@ import {
   ListActivationsQuery
 } from "../Domain/Activation.ts"
 import { Envelope, IdempotencyConflict, IdempotencyInProgress, ValidationError } from "../Domain/Errors.ts"
-import { IdempotencyKeyHeader } from "../Domain/IdempotencyKey.ts"
+import { DeclaredIdempotencyKeyHeader } from "../Domain/IdempotencyKey.ts"
 import { JsonBody } from "../Domain/JsonBody.ts"
 import { RequireIdempotencyKey } from "../Idempotency/Api.ts"
 
 const activate = HttpApiEndpoint.post("activate", "/creators/:creatorId/campaigns/:campaignId/activate")
   .setPath(ActivatePath)
-  .setHeaders(Schema.Struct({ "idempotency-key": IdempotencyKeyHeader }))
+  .setHeaders(Schema.Struct({ "idempotency-key": DeclaredIdempotencyKeyHeader }))
   .setPayload(ActivateRequest)
   .addSuccess(ActivateResponse)
   .addError(Envelope(ValidationError))

@@ -6,6 +6,7 @@ import { CurrentKey } from "../ApiKeys/Api.ts"
 import { type Activation, withDefaults } from "../Domain/Activation.ts"
 import { type IdempotencyInProgress, NotFound } from "../Domain/Errors.ts"
 import { Idempotency, type IdempotentAnswer } from "../Idempotency.ts"
+import { IdempotencyKey } from "../Idempotency/Api.ts"
 import { Metrics } from "../Metrics.ts"
 import { addResponseHeaders, etagOf, jsonText, notModified } from "../Responses.ts"
 
@@ -54,8 +55,8 @@ export const ActivationsHandlers = Effect.gen(function*() {
     CampaignApi,
     "activations",
     "activate",
-    ({ headers, path, payload, request }) =>
-      Effect.flatMap(CurrentKey, (by) => {
+    ({ path, payload, request }) =>
+      Effect.flatMap(Effect.zip(CurrentKey, IdempotencyKey), ([by, key]) => {
         const body = withDefaults(payload)
         const operation = Effect.map(activations.activate({ ...path, request: body, by }), (activation) => ({
           status: 200,
@@ -64,7 +65,7 @@ export const ActivationsHandlers = Effect.gen(function*() {
         }))
         return idempotency.run({
           brandId: by.brandId,
-          key: headers["idempotency-key"],
+          key,
           method: request.method,
           path: pathOf(request),
           body

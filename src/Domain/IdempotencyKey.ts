@@ -25,8 +25,21 @@ export const IdempotencyKeyHeader = Schema.transformOrFail(Schema.String, Idempo
       : ParseResult.fail(new ParseResult.Type(ast, header, "Idempotency-Key is not a valid quoted string"))
   },
   encode: ParseResult.succeed
+}).annotations({ message: () => ({ message: rule, override: false }) })
+
+const decodeHeader = ParseResult.decodeUnknown(IdempotencyKeyHeader)
+
+/**
+ * The header as the activation declares it, for its document and its typed clients, which check a
+ * key before they send it (their encoding). The server decodes the header once, in the endpoint's
+ * `RequireIdempotencyKey`, which gives the handler the key (`Idempotency/Api.ts`): this schema's
+ * own decoding passes the header on as sent.
+ */
+export const DeclaredIdempotencyKeyHeader = Schema.transformOrFail(Schema.String, Schema.String, {
+  strict: true,
+  decode: ParseResult.succeed,
+  encode: (header) => ParseResult.map(decodeHeader(header), () => header)
 }).annotations({
-  message: () => ({ message: rule, override: false }),
   // One alternative per form, each with what it may hold: a single schema's length would have to
   // count the quotes and escapes of the quoted form, and say 512 beside a rule of 255.
   jsonSchema: {

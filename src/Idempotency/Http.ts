@@ -15,19 +15,19 @@ const decode = Schema.decodeUnknownEither(IdempotencyKeyHeader)
 
 /**
  * `RequireIdempotencyKey` (README, Idempotency): 400 IDEMPOTENCY_KEY_REQUIRED unless an
- * `Idempotency-Key` is there, and 400 VALIDATION_ERROR naming the rule unless it keeps the header's
- * schema, which the endpoint's own decoding then reads the key with.
+ * `Idempotency-Key` is there, 400 VALIDATION_ERROR naming the rule unless it keeps the header's
+ * schema, and otherwise the key, unquoted, for the handler.
  */
 export const RequireIdempotencyKeyLive = Layer.succeed(
   RequireIdempotencyKey,
   Effect.flatMap(
     HttpServerRequest.HttpServerRequest,
-    (request): Effect.Effect<void, IdempotencyKeyRequired | ValidationError> => {
+    (request): Effect.Effect<string, IdempotencyKeyRequired | ValidationError> => {
       const header = request.headers["idempotency-key"]
       if (isMissingIdempotencyKey(header ?? null)) return keyRequired
       const decoded = decode(header)
       return decoded._tag === "Right"
-        ? Effect.void
+        ? Effect.succeed(decoded.right)
         : Effect.fail(
           new ValidationError({ message: ParseResult.ArrayFormatter.formatErrorSync(decoded.left)[0]!.message })
         )
