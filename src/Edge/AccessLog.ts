@@ -1,4 +1,4 @@
-import { Effect, type Fiber, Option } from "effect"
+import { Duration, Effect, type Fiber, Option } from "effect"
 import { AccessLogEntry, type AccessLogFields, AccessLogOutput, currentKeyNote } from "../Logging.ts"
 import { clientKeyOf } from "./Caller.ts"
 import type { Exchange } from "./Exchange.ts"
@@ -82,4 +82,31 @@ export const makeRefusalTally = () => {
       return [...ended].filter(([, count]) => count > 0)
     }
   }
+}
+
+/** A count the log sums up every `interval`, and once more when the server stops. */
+export interface Summary {
+  readonly interval: Duration.Duration
+  readonly write: (stopping: boolean) => Effect.Effect<void>
+}
+
+/** How often repeated 401s from one address are summed up in the log. */
+const refusalSummaryInterval = Duration.minutes(1)
+
+/** The 401s counted rather than logged (`makeRefusalTally`), with the summary that logs them. */
+export const makeRefusalSummary = () => {
+  const tally = makeRefusalTally()
+  const summary: Summary = {
+    interval: refusalSummaryInterval,
+    write: () =>
+      Effect.suspend(() =>
+        Effect.forEach(
+          tally.drain(),
+          ([clientAddress, count]) =>
+            Effect.logInfo("repeated unauthorized requests", { clientAddress, count, status: 401 }),
+          { discard: true }
+        )
+      )
+  }
+  return { tally, summary }
 }

@@ -1,6 +1,12 @@
 import { HttpApi, HttpApiBuilder, HttpApiScalar, HttpApp, OpenApi } from "@effect/platform"
 import { Context, Effect, Layer, Option } from "effect"
 import { brotliCompress, constants as zlib, gzip as gzipAsync } from "node:zlib"
+import { EdgeConfig, ServerConfig } from "../Config.ts"
+import { NotFound } from "../Domain/Errors.ts"
+import { notModified } from "../Responses.ts"
+import type { Reply } from "./Endpoint.ts"
+import { rawPath, type Route } from "./Router.ts"
+import type { EdgeRequest } from "./ServerRequest.ts"
 
 /**
  * The OpenAPI document, its docs page and the page's script: where they are served. The script's
@@ -187,5 +193,97 @@ export const docsPage = (api: HttpApi.HttpApi.Any, publicUrl: string): Effect.Ef
       // The one HTML page: no other site may frame it (README, For integrators).
       page: { ...page, headers: { "content-security-policy": "frame-ancestors 'none'" } },
       script: (name) => name === scriptName ? Option.some(prepared) : Option.none()
+    }
+  })
+
+/** A document from bytes prepared once: compressed as the client takes it, 304 when it has them. */
+const serveDocument = (request: EdgeRequest, document: PreparedDocument): Reply => {
+  const headers = {
+    ...document.headers,
+    "content-type": document.contentType,
+    "cache-control": document.cacheControl,
+    "etag": document.etag,
+    "vary": "accept-encoding"
+  }
+  if (notModified(request.source.headers.get("if-none-match"), document.etag)) {
+    return { status: 304, body: undefined, headers }
+  }
+  const encoded = encodedFor(document, request.source.headers.get("accept-encoding"))
+  return {
+    status: 200,
+    body: encoded === undefined ? document.plain : encoded.bytes,
+    headers: encoded === undefined ? headers : { ...headers, "content-encoding": encoded.coding }
+  }
+}
+
+/**
+ * `GET /`: what this service is and where its documents are, from the definition's title and
+ * version. The documents' URLs are PUBLIC_URL's when it is set; without it the server does not
+ * know the address its clients use, and names their paths alone (README, For integrators).
+ */
+const indexOf = (api: HttpApi.HttpApi.Any, docsEnabled: boolean, publicUrl: Option.Option<URL>): string => {
+  const { annotations } = api as HttpApi.HttpApi.AnyWithProps
+  const at = (path: string) =>
+    Option.match(publicUrl, { onNone: () => path, onSome: (url) => `${url.href.replace(/\/+$/, "")}${path}` })
+  return JSON.stringify({
+    ok: true,
+    name: Context.unsafeGet(annotations, OpenApi.Title),
+    version: Context.unsafeGet(annotations, OpenApi.Version),
+    docs: docsEnabled ? at(documentRoutes.docs) : null,
+    openApi: at(documentRoutes.openApi)
+  })
+}
+
+/**
+ * The documents' routes beside the definition's (`GET /`, the OpenAPI document, and with
+ * DOCS_ENABLED the docs page and its script), and the port they name: `PUBLIC_URL` or, by
+ * default, this server at the port it listens on (`listening`). Each document is made by the
+ * first request that asks for it and served from its bytes from then on (the docs page, megabytes,
+ * is never held by a server nobody reads it from).
+ */
+export const makeDocumentRoutes = (api: HttpApi.HttpApi.Any) =>
+  Effect.gen(function*() {
+    const { docsEnabled, publicUrl } = yield* EdgeConfig
+    let listeningPort = (yield* ServerConfig).port
+    const serverUrl = () =>
+      Option.match(publicUrl, { onNone: () => `http://localhost:${listeningPort}`, onSome: (url) => url.href })
+    const openApi = yield* Effect.cached(Effect.suspend(() => openApiDocument(api, serverUrl())))
+    const docs = yield* Effect.cached(Effect.suspend(() => docsPage(api, serverUrl())))
+    const index: Reply = { status: 200, body: indexOf(api, docsEnabled, publicUrl) }
+    const noSuchScript = (request: EdgeRequest) =>
+      Effect.fail(new NotFound({ message: `No route for ${request.method} ${rawPath(request.source.url)}.` }))
+    const routes: ReadonlyArray<Route> = [
+      { method: "GET", path: documentRoutes.index, run: () => Effect.succeed(index) },
+      {
+        method: "GET",
+        path: documentRoutes.openApi,
+        run: (request) => Effect.map(openApi, (document) => serveDocument(request, document))
+      },
+      ...(docsEnabled
+        ? [
+          {
+            method: "GET",
+            path: documentRoutes.docs,
+            run: (request: EdgeRequest) => Effect.map(docs, ({ page }) => serveDocument(request, page))
+          },
+          {
+            method: "GET",
+            path: documentRoutes.docsScript,
+            run: (request: EdgeRequest, params: Readonly<Record<string, string>>) =>
+              Effect.flatMap(docs, ({ script }) =>
+                Option.match(script(params.script ?? ""), {
+                  onNone: () => noSuchScript(request),
+                  onSome: Effect.map((document) => serveDocument(request, document))
+                }))
+          }
+        ]
+        : [])
+    ]
+    return {
+      routes,
+      /** At once, before any request can make a document with the configured port (0, say). */
+      listening: (port: number) => {
+        listeningPort = port
+      }
     }
   })

@@ -1,4 +1,4 @@
-import { HttpServerError } from "@effect/platform"
+import { type HttpApp, HttpServerError, HttpServerResponse } from "@effect/platform"
 import { Cause, Effect, HashSet, Option } from "effect"
 import { ArrayFormatter, isParseError } from "effect/ParseResult"
 import type * as ParseResult from "effect/ParseResult"
@@ -12,8 +12,10 @@ import {
   statusOf,
   ValidationError
 } from "../Domain/Errors.ts"
-import type { Reply } from "./Endpoint.ts"
+import { isHeadersHandler } from "../Responses.ts"
+import { type Reply, replyOf } from "./Endpoint.ts"
 import { hasBody } from "./RequestBody.ts"
+import type { EdgeRequest } from "./ServerRequest.ts"
 
 /** An error as the envelope `{ ok: false, code, message }` with its status. */
 export const errorReply = (error: ApiError): Reply => ({ status: statusOf(error), body: envelopeJson(error) })
@@ -176,3 +178,21 @@ const closingResponses = new WeakSet<Response>()
 
 /** Whether `response` closes its connection for its request's unread body. */
 export const closesForUnreadBody = (response: Response): boolean => closingResponses.has(response)
+
+/**
+ * A reply with the headers of the library's pre-response handlers, as HttpApiBuilder's server adds
+ * them: those that only set headers (`Responses.ts`) straight into it; any other runs on a response
+ * of the library's.
+ */
+export const withPreResponse = (
+  handler: Option.Option<HttpApp.PreResponseHandler>,
+  request: EdgeRequest,
+  reply: Reply
+): Reply | Effect.Effect<Reply, unknown> => {
+  if (Option.isNone(handler)) return reply
+  if (isHeadersHandler(handler.value)) return { ...reply, headers: { ...reply.headers, ...handler.value.headers } }
+  const response = reply.body === undefined
+    ? HttpServerResponse.empty({ status: reply.status, headers: reply.headers ?? {} })
+    : HttpServerResponse.raw(reply.body, { status: reply.status, headers: reply.headers ?? {} })
+  return Effect.map(handler.value(request, response), replyOf)
+}

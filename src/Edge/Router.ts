@@ -1,5 +1,5 @@
 import type { HttpServerRequest } from "@effect/platform"
-import type { Effect } from "effect"
+import { Effect } from "effect"
 import { MethodNotAllowed, NotFound } from "../Domain/Errors.ts"
 import type { Provided, Reply } from "./Endpoint.ts"
 import { errorReply } from "./Render.ts"
@@ -39,7 +39,7 @@ export type Unmatched =
  * every spelling first (`Edge.ts`), and this routes what it hands on; in process (tests, the
  * bench) every request comes here.
  */
-export const makeFallback = (routes: ReadonlyArray<Route>) => {
+const makeFallback = (routes: ReadonlyArray<Route>) => {
   const patterns: ReadonlyArray<Pattern> = routes.map((route) => ({
     route,
     names: [...route.path.matchAll(/:([^/]+)/g)].map((match) => match[1]!),
@@ -88,4 +88,125 @@ export const makeFallback = (routes: ReadonlyArray<Route>) => {
       params: Object.fromEntries(same.names.map((name, i) => [name, values[i]!]))
     }
   }
+}
+
+/**
+ * Where the path starts in a URL as Bun hands it: the path as sent, never normalised by a `URL`,
+ * though Bun has resolved its dot segments and `\` already. `CONNECT host:port` is handed on as
+ * that target alone.
+ */
+export const pathStart = (url: string): number => {
+  const authority = url.indexOf("//")
+  if (authority === -1) return 0
+  const start = url.indexOf("/", authority + 2)
+  return start === -1 ? url.length : start
+}
+
+/** The path of a URL as Bun hands it, as sent, without its query. */
+export const rawPath = (url: string): string => {
+  const start = pathStart(url)
+  const query = url.indexOf("?", start)
+  return query === -1 ? url.slice(start) : url.slice(start, query)
+}
+
+/**
+ * The methods Bun's router tells apart by name (Bun 1.4.4): a request of any other method goes to
+ * the fallback whatever its path.
+ */
+const routedByBun: ReadonlySet<string> = new Set([
+  "GET",
+  "HEAD",
+  "POST",
+  "PUT",
+  "DELETE",
+  "PATCH",
+  "OPTIONS",
+  "TRACE",
+  "CONNECT"
+])
+
+/** The peer's address when there is no connection: in process (tests, the bench). */
+export const inProcess = "(in process)"
+
+/**
+ * What Bun's router and its fallback call. The peer's address is asked of Bun once per
+ * request, by the guard, and handed on.
+ */
+export type Handle = (
+  request: Request & { params: Record<string, string> },
+  peer: string
+) => Response | Promise<Response>
+
+/** One request of `route` (a route's own, or one of the router's refusals), with its path's parameters. */
+export type Run = (
+  route: Pick<Route, "path" | "run">,
+  request: Request,
+  path: string,
+  params: Readonly<Record<string, string>>,
+  peer: string
+) => Response | Promise<Response>
+
+const dotSegments = (method: string, path: string) =>
+  errorReply(
+    new NotFound({
+      message:
+        `No route for ${method} ${path} as it was sent: a path with a dot segment (\`.\`, \`..\`) or a \`\\\` is no route's spelling.`
+    })
+  )
+
+/**
+ * The routes as `Bun.serve` takes them: its router's table (every spelling of every route, its own
+ * and with a trailing slash, with each method Bun routes by name) and a `fetch` for everything
+ * else, each request handed to `run` with its route, or with the 404 or 405 it is answered.
+ */
+export const makeRouter = (routes: ReadonlyArray<Route>, run: Run) => {
+  const fallback = makeFallback(routes)
+
+  /** A request routed here by its path as Bun hands it: a route's, 405 with `Allow`, or 404. */
+  const routed = (request: Request, peer: string): Response | Promise<Response> => {
+    const path = rawPath(request.url)
+    const found = fallback(request.method, path)
+    if (found._tag === "Dispatch") return run(found.route, request, path, found.params, peer)
+    return run({ path: found.route, run: () => Effect.succeed(found.reply) }, request, path, {}, peer)
+  }
+
+  /**
+   * Bun resolves dot segments (`/./`, `/../`, `%2e`) and `\` in a path before anyone sees it, so
+   * `/v1/x/../whoami` arrives as `/v1/whoami`; but its table matches only a path sent as spelled.
+   * Every spelling of every route is in it with each method Bun routes by name: such a request
+   * that comes here was sent in no route's spelling, whatever its path now reads (README, For
+   * integrators: 404). Bun routes no other method by name, so those come here whatever their
+   * spelling, and are routed by their path. Without a peer, in process (tests, the bench), any
+   * request comes here, and is routed by its path.
+   */
+  const fetch = (request: Request, peer?: string): Response | Promise<Response> => {
+    if (peer === undefined) return routed(request, inProcess)
+    if (!routedByBun.has(request.method)) return routed(request, peer)
+    const path = rawPath(request.url)
+    const found = fallback(request.method, path)
+    const refusal = found._tag === "Refuse" && found.route === unknownRoute
+      ? found.reply
+      : dotSegments(request.method, path)
+    return run({ path: unknownRoute, run: () => Effect.succeed(refusal) }, request, path, {}, peer)
+  }
+
+  /** A route as Bun's table hands it on, unless its router read the path otherwise than the route's spelling. */
+  const direct = (route: Route): Handle => (request, peer) => {
+    const path = rawPath(request.url)
+    // Bun's router percent-decodes parameters and takes `;` in them: such a path is not this
+    // route's spelling, and the router says so (404).
+    return path.includes("%") || path.includes(";")
+      ? routed(request, peer)
+      : run(route, request, path, request.params, peer)
+  }
+  const table: Record<string, Record<string, Handle>> = {}
+  for (const route of routes) {
+    for (const spelling of route.path.endsWith("/") ? [route.path] : [route.path, `${route.path}/`]) {
+      // The route's own method, HEAD on a GET; any other is routed by the path (405 with `Allow`).
+      const methods = table[spelling] ??= Object.fromEntries([...routedByBun].map((method) => [method, routed]))
+      methods[route.method] = direct(route)
+      if (route.method === "GET") methods["HEAD"] = direct(route)
+    }
+  }
+  return { routes: table, fetch }
 }

@@ -1,0 +1,133 @@
+import { HttpApp, HttpServerError } from "@effect/platform"
+import {
+  Cause,
+  Context,
+  Effect,
+  Exit,
+  type Fiber,
+  FiberId,
+  FiberRef,
+  FiberRefs,
+  HashMap,
+  Option,
+  Runtime
+} from "effect"
+import { currentKeyNote, keyNoteSlot } from "../Logging.ts"
+import { collectResponseHeaders } from "../Responses.ts"
+import type { Provided, Reply } from "./Endpoint.ts"
+import type { Exchange } from "./Exchange.ts"
+
+/**
+ * How the edge runs one request's Effect program: a runtime of its own, made from the layers' (the
+ * logger, tracer and clock), answered synchronously when nothing it runs waits, and interrupted
+ * when its client goes while it waits.
+ */
+export const makeRunner = ({ synchronousGets }: { readonly synchronousGets: boolean }) =>
+  Effect.map(Effect.runtime<never>(), (built) => {
+    const baseAnnotations = FiberRefs.getOrDefault(built.fiberRefs, FiberRef.currentLogAnnotations)
+    /**
+     * Per request, a runtime of its own: its context is the request's (`Provided`), and its log
+     * annotations carry the request's id, so that every line the request's fiber logs does. A
+     * fiber starts with its runtime's context and fiber refs whatever they are, where setting them
+     * from within would write its state, and compare the old value with the new, each time.
+     */
+    const runtimeOf = (provided: Provided, requestId: string) =>
+      Runtime.make({
+        context: Context.unsafeMake(provided),
+        fiberRefs: FiberRefs.updateManyAs(built.fiberRefs, {
+          entries: [
+            [FiberRef.currentLogAnnotations, [[FiberId.none, HashMap.set(baseAnnotations, "requestId", requestId)]]],
+            // The request's own collector of the headers its middleware add, and slot for its key's
+            // note: taken into in place, with no write of the fiber's state (`Responses.ts`, `Logging.ts`).
+            [HttpApp.currentPreResponseHandlers, [[FiberId.none, Option.some(collectResponseHeaders())]]],
+            [currentKeyNote, [[FiberId.none, keyNoteSlot()]]]
+          ]
+        }),
+        runtimeFlags: built.runtimeFlags
+      })
+
+    /**
+     * The requests whose fibers are waiting and not yet listened to, each until its fiber ends or
+     * the turn of the event loop it waited in is over (`watch`): most have been answered by then (a
+     * replay, once its body is read), and listening to a request's signal is one of the dearer steps
+     * of an answer (bench/BENCHMARKS.md, The second guard).
+     */
+    const unwatched = new Map<Fiber.RuntimeFiber<Reply>, Request>()
+    let watchDue = false
+    /**
+     * Each request still waiting is interrupted once its client has gone (Bun aborts the request's
+     * signal when its connection closes), as the library's own web handler interrupts it
+     * (`HttpApp.toWebHandler`): what it was doing stops at its next wait (a read between its pages,
+     * a turn in a line). A request answered synchronously never waits long enough to be left.
+     */
+    const watch = () => {
+      watchDue = false
+      for (const [fiber, request] of unwatched) {
+        const signal = request.signal
+        const left = () => fiber.unsafeInterruptAsFork(HttpServerError.clientAbortFiberId)
+        if (signal.aborted) left()
+        else signal.addEventListener("abort", left, { once: true })
+      }
+      unwatched.clear()
+    }
+
+    /**
+     * A request's fiber once it waits, as a promise of its reply, watched for its client leaving
+     * (`watch`). Its program's own matching of a failure does not run for an interruption, so
+     * `failed` answers it (499, `Render.ts`) from where the fiber stopped, as the fiber itself
+     * would have: its context, headers and key note are the fiber's. A program made uninterruptible
+     * around its route would answer it in the fiber, at the cost of two changes of its flags for
+     * every request, the synchronous ones included, which no client can leave.
+     */
+    const awaited = (
+      fiber: Fiber.RuntimeFiber<Reply>,
+      request: Request,
+      failed: (cause: Cause.Cause<unknown>) => Effect.Effect<Reply>
+    ): Promise<Reply> => {
+      unwatched.set(fiber, request)
+      if (!watchDue) {
+        watchDue = true
+        setImmediate(watch)
+      }
+      return new Promise((resolve, reject) =>
+        fiber.addObserver((exit) => {
+          unwatched.delete(fiber)
+          if (Exit.isSuccess(exit)) return resolve(exit.value)
+          if (!Cause.isInterruptedOnly(exit.cause)) return reject(Runtime.makeFiberFailure(exit.cause))
+          const where = Runtime.make({
+            context: fiber.currentContext,
+            fiberRefs: fiber.getFiberRefs(),
+            runtimeFlags: built.runtimeFlags
+          })
+          resolve(Runtime.runPromise(where, failed(exit.cause)))
+        })
+      )
+    }
+
+    /**
+     * Runs a request's program, `failed` its answer to an interruption. A GET reads no body: on
+     * SQLite with the rate limits in memory its program never waits, and answering it
+     * synchronously, without a promise or a scheduler turn, saves much of its cost. Should it wait
+     * after all, it goes on in its fiber, awaited; that costs more than a promise from the start,
+     * which is why a POST (always a body to read), and every request when the rate limits are on
+     * Redis (a round trip each) or the reads on PostgreSQL (its pool), starts with one.
+     */
+    return (
+      exchange: Exchange,
+      provided: Provided,
+      program: Effect.Effect<Reply>,
+      failed: (cause: Cause.Cause<unknown>) => Effect.Effect<Reply>
+    ): Reply | Promise<Reply> => {
+      const runtime = runtimeOf(provided, exchange.requestId)
+      const method = exchange.request.method
+      if (!synchronousGets || (method !== "GET" && method !== "HEAD")) {
+        return awaited(Runtime.runFork(runtime, program), exchange.request.source, failed)
+      }
+      const exit = Runtime.runSyncExit(runtime, program)
+      if (Exit.isSuccess(exit)) return exit.value
+      const defect = Cause.squash(exit.cause)
+      return Runtime.isAsyncFiberException(defect)
+        ? awaited(defect.fiber as Fiber.RuntimeFiber<Reply>, exchange.request.source, failed)
+        : Promise.reject(defect)
+    }
+  })
