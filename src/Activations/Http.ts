@@ -56,24 +56,25 @@ export const ActivationsHandlers = Effect.gen(function*() {
     "activations",
     "activate",
     ({ path, payload, request }) =>
-      Effect.flatMap(Effect.zip(CurrentKey, IdempotencyKey), ([by, key]) => {
-        const body = withDefaults(payload)
-        const operation = Effect.map(activations.activate({ ...path, request: body, by }), (activation) => ({
-          status: 200,
-          body: recordJson(activation),
-          resourceId: activation.id
+      Effect.flatMap(CurrentKey, (by) =>
+        Effect.flatMap(IdempotencyKey, (key) => {
+          const body = withDefaults(payload)
+          const operation = Effect.map(activations.activate({ ...path, request: body, by }), (activation) => ({
+            status: 200,
+            body: recordJson(activation),
+            resourceId: activation.id
+          }))
+          return idempotency.run({
+            brandId: by.brandId,
+            key,
+            method: request.method,
+            path: pathOf(request),
+            body
+          }, operation).pipe(
+            Effect.map(answered),
+            Effect.catchTag("IdempotencyInProgress", stillInProgress)
+          )
         }))
-        return idempotency.run({
-          brandId: by.brandId,
-          key,
-          method: request.method,
-          path: pathOf(request),
-          body
-        }, operation).pipe(
-          Effect.map(answered),
-          Effect.catchTag("IdempotencyInProgress", stillInProgress)
-        )
-      })
   )
 
   const get = HttpApiBuilder.handler(
