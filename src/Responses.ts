@@ -30,7 +30,10 @@ const isCollecting = (handler: HeadersHandler): boolean =>
 /**
  * The pre-response handler a server may start a request's fiber with, made for that request alone:
  * what `addResponseHeaders` adds goes into it, with no new handler written into the fiber's state
- * each time (the edge's, whose request fibers are its own).
+ * each time (the edge's, whose request fibers are its own). The library's own way, a handler
+ * appended per header set (`HttpApp.appendPreResponseHandler`) with the key's note set as a fiber
+ * ref, allocated 26.3 KB per whoami against 21.3 and took 21.3 against 17.2 µs in process
+ * (bench/BENCHMARKS.md, One reading of each thing).
  */
 export const collectResponseHeaders = (): HeadersHandler => headersHandler({}, true)
 
