@@ -27,7 +27,7 @@ const longestWait = Duration.seconds(analyticsLine.longestWaitSeconds)
 
 /**
  * The brands' lines, each there while one of the brand's calls is being answered: a plain map,
- * looked up and written in one step. At effect 3.19 `RcMap.get` (`internal/rcMap.ts`) looks its
+ * looked up and written in one step. At effect 3.19 to 3.22 `RcMap.get` (`internal/rcMap.ts`) looks its
  * key up before it waits for its lock and makes the entry after it, so that calls of one brand
  * arriving in the same turn each had an entry of their own, and were answered side by side.
  */
