@@ -9,7 +9,7 @@ import { AnalyticsHandlers } from "./Analytics/Http.ts"
 import { CampaignApi } from "./Api.ts"
 import { ApiKeys } from "./ApiKeys.ts"
 import { ApiKeysRepo } from "./ApiKeys/ApiKeysRepo.ts"
-import { ApiKeysMiddlewareLive } from "./ApiKeys/Http.ts"
+import { keysMiddlewareOf } from "./ApiKeys/Http.ts"
 import { KeyUsage } from "./ApiKeys/KeyUsage.ts"
 import { AppConfig, checkedFirst, DatabaseConfig, RedisConfig, ServeConfig } from "./Config.ts"
 import { GroupCommit } from "./Database/GroupCommit.ts"
@@ -72,7 +72,7 @@ const DatabaseAnnounced = Layer.effectDiscard(
 )
 
 /** The implementation of every middleware the definition declares, on the services. */
-export const MiddlewareLive = Layer.mergeAll(ApiKeysMiddlewareLive, RequireIdempotencyKeyLive, JsonBodyLive)
+export const MiddlewareLive = Layer.mergeAll(keysMiddlewareOf(CampaignApi), RequireIdempotencyKeyLive, JsonBodyLive)
 
 /** Each group's handlers, written beside its feature: the one record both servers are made of. */
 const handlers = {

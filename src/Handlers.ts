@@ -36,6 +36,19 @@ export type HandlerOf<Endpoint extends HttpApiEndpoint.HttpApiEndpoint.Any> = (
 export type GroupsOf<Api> = Api extends HttpApi.HttpApi<infer _Id, infer Groups, infer _E, infer _R> ? Groups
   : never
 
+/**
+ * The implementations every endpoint's middleware need, as HttpApiBuilder needs them: the edge
+ * takes them from its layers' context, so a missing one is a type error of the layer that builds it.
+ */
+export type MiddlewareOf<Api> = HttpApiMiddleware.HttpApiMiddleware.Only<
+  | (Api extends HttpApi.HttpApi<infer _Id, infer _Groups, infer _E, infer R> ? R : never)
+  | {
+    [Group in GroupsOf<Api> as HttpApiGroup.HttpApiGroup.Name<Group>]:
+      | HttpApiGroup.HttpApiGroup.Middleware<Group>
+      | HttpApiEndpoint.HttpApiEndpoint.Context<HttpApiGroup.HttpApiGroup.Endpoints<Group>>
+  }[HttpApiGroup.HttpApiGroup.Name<GroupsOf<Api>>]
+>
+
 /** The names of an HttpApi definition's groups. */
 export type GroupNameOf<Api> = HttpApiGroup.HttpApiGroup.Name<GroupsOf<Api>>
 

@@ -15,7 +15,7 @@ import { Analytics } from "../src/Analytics.ts"
 import { AnalyticsHandlers } from "../src/Analytics/Http.ts"
 import { CampaignApi } from "../src/Api.ts"
 import { ApiKeys } from "../src/ApiKeys.ts"
-import { ApiKeysMiddlewareLive } from "../src/ApiKeys/Http.ts"
+import { keysMiddlewareOf } from "../src/ApiKeys/Http.ts"
 import { KeyUsage } from "../src/ApiKeys/KeyUsage.ts"
 import { ApiLive, MiddlewareLive } from "../src/App.ts"
 import { DatabaseOutage } from "../src/Database/Outage.ts"
@@ -481,14 +481,14 @@ describe("the edge's own", () => {
 
   it("needs the implementation of every middleware the definition declares: one left out is a type error", () => {
     const withoutJsonBody = edgeProgram.pipe(
-      Effect.provide(Layer.merge(ApiKeysMiddlewareLive, RequireIdempotencyKeyLive)),
+      Effect.provide(Layer.merge(keysMiddlewareOf(CampaignApi), RequireIdempotencyKeyLive)),
       Effect.provide(makeDoubles(fresh()))
     )
     // @ts-expect-error activate declares JsonBody, which nothing implements here
     const complete: Effect.Effect<unknown, unknown, never> = withoutJsonBody
     expect(Effect.isEffect(complete)).toBe(true)
     const withAll: Effect.Effect<unknown, unknown, never> = edgeProgram.pipe(
-      Effect.provide(Layer.mergeAll(ApiKeysMiddlewareLive, RequireIdempotencyKeyLive, JsonBodyLive)),
+      Effect.provide(Layer.mergeAll(keysMiddlewareOf(CampaignApi), RequireIdempotencyKeyLive, JsonBodyLive)),
       Effect.provide(makeDoubles(fresh()))
     )
     expect(Effect.isEffect(withAll)).toBe(true)

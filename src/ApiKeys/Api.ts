@@ -35,33 +35,38 @@ const withScope = {
 } as const
 
 /**
- * "This endpoint needs a key with the scope `campaigns:read`" (which `campaigns:write` grants too):
- * an endpoint's scope is which of these it declares, once.
+ * "This endpoint needs a key with the scope `scope`": a middleware of its own per scope, which an
+ * endpoint declares once (its scope is which of these it declares). One implementation serves
+ * them all (`ApiKeys/Http.ts`, from the scopes the definition declares), so a new scope is a new
+ * tag beside the endpoint that needs it, and nothing else here.
  */
-export class CampaignsReadKey extends HttpApiMiddleware.Tag<CampaignsReadKey>()("ApiKeys/CampaignsReadKey", withScope) {
-  static readonly scope: Scope = "campaigns:read"
+export const ScopedKey = <Self>() => <const S extends Scope>(id: string, scope: S) => {
+  class Key extends HttpApiMiddleware.Tag<Self>()(id, withScope) {
+    static readonly scope: S = scope
+    /** Says, in the type of the definition's middleware, which of them check a scope. */
+    declare readonly scopedKey: S
+  }
+  return Key
 }
+
+/** "This endpoint needs a key with the scope `campaigns:read`" (which `campaigns:write` grants too). */
+export class CampaignsReadKey extends ScopedKey<CampaignsReadKey>()("ApiKeys/CampaignsReadKey", "campaigns:read") {}
 
 /** "This endpoint needs a key with the scope `campaigns:write`". */
-export class CampaignsWriteKey
-  extends HttpApiMiddleware.Tag<CampaignsWriteKey>()("ApiKeys/CampaignsWriteKey", withScope)
-{
-  static readonly scope: Scope = "campaigns:write"
-}
+export class CampaignsWriteKey extends ScopedKey<CampaignsWriteKey>()("ApiKeys/CampaignsWriteKey", "campaigns:write") {}
 
 /** "This endpoint needs a key with the scope `analytics:read`". */
-export class AnalyticsReadKey extends HttpApiMiddleware.Tag<AnalyticsReadKey>()("ApiKeys/AnalyticsReadKey", withScope) {
-  static readonly scope: Scope = "analytics:read"
-}
+export class AnalyticsReadKey extends ScopedKey<AnalyticsReadKey>()("ApiKeys/AnalyticsReadKey", "analytics:read") {}
 
-/** The middleware that check a scope, each with the scope it checks. */
-export const scopedKeys = [CampaignsReadKey, CampaignsWriteKey, AnalyticsReadKey] as const
+/** A middleware tag that checks a scope, with it. */
+export type ScopedKeyTag = HttpApiMiddleware.TagClassAny & { readonly scope: Scope }
+
+/** Whether a middleware tag is one that checks a scope. */
+export const isScopedKey = (tag: HttpApiMiddleware.TagClassAny): tag is ScopedKeyTag =>
+  typeof (tag as Partial<ScopedKeyTag>).scope === "string"
 
 /** The scope an endpoint's middleware require: that of the one which checks a scope, if any. */
 export const scopeOf = (middleware: Iterable<HttpApiMiddleware.TagClassAny>): Scope | undefined => {
-  for (const tag of middleware) {
-    const scoped = scopedKeys.find((key) => key.key === tag.key)
-    if (scoped !== undefined) return scoped.scope
-  }
+  for (const tag of middleware) if (isScopedKey(tag)) return tag.scope
   return undefined
 }

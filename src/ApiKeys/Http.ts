@@ -1,11 +1,14 @@
-import { Context, Effect, Layer, Redacted } from "effect"
+import type { HttpApi } from "@effect/platform"
+import { Context, Effect, Layer, Option, Redacted } from "effect"
 import { ApiKeys, malformedKey } from "../ApiKeys.ts"
+import { declaredEndpoints, middlewareOf } from "../Declaration.ts"
 import { type ApiKeyIdentity, type Authenticated, grants, type RateLimitPolicy, type Scope } from "../Domain/ApiKey.ts"
 import { Forbidden, KeyRefused, RateLimited, Unauthorized } from "../Domain/Errors.ts"
+import type { MiddlewareOf } from "../Handlers.ts"
 import { type KeyNote, noteKey, noteKeyOn } from "../Logging.ts"
 import { RateLimit } from "../RateLimit.ts"
 import { addResponseHeaders, addResponseHeadersOn } from "../Responses.ts"
-import { AnalyticsReadKey, ApiKeyAuth, CampaignsReadKey, CampaignsWriteKey } from "./Api.ts"
+import { ApiKeyAuth, isScopedKey } from "./Api.ts"
 import { KeyUsage } from "./KeyUsage.ts"
 
 /** The scheme is case-insensitive (RFC 9110); anything but exactly one token is refused. */
@@ -129,12 +132,26 @@ const keyChecks = Effect.gen(function*() {
   return { authenticate, withScope }
 })
 
-/** The implementation of each of the keys' middleware: any valid key, or one with a scope. */
-export const ApiKeysMiddlewareLive = Layer.effectContext(
-  Effect.map(keyChecks, ({ authenticate, withScope }) =>
-    Context.make(ApiKeyAuth, { bearer: authenticate }).pipe(
-      Context.add(CampaignsReadKey, { bearer: withScope(CampaignsReadKey.scope) }),
-      Context.add(CampaignsWriteKey, { bearer: withScope(CampaignsWriteKey.scope) }),
-      Context.add(AnalyticsReadKey, { bearer: withScope(AnalyticsReadKey.scope) })
-    ))
-)
+/** The middleware of a definition that check a scope (`ScopedKey`), by their identifiers. */
+type ScopedKeysOf<Api> = Extract<MiddlewareOf<Api>, { readonly scopedKey: Scope }>
+
+/**
+ * The implementation of each of the keys' middleware a definition declares: any valid key
+ * (`ApiKeyAuth`), or one with the scope each `ScopedKey` of its endpoints checks.
+ */
+export const keysMiddlewareOf = <Api extends HttpApi.HttpApi.Any>(
+  api: Api
+): Layer.Layer<ApiKeyAuth | ScopedKeysOf<Api>, never, ApiKeys | KeyUsage | RateLimit> =>
+  Layer.effectContext(
+    Effect.map(keyChecks, ({ authenticate, withScope }) => {
+      let context = Context.make(ApiKeyAuth, { bearer: authenticate }) as Context.Context<unknown>
+      for (const declared of declaredEndpoints(api)) {
+        for (const tag of middlewareOf(declared)) {
+          if (isScopedKey(tag) && Option.isNone(Context.getOption(context, tag as never))) {
+            context = Context.add(context, tag as never, { bearer: withScope(tag.scope) } as never)
+          }
+        }
+      }
+      return context as Context.Context<ApiKeyAuth | ScopedKeysOf<Api>>
+    })
+  )

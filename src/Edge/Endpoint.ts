@@ -1,8 +1,5 @@
 import {
-  type HttpApi,
   HttpApiBuilder,
-  type HttpApiEndpoint,
-  type HttpApiGroup,
   HttpApiMiddleware,
   HttpApiSchema,
   type HttpApiSecurity,
@@ -14,7 +11,7 @@ import { Context, Effect, Either, Option, Redacted, Schema, SchemaAST as AST } f
 import { ArrayFormatter, type ParseError } from "effect/ParseResult"
 import { type Declared, middlewareOf } from "../Declaration.ts"
 import { ValidationError } from "../Domain/Errors.ts"
-import type { GroupsOf } from "../Handlers.ts"
+
 import type { EdgeRequest } from "./ServerRequest.ts"
 
 /** A response, before the edge adds its own headers: JSON text unless a header says otherwise. */
@@ -23,19 +20,6 @@ export interface Reply {
   readonly body: string | Uint8Array<ArrayBuffer> | undefined
   readonly headers?: Readonly<Record<string, string>>
 }
-
-/**
- * The implementations every endpoint's middleware need, as HttpApiBuilder needs them: the edge
- * takes them from its layers' context, so a missing one is a type error of the layer that builds it.
- */
-export type MiddlewareOf<Api> = HttpApiMiddleware.HttpApiMiddleware.Only<
-  | (Api extends HttpApi.HttpApi<infer _Id, infer _Groups, infer _E, infer R> ? R : never)
-  | {
-    [Group in GroupsOf<Api> as HttpApiGroup.HttpApiGroup.Name<Group>]:
-      | HttpApiGroup.HttpApiGroup.Middleware<Group>
-      | HttpApiEndpoint.HttpApiEndpoint.Context<HttpApiGroup.HttpApiGroup.Endpoints<Group>>
-  }[HttpApiGroup.HttpApiGroup.Name<GroupsOf<Api>>]
->
 
 /**
  * The query of a request as the library's schemas read it: each name with its value, a name sent
