@@ -6,6 +6,7 @@
  */
 import { join } from "node:path"
 import { freePort, writeResults, wrkThreads } from "../common.ts"
+import { statusKb } from "../harness/machine.ts"
 import { stop } from "../harness/processes.ts"
 import { number, printErrors } from "../harness/report.ts"
 import { prepareDatabase, type Server, type ServerName, serviceEnv, startServer } from "../harness/servers.ts"
@@ -77,6 +78,13 @@ const measureMetrics = async (binary: string, dir: string) => {
         })
       }
     }
+    // Both served the same load side by side: their peaks over the whole run compare.
+    const peakMb = (server: Server) => statusKb(server.pid, "VmHWM") / 1024
+    console.log(
+      `peak RSS (VmHWM): ${measured.name} ${number(peakMb(measured), 1)} MB, ${reference.name} ${
+        number(peakMb(reference), 1)
+      } MB (${number(peakMb(measured) / peakMb(reference), 3)})`
+    )
   } finally {
     for (const server of servers) await stop(server.spawned.process)
   }
