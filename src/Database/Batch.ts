@@ -156,28 +156,19 @@ const refusedBefore = Effect.succeed(false)
  * The transaction's connection, counting into `attempt` every statement run on it: how the batch
  * knows whether a piece ran one itself (its own statements go through it too, between the runs).
  */
-const countingStatements = (attempt: Attempt, connection: Connection): Connection => ({
-  execute: (sql, params, transformRows) => {
+const countingStatements = (attempt: Attempt, connection: Connection): Connection => {
+  const counted = <Args extends Array<unknown>, A>(run: (...args: Args) => A) => (...args: Args): A => {
     attempt.statements++
-    return connection.execute(sql, params, transformRows)
-  },
-  executeRaw: (sql, params) => {
-    attempt.statements++
-    return connection.executeRaw(sql, params)
-  },
-  executeStream: (sql, params, transformRows) => {
-    attempt.statements++
-    return connection.executeStream(sql, params, transformRows)
-  },
-  executeValues: (sql, params) => {
-    attempt.statements++
-    return connection.executeValues(sql, params)
-  },
-  executeUnprepared: (sql, params, transformRows) => {
-    attempt.statements++
-    return connection.executeUnprepared(sql, params, transformRows)
+    return run(...args)
   }
-})
+  return {
+    execute: counted(connection.execute.bind(connection)),
+    executeRaw: counted(connection.executeRaw.bind(connection)),
+    executeStream: counted(connection.executeStream.bind(connection)),
+    executeValues: counted(connection.executeValues.bind(connection)),
+    executeUnprepared: counted(connection.executeUnprepared.bind(connection))
+  }
+}
 
 /** The insert with rows left to write whose table comes first in `writeOrder`. */
 const nextToWrite = (attempt: Attempt): AnyInsert | undefined => {
