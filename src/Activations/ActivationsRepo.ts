@@ -1,7 +1,7 @@
 import { SqlClient, type Statement } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Context, Effect, Layer, Option } from "effect"
-import { type BatchedInsert, insertBatched, noneRefused } from "../Database/Batch.ts"
+import { type BatchedInsert, insertBatched, noneRefused } from "../Database/BatchedInsert.ts"
 import { ReadSql } from "../Database/Sql.ts"
 import type { Table } from "../Database/WriteOrder.ts"
 import type { Activation } from "../Domain/Activation.ts"

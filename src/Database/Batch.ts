@@ -2,8 +2,9 @@ import { SqlClient } from "@effect/sql"
 import type { Connection } from "@effect/sql/SqlConnection"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Cause, Effect, Exit, FiberRef, HashMap, Option } from "effect"
+import { type AnyInsert, type Gathering, gathering } from "./BatchedInsert.ts"
 import { isSqlError } from "./SqlErrors.ts"
-import { byKeyOrder, positionOf, type Table, writeOrder } from "./WriteOrder.ts"
+import { byKeyOrder, positionOf, writeOrder } from "./WriteOrder.ts"
 
 /** A request's work in a batch. */
 export interface Piece {
@@ -29,32 +30,6 @@ class Isolate {
 const isolate = new Isolate()
 // Failures raised under a span come back wrapped in a proxy: compare by class, not identity.
 const isIsolate = (e: unknown): e is Isolate => e instanceof Isolate
-
-/**
- * A table's insert: one row in a statement of its own, or many rows in one statement. A failure
- * of `one` is the caller's to shape (a repository's SQL errors are defects); `many` fails the
- * batch, which GroupCommit handles.
- */
-export interface BatchedInsert<Row, E = never> {
-  /** A batch writes its tables in `writeOrder`, each in one statement. */
-  readonly table: Table
-  /** The row's primary key, its columns joined: a batch writes a table's rows in this key's order. */
-  readonly keyOf: (row: Row) => string
-  /**
-   * Whether a row may be refused (a live one of the same key is there, another instance's): a
-   * batch learns which from `many`; its savepoint fallback runs `one` at once, as a piece needs the answer.
-   */
-  readonly refuses: boolean
-  /** Inserts the row now and says whether it wrote it. */
-  readonly one: (row: Row) => Effect.Effect<boolean, E>
-  /** Inserts the rows, given in key order, in one statement, and gives the keys of those it refused. */
-  readonly many: (rows: ReadonlyArray<Row>) => Effect.Effect<ReadonlyArray<string>, SqlError>
-}
-
-/** What `many` gives for a table that takes every row. */
-export const noneRefused: ReadonlyArray<string> = []
-
-type AnyInsert = BatchedInsert<any, any>
 
 /** One run of a piece of work in a batch's transaction: its rows are written only while it stands. */
 interface Run {
@@ -89,13 +64,11 @@ interface Gathered {
 }
 
 /** One attempt at a batch's transaction: the rows its runs gathered, and how far it has written them. */
-interface Attempt {
+interface Attempt extends Gathering {
   readonly pieces: ReadonlyArray<Piece>
   readonly exits: Array<Exit.Exit<unknown, unknown>>
   readonly rows: Map<AnyInsert, Array<Gathered>>
   readonly written: Set<AnyInsert>
-  /** The savepoint fallback: a savepoint per piece, and inserts that may be refused run at once. */
-  readonly isolated: boolean
   /** The place in `writeOrder` of the table written last; -1 before the first. */
   writtenThrough: number
   /** The run under way, whose inserts are gathered. */
@@ -106,22 +79,22 @@ interface Attempt {
   mustIsolate: boolean
 }
 
-const attemptOf = (pieces: ReadonlyArray<Piece>, isolated: boolean): Attempt => ({
-  pieces,
-  exits: new Array(pieces.length),
-  rows: new Map(),
-  written: new Set(),
-  isolated,
-  writtenThrough: -1,
-  current: runOf(0),
-  statements: 0,
-  mustIsolate: false
-})
+const attemptOf = (pieces: ReadonlyArray<Piece>, isolated: boolean): Attempt => {
+  const attempt: Attempt = {
+    pieces,
+    exits: new Array(pieces.length),
+    rows: new Map(),
+    written: new Set(),
+    isolated,
+    gather: (into, row) => gatherRow(attempt, into, row),
+    writtenThrough: -1,
+    current: runOf(0),
+    statements: 0,
+    mustIsolate: false
+  }
+  return attempt
+}
 
-/** Set while a batch's transaction runs its pieces: their inserts are gathered here instead of run. */
-const collecting = FiberRef.unsafeMake<Attempt | undefined>(undefined)
-
-/** Takes `row` into its table's statement; `false` for a key refused to an earlier run of the piece. */
 const gatherRow = (attempt: Attempt, into: AnyInsert, row: unknown): boolean => {
   const run = attempt.current
   const key = into.keyOf(row)
@@ -134,23 +107,6 @@ const gatherRow = (attempt: Attempt, into: AnyInsert, row: unknown): boolean => 
   else rows.push({ key, row, run })
   return true
 }
-
-/**
- * Inserts `row`: at once, or, inside a group-commit batch, with the batch's other rows of the
- * same table in one multi-row statement before it commits, so the statements per request fall
- * with the batch size. Inside a batch it answers `true` before the row is written; if the
- * statement then refuses it (another instance stored a row of the same key first), the piece's
- * rows are left out and its work runs again, where this insert answers `false`.
- */
-export const insertBatched = <Row, E>(into: BatchedInsert<Row, E>, row: Row): Effect.Effect<boolean, E> =>
-  Effect.withFiberRuntime((fiber) => {
-    const attempt = fiber.getFiberRef(collecting)
-    if (attempt === undefined || (into.refuses && attempt.isolated)) return into.one(row)
-    return gatherRow(attempt, into, row) ? gathered : refusedBefore
-  })
-
-const gathered = Effect.succeed(true)
-const refusedBefore = Effect.succeed(false)
 
 /**
  * The transaction's connection, counting into `attempt` every statement run on it: how the batch
@@ -328,7 +284,7 @@ export const batchTransaction = (sql: SqlClient.SqlClient) => {
       Effect.ensuring(clearAnnotations),
       Effect.zipRight(writeGathered(attempt)),
       Effect.as(attempt.exits),
-      Effect.locally(collecting, attempt)
+      Effect.locally(gathering, attempt)
     )
 
   // Outside the fallback, the transaction's connection counts the statements run on it.
