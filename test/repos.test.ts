@@ -19,13 +19,8 @@ import {
 } from "effect"
 import { chmodSync, statSync, writeFileSync } from "node:fs"
 import { Activations } from "../src/Activations.ts"
-import {
-  ActivationsRepo,
-  countStatements,
-  type Page,
-  pageRows,
-  pageStatement
-} from "../src/Activations/ActivationsRepo.ts"
+import { ActivationsRepo, type Page, pageStatement } from "../src/Activations/ActivationsRepo.ts"
+import { countStatements, pageRows } from "../src/Activations/CampaignCounts.ts"
 import { recordJson } from "../src/Activations/Http.ts"
 import { ApiKeys } from "../src/ApiKeys.ts"
 import { type ApiKeyRow, ApiKeysRepo } from "../src/ApiKeys/ApiKeysRepo.ts"
