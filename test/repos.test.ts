@@ -19,18 +19,14 @@ import {
 } from "effect"
 import { chmodSync, statSync, writeFileSync } from "node:fs"
 import { Activations } from "../src/Activations.ts"
-import {
-  ActivationsRepo,
-  countStatements,
-  type Page,
-  pageRows,
-  pageStatement
-} from "../src/Activations/ActivationsRepo.ts"
+import { ActivationsRepo, type Page, pageStatement } from "../src/Activations/ActivationsRepo.ts"
+import { countStatements, pageRows } from "../src/Activations/CampaignCounts.ts"
 import { recordJson } from "../src/Activations/Http.ts"
 import { ApiKeys } from "../src/ApiKeys.ts"
 import { type ApiKeyRow, ApiKeysRepo } from "../src/ApiKeys/ApiKeysRepo.ts"
 import { AppConfig } from "../src/Config.ts"
-import { type BatchedInsert, GroupCommit, insertBatched, noneRefused } from "../src/Database/GroupCommit.ts"
+import { type BatchedInsert, insertBatched, noneRefused } from "../src/Database/BatchedInsert.ts"
+import { GroupCommit } from "../src/Database/GroupCommit.ts"
 import { ReadSql, SqlLive } from "../src/Database/Sql.ts"
 import type { Activation } from "../src/Domain/Activation.ts"
 import type { BrandId, KeyId } from "../src/Domain/ApiKey.ts"

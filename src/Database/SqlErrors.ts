@@ -1,5 +1,7 @@
 import { SqlError } from "@effect/sql/SqlError"
 
+export const isSqlError = (u: unknown): u is SqlError => u instanceof SqlError
+
 /**
  * The driver's code behind a failure, if it is one: SQLite's result code (`SQLITE_BUSY`,
  * `SQLITE_IOERR_WRITE`, ...), PostgreSQL's SQLSTATE (`40P01`, `57P01`, ...) or a socket's

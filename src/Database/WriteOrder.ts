@@ -6,7 +6,7 @@
  *
  * - `idempotency_keys` first: the one table whose rows may be refused (another instance stored the
  *   key first), so that a batch knows which of its pieces were refused before it writes anything
- *   else of theirs (GroupCommit). Its purge, which writes nothing else, locks its rows in key order
+ *   else of theirs (Batch.ts). Its purge, which writes nothing else, locks its rows in key order
  *   too (`IdempotencyRepo.purgeExpired`).
  * - `activations`, then the counts kept as they come (migration 0004). `campaign_creator_days`'
  *   statement trigger (0007) then takes its creators' advisory locks in one order and writes

@@ -1,6 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer, Option } from "effect"
-import { type BatchedInsert, insertBatched, noneRefused } from "../Database/GroupCommit.ts"
+import { type BatchedInsert, insertBatched, noneRefused } from "../Database/BatchedInsert.ts"
 import { ReadSql } from "../Database/Sql.ts"
 import { spans } from "../Spans.ts"
 
