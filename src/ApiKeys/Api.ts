@@ -28,35 +28,40 @@ export class ApiKeyAuth extends HttpApiMiddleware.Tag<ApiKeyAuth>()("ApiKeys/Api
 }) {}
 
 /** A key's checks with a scope: 401, then 429, then 403 when the key lacks the scope (README, Errors). */
-const withScope = {
+export const withScope = {
   failure: Schema.Union(Envelope(Unauthorized), Envelope(RateLimited), Envelope(Forbidden)),
   provides: CurrentKey,
   security: { bearer }
 } as const
 
 /**
- * "This endpoint needs a key with the scope `scope`": a middleware of its own per scope, which an
- * endpoint declares once (its scope is which of these it declares). One implementation serves
- * them all (`ApiKeys/Http.ts`, from the scopes the definition declares), so a new scope is a new
- * tag beside the endpoint that needs it, and nothing else here.
+ * "This endpoint needs a key with the scope ...": a middleware of its own per scope, which an
+ * endpoint declares once (its scope is which of these it declares). Each is a tag with its scope
+ * as a static and, for the type of the definition's middleware, as `scopedKey`. One
+ * implementation serves them all (`keysMiddlewareOf` in `ApiKeys/Http.ts`, from the scopes the
+ * definition declares), so a new scope is a new class like these beside the endpoint that needs
+ * it, and nothing else here. (They are written out rather than made by a factory: the client's
+ * declarations cannot name a class a function returns.)
  */
-export const ScopedKey = <Self>() => <const S extends Scope>(id: string, scope: S) => {
-  class Key extends HttpApiMiddleware.Tag<Self>()(id, withScope) {
-    static readonly scope: S = scope
-    /** Says, in the type of the definition's middleware, which of them check a scope. */
-    declare readonly scopedKey: S
-  }
-  return Key
+export class CampaignsReadKey extends HttpApiMiddleware.Tag<CampaignsReadKey>()("ApiKeys/CampaignsReadKey", withScope) {
+  /** `campaigns:write` grants it too (README, Scopes). */
+  static readonly scope = "campaigns:read" satisfies Scope
+  declare readonly scopedKey: typeof CampaignsReadKey.scope
 }
 
-/** "This endpoint needs a key with the scope `campaigns:read`" (which `campaigns:write` grants too). */
-export class CampaignsReadKey extends ScopedKey<CampaignsReadKey>()("ApiKeys/CampaignsReadKey", "campaigns:read") {}
-
 /** "This endpoint needs a key with the scope `campaigns:write`". */
-export class CampaignsWriteKey extends ScopedKey<CampaignsWriteKey>()("ApiKeys/CampaignsWriteKey", "campaigns:write") {}
+export class CampaignsWriteKey
+  extends HttpApiMiddleware.Tag<CampaignsWriteKey>()("ApiKeys/CampaignsWriteKey", withScope)
+{
+  static readonly scope = "campaigns:write" satisfies Scope
+  declare readonly scopedKey: typeof CampaignsWriteKey.scope
+}
 
 /** "This endpoint needs a key with the scope `analytics:read`". */
-export class AnalyticsReadKey extends ScopedKey<AnalyticsReadKey>()("ApiKeys/AnalyticsReadKey", "analytics:read") {}
+export class AnalyticsReadKey extends HttpApiMiddleware.Tag<AnalyticsReadKey>()("ApiKeys/AnalyticsReadKey", withScope) {
+  static readonly scope = "analytics:read" satisfies Scope
+  declare readonly scopedKey: typeof AnalyticsReadKey.scope
+}
 
 /** A middleware tag that checks a scope, with it. */
 export type ScopedKeyTag = HttpApiMiddleware.TagClassAny & { readonly scope: Scope }

@@ -132,12 +132,12 @@ const keyChecks = Effect.gen(function*() {
   return { authenticate, withScope }
 })
 
-/** The middleware of a definition that check a scope (`ScopedKey`), by their identifiers. */
+/** The middleware of a definition that check a scope (their `scopedKey`), by their identifiers. */
 type ScopedKeysOf<Api> = Extract<MiddlewareOf<Api>, { readonly scopedKey: Scope }>
 
 /**
  * The implementation of each of the keys' middleware a definition declares: any valid key
- * (`ApiKeyAuth`), or one with the scope each `ScopedKey` of its endpoints checks.
+ * (`ApiKeyAuth`), or one with the scope each scoped key of its endpoints checks.
  */
 export const keysMiddlewareOf = <Api extends HttpApi.HttpApi.Any>(
   api: Api
