@@ -1,4 +1,4 @@
-import { Clock, Context, DateTime, Deferred, Duration, Effect, FiberId, Layer, Option } from "effect"
+import { Chunk, Clock, Context, DateTime, Deferred, Duration, Effect, FiberId, Layer, Option, Queue } from "effect"
 import { timingSafeEqual } from "node:crypto"
 import { type ApiKeyRow, ApiKeysRepo, type KeyChangesRequested, type SecretUse } from "./ApiKeys/ApiKeysRepo.ts"
 import {
@@ -24,6 +24,15 @@ const decoyDigest = sha256("decoy")
 
 /** A token that is not a key at all: the log learns nothing of it, not even a key id. */
 export const malformedKey = Effect.fail(new KeyRefused({ reason: "malformed", keyId: null, brandId: null }))
+
+/**
+ * On PostgreSQL, the refusals a key created or rolled by another process, its announcement not
+ * yet heard, would get; and how often, and how long, a key refused for one of them is read again
+ * (`ApiKeys.Live`). Every other refusal comes of a secret that matched and stands.
+ */
+const mayBeNew: ReadonlySet<RefusalReason> = new Set(["unknown key", "wrong secret"])
+const rereadSpacing = Duration.millis(50)
+const rereadWaitedFor = Duration.seconds(1)
 
 const refused = (reason: RefusalReason, keyId: KeyId, brandId: BrandId | null) =>
   Effect.fail(new KeyRefused({ reason, keyId, brandId }))
@@ -93,7 +102,7 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
   /** Changes an active key's scopes, name or rate limit; false when there is no such active key. */
   readonly update: (keyId: string, changes: KeyChangesRequested) => Effect.Effect<boolean>
 }>() {
-  static readonly Live = Layer.effect(
+  static readonly Live = Layer.scoped(
     ApiKeys,
     Effect.gen(function*() {
       const span = yield* spans
@@ -141,11 +150,15 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
         }
       }
       // Every key by id, loaded again whenever the generation moves: a request reads one number,
-      // not the key's row. A key created, changed or revoked by any process counts from the next
-      // request on SQLite, within one poll on PostgreSQL (README, Running several instances). A key
-      // id absent at that generation is refused without asking the database: whether it exists
-      // must not show in the time of the answer, and made-up ids must cost the database nothing.
-      let cache: { readonly generation: number; readonly keys: ReadonlyMap<string, Cached> } | undefined
+      // not the key's row. On SQLite the generation is exact, so a key created, changed or revoked
+      // by any process counts from the next request, and a key id absent at that generation is
+      // refused without asking the database. On PostgreSQL each change is announced as it commits
+      // and applied to its key at once, and the poll's generation catches any change whose
+      // announcement was missed (README, Running several instances).
+      let cache: { readonly generation: number; readonly keys: Map<string, Cached> } | undefined
+      // Every read that writes the cache, one at a time: each starts after the one before it ended,
+      // so it sees at least as much, and what it writes never undoes a newer write.
+      const oneAtATime = yield* Effect.makeSemaphore(1)
       // One load at a time for a generation, whatever the number of requests that find the keys
       // changed at once (a flood of made-up ids, say). It runs on its own, so a request that gives
       // up waiting for it (its client gone) never interrupts it for the others.
@@ -159,10 +172,11 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
           loading = started
           const loaded = Effect.map(repo.list, (rows) => {
             const keys = new Map(rows.map((row) => [row.keyId, toCached(row)]))
-            if (cache === undefined || cache.generation < generation) cache = { generation, keys }
+            // Newer than every write before it, whatever generation that one was read at.
+            cache = { generation: Math.max(generation, cache?.generation ?? generation), keys }
             return keys
           })
-          const done = Effect.flatMap(Effect.exit(loaded), (exit) => {
+          const done = Effect.flatMap(Effect.exit(oneAtATime.withPermits(1)(loaded)), (exit) => {
             if (loading === started) loading = undefined
             return Deferred.done(started.keys, exit)
           })
@@ -174,9 +188,77 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
           cache !== undefined && cache.generation >= generation
             ? Effect.succeed(cache.keys.get(keyId))
             : Effect.map(load(generation), (keys) => keys.get(keyId)))
-
+      /** These keys read again and kept as they are now (an id without a key is dropped); holding `oneAtATime`. */
+      const rereadNow = (keyIds: ReadonlyArray<string>) =>
+        Effect.map(repo.find(keyIds), (rows) => {
+          // Before the first load there is nothing to correct: that load reads every key.
+          if (cache === undefined) return
+          for (const keyId of keyIds) cache.keys.delete(keyId)
+          for (const row of rows) cache.keys.set(row.keyId, toCached(row))
+        })
       // The clock of the layer (a test's TestClock, in tests): read with no effect of its own.
       const clock = yield* Effect.clock
+
+      // On PostgreSQL, each announced change applied as it comes, those that came together in one
+      // read. A read that fails leaves the change to the poll.
+      if (repo.announcements !== undefined) {
+        const announced = yield* repo.announcements
+        const apply = Effect.flatMap(Queue.takeBetween(announced, 1, Number.POSITIVE_INFINITY), (changes) => {
+          const all = Chunk.toReadonlyArray(changes)
+          const truncated = all.find((change) => change.keyId === null)
+          return truncated === undefined
+            ? oneAtATime.withPermits(1)(rereadNow([...new Set(all.map((change) => change.keyId!))]))
+            : Effect.asVoid(load(truncated.generation))
+        })
+        yield* Effect.forkScoped(Effect.forever(Effect.exit(apply)))
+      }
+
+      // A key may be used before its announcement reaches this instance: on PostgreSQL, a key id
+      // unknown here, or a secret that matches neither of the key's, is read again before the
+      // refusal stands (`mayBeNew`). One read at a time, at most one every `rereadSpacing`, for
+      // every key id refused meanwhile, however many: a flood of made-up ids costs PostgreSQL at
+      // most 20 statements a second. Known and unknown ids wait alike, so neither's answer tells
+      // whether a key id exists. A read the database has not answered in `rereadWaitedFor` leaves
+      // the refusal as it was: a slow database never turns a 401 into a 503.
+      let nextReread: { readonly keyIds: Set<string>; readonly answered: Deferred.Deferred<void> } | undefined
+      let lastReread: Deferred.Deferred<void> | undefined
+      let lastRereadStartedAt = Number.NEGATIVE_INFINITY
+      const spacingMs = Duration.toMillis(rereadSpacing)
+      const rereadSoon = (keyId: string) =>
+        Effect.suspend(() => {
+          if (nextReread !== undefined) {
+            nextReread.keyIds.add(keyId)
+            return Deferred.await(nextReread.answered)
+          }
+          const batch = { keyIds: new Set([keyId]), answered: Deferred.unsafeMake<void>(FiberId.none) }
+          const done = Deferred.unsafeMake<void>(FiberId.none)
+          const before = lastReread
+          nextReread = batch
+          lastReread = done
+          // Its ids are taken as its statement starts: every id refused until then is in it.
+          const read = Effect.suspend(() =>
+            Effect.sleep(Math.max(0, lastRereadStartedAt + spacingMs - clock.unsafeCurrentTimeMillis()))
+          ).pipe(
+            Effect.zipRight(oneAtATime.withPermits(1)(Effect.suspend(() => {
+              nextReread = undefined
+              lastRereadStartedAt = clock.unsafeCurrentTimeMillis()
+              return rereadNow([...batch.keyIds])
+            }))),
+            Effect.onExit((exit) => Deferred.done(done, exit))
+          )
+          // One timer for the whole batch, not one per request; it never interrupts the read.
+          const answer = Deferred.await(done).pipe(
+            Effect.exit,
+            Effect.timeout(rereadWaitedFor),
+            Effect.exit,
+            Effect.zipRight(Deferred.succeed(batch.answered, undefined))
+          )
+          return Effect.all([
+            Effect.forkDaemon(before === undefined ? read : Effect.zipRight(Effect.exit(Deferred.await(before)), read)),
+            Effect.forkDaemon(answer)
+          ]).pipe(Effect.zipRight(Deferred.await(batch.answered)))
+        })
+
       const check =
         (keyId: KeyId, secret: string) => (stored: Cached | undefined): Effect.Effect<Authenticated, KeyRefused> => {
           // Every case costs one digest and two comparisons before the reason is told apart: an
@@ -208,8 +290,16 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
       const authenticateSpan = span("ApiKeys.authenticate")
       const authenticate = (token: string) => {
         const match = keyFormat.exec(token)
+        if (match === null) return authenticateSpan(malformedKey)
+        const keyId = match[1]!
+        const checkKey = check(keyId as KeyId, match[2]!)
+        const checked = Effect.flatMap(lookup(keyId), checkKey)
         return authenticateSpan(
-          match === null ? malformedKey : Effect.flatMap(lookup(match[1]!), check(match[1]! as KeyId, match[2]!))
+          repo.announcements === undefined ? checked : Effect.catchIf(
+            checked,
+            (refusal) => mayBeNew.has(refusal.reason),
+            () => Effect.flatMap(rereadSoon(keyId), () => checkKey(cache?.keys.get(keyId)))
+          )
         )
       }
 

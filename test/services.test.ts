@@ -22,6 +22,7 @@ import {
   LogLevel,
   LogSpan,
   Option,
+  PubSub,
   Schema,
   Scope as EffectScope,
   TestClock
@@ -35,6 +36,7 @@ import { ApiKeys } from "../src/ApiKeys.ts"
 import { type ApiKeyRow, ApiKeysRepo } from "../src/ApiKeys/ApiKeysRepo.ts"
 import { KeyUsage } from "../src/ApiKeys/KeyUsage.ts"
 import { AppConfig } from "../src/Config.ts"
+import type { KeyChange } from "../src/Database/KeyChanges.ts"
 import { DatabaseOutage } from "../src/Database/Outage.ts"
 import { databaseError } from "../src/Database/SqlErrors.ts"
 import { ActivateResponse, Activation, ActivationList, analyticsLine } from "../src/Domain/Activation.ts"
@@ -86,6 +88,8 @@ const ApiKeysRepoInMemory = makeTestLayer(ApiKeysRepo)({
     }),
   list: Effect.sync(() => [...storedKeys.values()]),
   generation: Effect.sync(() => generation),
+  // As on SQLite: the generation is exact, there is nothing to hear of.
+  announcements: undefined,
   revoke: (keyId, at) =>
     Effect.sync(() => {
       const row = storedKeys.get(keyId)
@@ -392,12 +396,18 @@ describe("KeyUsage", () => {
     }))
 })
 
-/** As on PostgreSQL: the generation is the last poll's, behind what is committed until the next poll. */
+/**
+ * As on PostgreSQL: the generation is the last poll's, behind what is committed until the next
+ * poll, and each change is announced as it commits (or, for a key used before its announcement
+ * comes, read again).
+ */
 describe("ApiKeys with a polled generation", () => {
   const rows = new Map<string, ApiKeyRow>()
   let committed = 0
   let polled = 0
   let loads = 0
+  const reads: Array<ReadonlyArray<string>> = []
+  const announcements = Effect.runSync(PubSub.unbounded<KeyChange>())
   // Anything else the service asked of the database would die here as not implemented.
   const LaggingRepo = makeTestLayer(ApiKeysRepo)({
     insert: (row) =>
@@ -409,31 +419,85 @@ describe("ApiKeys with a polled generation", () => {
       loads++
       return [...rows.values()]
     }),
-    generation: Effect.sync(() => polled)
+    find: (keyIds) =>
+      Effect.sync(() => {
+        reads.push(keyIds)
+        return keyIds.flatMap((keyId) => rows.get(keyId) ?? [])
+      }),
+    generation: Effect.sync(() => polled),
+    announcements: PubSub.subscribe(announcements)
   })
   const layer = ApiKeys.Live.pipe(Layer.provide(LaggingRepo), Layer.provide(makeIdsDeterministic()))
   const madeUp = (n: number) => `cak_${n.toString(36).padStart(16, "0")}_${"0".repeat(64)}`
+  /** Runs `effect` while the test clock moves 10 ms at a time; how long it took on that clock, and its result. */
+  const whileTimePasses = <A, E>(effect: Effect.Effect<A, E>) =>
+    Effect.gen(function*() {
+      const fiber = yield* Effect.fork(effect)
+      let elapsedMs = 0
+      while (fiber.unsafePoll() === null) {
+        yield* TestClock.adjust(Duration.millis(10))
+        elapsedMs += 10
+      }
+      return { elapsedMs, result: yield* Fiber.join(fiber) }
+    })
+  const newKey = Effect.flatMap(ApiKeys, (keys) =>
+    keys.create({ brandId, scopes: ["campaigns:read"], name: Option.none(), expiresIn: Option.none() }))
 
-  it.effect("refuses a key id absent at the polled generation without asking the database, and takes a new key once the poll sees it", () =>
+  it.effect("reads refused key ids again, one read per 50 ms for all of them, and takes a key created since the last poll at its first request", () =>
     Effect.gen(function*() {
       const keys = yield* ApiKeys
       expect((yield* Effect.flip(keys.authenticate(madeUp(0)))).reason).toBe("unknown key")
+      expect([loads, reads]).toEqual([1, [[madeUp(0).slice(4, 20)]]])
+      const flood = yield* whileTimePasses(Effect.forEach(
+        Array.from({ length: 2_000 }, (_, n) => madeUp(n + 1)),
+        (token) => Effect.flip(keys.authenticate(token)),
+        { concurrency: "unbounded" }
+      ))
+      expect(new Set(flood.result.map((refusal) => refusal.reason))).toEqual(new Set(["unknown key"]))
+      // Every id was read again, in at most one read per 50 ms of the clock.
+      expect(new Set(reads.slice(1).flat()).size).toBe(2_000)
+      expect(reads.length - 1).toBeLessThanOrEqual(Math.ceil(flood.elapsedMs / 50))
       expect(loads).toBe(1)
-      // Created since the last poll, as by another process: not known yet (README, Running several instances).
-      const { apiKey, info } = yield* keys.create({
-        brandId,
-        scopes: ["campaigns:read"],
-        name: Option.none(),
-        expiresIn: Option.none()
-      })
-      expect((yield* Effect.flip(keys.authenticate(apiKey))).reason).toBe("unknown key")
-      const reasons = new Set<string>()
-      for (let n = 1; n <= 10_000; n++) reasons.add((yield* Effect.flip(keys.authenticate(madeUp(n)))).reason)
-      expect([...reasons]).toEqual(["unknown key"])
+
+      // Created since the last poll, as by another process, and not announced yet: taken at once.
+      const { apiKey, info } = yield* newKey
+      expect(polled).toBeLessThan(committed)
+      const first = yield* whileTimePasses(keys.authenticate(apiKey))
+      expect(first.result.identity.keyId).toBe(info.keyId)
       expect(loads).toBe(1)
+    }).pipe(Effect.provide(layer)))
+
+  it.effect("applies an announced change at once: a revoked key is refused before the poll moves, and a rolled key's new secret is taken", () =>
+    Effect.gen(function*() {
+      const keys = yield* ApiKeys
+      const { apiKey, info } = yield* newKey
       polled = committed
       expect((yield* keys.authenticate(apiKey)).identity.keyId).toBe(info.keyId)
-      expect(loads).toBe(2)
+      const readsBefore = reads.length
+      rows.set(info.keyId, { ...rows.get(info.keyId)!, revokedAt: 1 })
+      yield* PubSub.publish(announcements, { keyId: info.keyId, generation: committed + 1 })
+      while (reads.length === readsBefore) yield* Effect.yieldNow()
+      expect(reads.at(-1)).toEqual([info.keyId])
+      expect((yield* Effect.flip(keys.authenticate(apiKey))).reason).toBe("revoked")
+
+      // A secret rolled in by another process, its announcement not yet come: read again, and taken.
+      const rolled = yield* newKey
+      polled = committed
+      expect((yield* keys.authenticate(rolled.apiKey)).identity.keyId).toBe(rolled.info.keyId)
+      const secret = "5".repeat(64)
+      const row = rows.get(rolled.info.keyId)!
+      rows.set(rolled.info.keyId, {
+        ...row,
+        secretSha256: sha256Hex(secret),
+        previousSecretSha256: row.secretSha256,
+        previousSecretEndsAt: 0
+      })
+      const newSecret = yield* whileTimePasses(keys.authenticate(`cak_${rolled.info.keyId}_${secret}`))
+      expect(newSecret.result.identity.keyId).toBe(rolled.info.keyId)
+      // Its previous secret's grace ended at once: refused without another read.
+      const readsAfterRoll = reads.length
+      expect((yield* Effect.flip(keys.authenticate(rolled.apiKey))).reason).toBe("grace ended")
+      expect(reads.length).toBe(readsAfterRoll)
     }).pipe(Effect.provide(layer)))
 
   it.effect("requests that find the keys changed at the same moment share one load of them", () => {
@@ -445,7 +509,8 @@ describe("ApiKeys with a polled generation", () => {
         asked++
         return 1
       }),
-      list: Effect.zipRight(Effect.sync(() => loads++), Effect.as(Deferred.await(loaded), []))
+      list: Effect.zipRight(Effect.sync(() => loads++), Effect.as(Deferred.await(loaded), [])),
+      announcements: undefined
     })
     return Effect.gen(function*() {
       const keys = yield* ApiKeys

@@ -1,6 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer } from "effect"
-import { keyChanges } from "../Database/KeyChanges.ts"
+import { keyChanges, type KeyChanges } from "../Database/KeyChanges.ts"
 import { inKeyOrder } from "../Database/WriteOrder.ts"
 import type { RateLimitPolicy } from "../Domain/ApiKey.ts"
 import { spans } from "../Spans.ts"
@@ -78,12 +78,19 @@ const usageKey = (use: SecretUse) => `${use.keyId} ${use.secretSha256}`
 export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo, {
   readonly insert: (row: ApiKeyRow) => Effect.Effect<void>
   readonly list: Effect.Effect<ReadonlyArray<ApiKeyRow>>
+  /** The keys of these ids as stored now, in one statement however many there are; an id without a key is absent. */
+  readonly find: (keyIds: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<ApiKeyRow>>
   /**
    * A number that changes whenever any process adds, changes or deletes a key: cheap
    * enough to read on every request, so that a cache of `list` knows when to load again. Exact on
    * SQLite; on PostgreSQL the last poll's, at most a second old (README, Running several instances).
    */
   readonly generation: Effect.Effect<number>
+  /**
+   * On PostgreSQL, each key change as announced when it commits, for a cache to apply at once;
+   * undefined on SQLite, where `generation` is exact (Database/KeyChanges.ts).
+   */
+  readonly announcements: KeyChanges["announcements"]
   /** Marks the key revoked; false when there is no such key or it was revoked already. */
   readonly revoke: (keyId: string, at: number) => Effect.Effect<boolean>
   /**
@@ -109,7 +116,7 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
     Effect.gen(function*() {
       const span = yield* spans
       const sql = yield* SqlClient.SqlClient
-      const generation = yield* keyChanges
+      const { announcements, generation } = yield* keyChanges
       const active = (keyId: string, now: number) =>
         sql`key_id = ${keyId} AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ${now})`
       // The latest time wins, whichever instance writes last.
@@ -117,8 +124,15 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
         pg: () => sql.literal("GREATEST(api_key_usage.last_used_at, excluded.last_used_at)"),
         orElse: () => sql.literal("max(api_key_usage.last_used_at, excluded.last_used_at)")
       })
+      // One parameter whatever the number of ids (PostgreSQL takes an array, SQLite a JSON text).
+      const amongIds = (keyIds: ReadonlyArray<string>) =>
+        sql.onDialectOrElse({
+          pg: () => sql`key_id = ANY(${keyIds})`,
+          orElse: () => sql`key_id IN (SELECT value FROM json_each(${JSON.stringify(keyIds)}))`
+        })
       return {
         generation,
+        announcements,
         insert: (row) =>
           sql`INSERT INTO api_keys (key_id, brand_id, name, scopes, secret_sha256, created_at, expires_at, revoked_at,
                                     rate_limit_max, rate_limit_window_seconds)
@@ -134,6 +148,12 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
           Effect.orDie,
           span("ApiKeysRepo.list")
         ),
+        find: (keyIds) =>
+          sql<Stored>`SELECT * FROM api_keys WHERE ${amongIds(keyIds)}`.pipe(
+            Effect.map((rows) => rows.map(fromStored)),
+            Effect.orDie,
+            span("ApiKeysRepo.find")
+          ),
         revoke: (keyId, at) =>
           sql<{ key_id: string }>`UPDATE api_keys SET revoked_at = ${at}
               WHERE key_id = ${keyId} AND revoked_at IS NULL RETURNING key_id`.pipe(

@@ -1,6 +1,7 @@
 import { SqlClient } from "@effect/sql"
+import type { PgClient } from "@effect/sql-pg"
 import { Database } from "bun:sqlite"
-import { Duration, Effect, Schedule, type Scope } from "effect"
+import { type Context, Deferred, Duration, Effect, Fiber, Option, PubSub, type Queue, Schedule, Schema, type Scope, Stream } from "effect"
 import { openSync, readSync, realpathSync } from "node:fs"
 import { DatabaseConfig } from "../Config.ts"
 import { DatabaseFile } from "./Sql.ts"
@@ -15,21 +16,42 @@ const readCounter = Effect.map(
     )
 )
 
-/** The keys' generation: a number that changes whenever any process changes, adds or deletes a key. */
-type Probe = Effect.Effect<Effect.Effect<number>, never, SqlClient.SqlClient | DatabaseFile | Scope.Scope>
+/** A key changed, as PostgreSQL announces it once the change committed: `keyId` null for every key. */
+export interface KeyChange {
+  readonly keyId: string | null
+  readonly generation: number
+}
+
+/** How the server learns that the keys changed, whichever process changed them. */
+export interface KeyChanges {
+  /** The keys' generation: a number that changes whenever any process changes, adds or deletes a key. */
+  readonly generation: Effect.Effect<number>
+  /**
+   * On PostgreSQL, where `generation` is a poll's reading: each key change as it is announced,
+   * the moment its transaction commits (migration 0008), to apply at once. Undefined on SQLite,
+   * where `generation` is exact at every request and there is nothing to wait for.
+   */
+  readonly announcements: Effect.Effect<Queue.Dequeue<KeyChange>, never, Scope.Scope> | undefined
+}
+
+type Probe = Effect.Effect<KeyChanges, never, SqlClient.SqlClient | DatabaseFile | Scope.Scope>
 
 /**
  * How the server learns that the keys changed, cheaply enough to ask on every request
- * (README, Reliability): on SQLite the wal-index header and `PRAGMA data_version`, on PostgreSQL a
- * poll of the counter (README, Running several instances).
+ * (README, Reliability): on SQLite the wal-index header and `PRAGMA data_version`, on PostgreSQL
+ * each change announced by a notification, with a poll of the counter behind it (README, Running
+ * several instances).
  */
 export const keyChanges = Effect.flatMap(DatabaseConfig, (target): Probe =>
   target._tag === "postgres"
     ? sharedGeneration
-    : target.filename === ":memory:"
-    // An in-memory database has no other connection: its counter is read through the one it has.
-    ? Effect.map(readCounter, Effect.orDie)
-    : fileGeneration(target.filename))
+    : Effect.map<Effect.Effect<number>, never, SqlClient.SqlClient | DatabaseFile | Scope.Scope, KeyChanges>(
+      target.filename === ":memory:"
+        // An in-memory database has no other connection: its counter is read through the one it has.
+        ? Effect.map(readCounter, Effect.orDie)
+        : fileGeneration(target.filename),
+      (generation) => ({ generation, announcements: undefined })
+    ))
 
 /**
  * SQLite's wal-index header, both of its copies: the first 96 bytes of the `-shm` file
@@ -133,38 +155,129 @@ const fileGeneration = (filename: string) =>
 const generationPollInterval = Duration.millis(200)
 const generationTrustedFor = Duration.seconds(1)
 
+/** Where migration 0008's trigger announces each change to a key. */
+const channel = "api_keys_changed"
+
 /**
- * On PostgreSQL, the counter polled in the background, so a request reads a number in memory and
- * never waits on the database: a key id absent at the last reading is refused without a query, so
- * a flood of made-up ids costs the database nothing and answers as fast as a known id does. A key
- * created, changed or revoked by any instance or the command line is seen within one poll. While
- * the database does not answer, the last reading is trusted for `generationTrustedFor` (counted
- * from when the read started, so a reading always reflects every commit made that long ago), then
- * no key is vouched for (503) rather than one that may have been revoked since: README, Running
- * several instances.
+ * An announcement as the trigger spells it. Anything else on the channel (any user of the database
+ * may send there) is ignored: an announcement only ever makes an instance read a key again.
+ */
+const decodeAnnouncement = Schema.decodeUnknownOption(
+  Schema.parseJson(Schema.Struct({ keyId: Schema.NullOr(Schema.String), generation: Schema.Number }))
+)
+
+/**
+ * On PostgreSQL, each change announced by the trigger of migration 0008 as its transaction commits,
+ * heard on a connection of its own (`PgClient.listen`) and passed on for the keys to apply at once;
+ * and the counter polled in the background, so a request reads a number in memory and never waits
+ * on the database. The poll is what the keys fall back on: a change whose announcement was missed
+ * is seen within one poll, as before there were announcements. The listener swallows the errors
+ * of its connection (@effect/sql-pg 0.53), so a lost one shows only in the poll: a generation a
+ * whole poll old that no announcement brought, and then it listens again.
+ *
+ * While the database does not answer, the last reading is trusted for `generationTrustedFor`
+ * (counted from when the read started, so a reading always reflects every commit made that long
+ * ago), then no key is vouched for (503) rather than one that may have been revoked since: README,
+ * Running several instances.
+ *
+ * Nothing is asked before the first request asks the generation: the key commands, which build
+ * the same layers and never authenticate, neither poll nor listen.
  */
 const sharedGeneration = Effect.gen(function*() {
+  // Loaded here, not imported: on SQLite the PostgreSQL client is never loaded (Database/Sql.ts).
+  const { PgClient: PgClientTag }: { readonly PgClient: Context.Tag<PgClient.PgClient, PgClient.PgClient> } = yield* Effect
+    .promise(() => import("@effect/sql-pg/PgClient"))
+  const listen = yield* Effect.map(
+    Effect.serviceOption(PgClientTag),
+    Option.match({
+      onNone: () => (_: string): Stream.Stream<string> => Stream.die("the PostgreSQL client has no listen"),
+      onSome: (pg: PgClient.PgClient) => pg.listen
+    })
+  )
   // No timeout on a read: sql-pg cancels an interrupted statement with pg_cancel_backend, which
   // could reach the connection's next user. A reading grown too old is refused instead (`stale`).
   const read = yield* readCounter
   const clock = yield* Effect.clock
+  // The layer's: a listener outlives the fiber that starts it.
+  const scope = yield* Effect.scope
   const trustedFor = Duration.toMillis(generationTrustedFor)
-  const readNow = Effect.suspend(() => {
-    const startedAt = clock.unsafeCurrentTimeMillis()
-    return Effect.map(read, (generation) => ({ generation, startedAt }))
+  const changes = yield* PubSub.unbounded<KeyChange>()
+
+  // The highest generation an announcement (or, at first, the first reading) has brought.
+  let announced = Number.NEGATIVE_INFINITY
+  const listening = Stream.runForEach(listen(channel), (payload) =>
+    Option.match(decodeAnnouncement(payload), {
+      onNone: () => Effect.void,
+      onSome: (change) => {
+        if (change.generation > announced) announced = change.generation
+        return Effect.asVoid(PubSub.publish(changes, change))
+      }
+    }))
+  let listener: Fiber.RuntimeFiber<void, unknown> | undefined
+  let relistening = false
+  // Interrupting the old listener ends its connection (the client's last user gone): the new one
+  // gets a connection of its own.
+  const relisten = Effect.suspend(() => {
+    if (relistening) return Effect.void
+    relistening = true
+    return Effect.logWarning("a key change was not announced to this instance: listening again").pipe(
+      Effect.zipRight(listener === undefined ? Effect.void : Fiber.interrupt(listener)),
+      Effect.zipRight(Effect.map(Effect.forkIn(listening, scope), (fiber) => void (listener = fiber))),
+      Effect.ensuring(Effect.sync(() => void (relistening = false))),
+      // On its own: a connection that hangs as it closes must not stop the poll.
+      Effect.fork,
+      Effect.asVoid
+    )
   })
-  let reading = yield* Effect.orDie(readNow)
-  yield* Effect.map(readNow, (latest) => {
-    reading = latest
-  }).pipe(
-    Effect.ignore,
+  // A generation the poll read that no announcement had brought by then.
+  let unannounced: number | undefined
+  const heard = (generation: number) => {
+    if (generation <= announced) {
+      unannounced = undefined
+      return Effect.void
+    }
+    if (unannounced !== undefined && announced < unannounced) {
+      unannounced = undefined
+      announced = generation
+      return relisten
+    }
+    unannounced = generation
+    return Effect.void
+  }
+
+  let reading: { readonly generation: number; readonly startedAt: number } | undefined
+  const poll = Effect.suspend(() => {
+    const startedAt = clock.unsafeCurrentTimeMillis()
+    return Effect.flatMap(read, (generation) => {
+      const first = reading === undefined
+      reading = { generation, startedAt }
+      if (!first) return heard(generation)
+      // Announcements count from here on: what came before is in this reading.
+      if (generation > announced) announced = generation
+      return Effect.void
+    })
+  }).pipe(Effect.ignore)
+  const wanted = yield* Deferred.make<void>()
+  const firstPollDone = yield* Deferred.make<void>()
+  yield* Effect.gen(function*() {
+    yield* Deferred.await(wanted)
+    listener = yield* Effect.forkIn(listening, scope)
+    yield* poll
+    yield* Deferred.succeed(firstPollDone, undefined)
     // `schedule` waits before each run: the reading above is as new as a first poll would be.
-    Effect.schedule(Schedule.spaced(generationPollInterval)),
-    Effect.forkScoped
-  )
+    yield* Effect.schedule(poll, Schedule.spaced(generationPollInterval))
+  }).pipe(Effect.forkScoped)
+
   // SQLSTATE 08000, connection_exception: what the other requests get while the database is away.
   const stale = Effect.die(databaseError("08000", "the API keys' generation could not be read for a second"))
-  return Effect.suspend(() =>
-    clock.unsafeCurrentTimeMillis() - reading.startedAt <= trustedFor ? Effect.succeed(reading.generation) : stale
+  const trusted = () =>
+    reading !== undefined && clock.unsafeCurrentTimeMillis() - reading.startedAt <= trustedFor
+      ? Effect.succeed(reading.generation)
+      : stale
+  const generation = Effect.suspend(() =>
+    reading !== undefined
+      ? trusted()
+      : Deferred.succeed(wanted, undefined).pipe(Effect.zipRight(Deferred.await(firstPollDone)), Effect.zipRight(Effect.suspend(trusted)))
   )
+  return { generation, announcements: PubSub.subscribe(changes) }
 })

@@ -17,6 +17,8 @@ export interface FaultyLink {
   readonly slow: (ms: number) => void
   /** Bytes the service has sent through the link so far: nothing sent, nothing asked. */
   readonly sent: () => number
+  /** On PostgreSQL, the statements the service has sent through the link so far (each simple query, and each extended one's Sync). */
+  readonly statements: () => number
   readonly close: () => void
 }
 
@@ -41,15 +43,20 @@ export const faultyLink = async (target: string): Promise<FaultyLink> => {
   let down = false
   let delayMs = 0
   let sent = 0
+  let statements = 0
+  const isPostgres = upstreamUrl.protocol.startsWith("postgres")
   // Chunk by chunk, in order: each is held, then passed on before the next is taken.
-  const held = (count: boolean) =>
-    new Transform({
+  const held = (count: boolean) => {
+    const countStatements = count && isPostgres ? statementCounter() : undefined
+    return new Transform({
       transform(chunk: Buffer, _encoding, done) {
         if (count) sent += chunk.length
+        if (countStatements !== undefined) statements += countStatements(chunk)
         if (delayMs === 0) return done(null, chunk)
         setTimeout(() => done(null, chunk), delayMs)
       }
     })
+  }
   // `pipe` writes what the other side takes and waits for it to drain: nothing is lost or
   // reordered under load, as it could be when a partial write was ignored.
   const listener = createServer((client) => {
@@ -90,9 +97,44 @@ export const faultyLink = async (target: string): Promise<FaultyLink> => {
       delayMs = ms
     },
     sent: () => sent,
+    statements: () => statements,
     close: () => {
       for (const socket of sockets) socket.destroy()
       listener.close()
     }
+  }
+}
+
+/** The SSLRequest's code: the request before the startup message, which is still to come. */
+const sslRequestCode = 80_877_103
+
+/**
+ * Counts, in what a client sends PostgreSQL over one connection, the messages that end a
+ * statement: a simple query ('Q') or an extended query's Sync ('S'). Each message is a type byte
+ * and a length, after the startup message, which has no type byte
+ * (https://www.postgresql.org/docs/current/protocol-message-formats.html).
+ */
+const statementCounter = () => {
+  let pending = Buffer.alloc(0)
+  let started = false
+  return (chunk: Buffer): number => {
+    pending = Buffer.concat([pending, chunk])
+    let ended = 0
+    for (;;) {
+      if (!started) {
+        if (pending.length < 8) break
+        const length = pending.readInt32BE(0)
+        if (pending.length < length) break
+        started = pending.readInt32BE(4) !== sslRequestCode
+        pending = pending.subarray(length)
+        continue
+      }
+      if (pending.length < 5) break
+      const length = pending.readInt32BE(1)
+      if (pending.length < 1 + length) break
+      if (pending[0] === 0x51 || pending[0] === 0x53) ended++
+      pending = pending.subarray(1 + length)
+    }
+    return ended
   }
 }

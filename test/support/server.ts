@@ -184,26 +184,21 @@ export interface CreatedTestKey {
   readonly brandId: string
 }
 
-/** The README's bound for a key change to reach every instance on a shared database (Running several instances). */
+/**
+ * The README's bound for a change to a key (a revocation, a roll, an update) to reach every
+ * instance on a shared database, whether or not the instance heard it announced (Running several
+ * instances). A key created is taken at once.
+ */
 export const keyPropagationBound = 1000
 
 /**
- * Creates a key in the server's database the way the CLI does, without a process per key. On
- * PostgreSQL it returns once every running server may be asked to know the key (README, Running
- * several instances: a key id is taken within the second), so a test may use it at once.
+ * Creates a key in the server's database the way the CLI does, without a process per key. Every
+ * running server takes it from the moment it returns, on PostgreSQL as on SQLite (README, Running
+ * several instances), so a test uses it at once.
  */
-export const createKey = async (
+export const createKey = (
   database: string,
   options: { readonly brandId?: string; readonly scopes?: ReadonlyArray<Scope>; readonly expiresInDays?: number } = {}
-): Promise<CreatedTestKey> => {
-  const created = await createKeyNow(database, options)
-  if (/^postgres(ql)?:/.test(database)) await Bun.sleep(keyPropagationBound)
-  return created
-}
-
-const createKeyNow = (
-  database: string,
-  options: { readonly brandId?: string; readonly scopes?: ReadonlyArray<Scope>; readonly expiresInDays?: number }
 ): Promise<CreatedTestKey> =>
   Effect.gen(function*() {
     const keys = yield* ApiKeys

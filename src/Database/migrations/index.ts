@@ -5,6 +5,7 @@ import CampaignCounts from "./0004_campaign_counts.ts"
 import KeyLifecycle from "./0005_key_lifecycle.ts"
 import ListByBothFilters from "./0006_list_by_both_filters.ts"
 import CreatorFirstDays from "./0007_creator_first_days.ts"
+import KeyChangeAnnouncements from "./0008_key_change_announcements.ts"
 
 /** The one migration set: portable SQL, with a per-dialect branch where SQLite and PostgreSQL differ. */
 export const migrations = {
@@ -14,5 +15,6 @@ export const migrations = {
   "0004_campaign_counts": CampaignCounts,
   "0005_key_lifecycle": KeyLifecycle,
   "0006_list_by_both_filters": ListByBothFilters,
-  "0007_creator_first_days": CreatorFirstDays
+  "0007_creator_first_days": CreatorFirstDays,
+  "0008_key_change_announcements": KeyChangeAnnouncements
 }
