@@ -239,11 +239,13 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
           const read = Effect.suspend(() =>
             Effect.sleep(Math.max(0, lastRereadStartedAt + spacingMs - clock.unsafeCurrentTimeMillis()))
           ).pipe(
-            Effect.zipRight(oneAtATime.withPermits(1)(Effect.suspend(() => {
-              nextReread = undefined
-              lastRereadStartedAt = clock.unsafeCurrentTimeMillis()
-              return rereadNow([...batch.keyIds])
-            }))),
+            Effect.zipRight(
+              oneAtATime.withPermits(1)(Effect.suspend(() => {
+                nextReread = undefined
+                lastRereadStartedAt = clock.unsafeCurrentTimeMillis()
+                return rereadNow([...batch.keyIds])
+              }))
+            ),
             Effect.onExit((exit) => Deferred.done(done, exit))
           )
           // One timer for the whole batch, not one per request; it never interrupts the read.

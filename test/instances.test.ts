@@ -206,7 +206,10 @@ describe.skipIf(skip)("two instances on one PostgreSQL + Redis", () => {
 describe.skipIf(skip)("key changes announced by PostgreSQL", () => {
   /** The instances' connections that listen for key changes, by PostgreSQL's own account. */
   const listeners = (database: string) =>
-    postgres.count(database, "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'")
+    postgres.count(
+      database,
+      "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+    )
 
   it("an instance whose listening connection is cut falls back on the poll, then listens again", async () => {
     const database = await postgres.database()

@@ -440,8 +440,10 @@ describe("ApiKeys with a polled generation", () => {
       }
       return { elapsedMs, result: yield* Fiber.join(fiber) }
     })
-  const newKey = Effect.flatMap(ApiKeys, (keys) =>
-    keys.create({ brandId, scopes: ["campaigns:read"], name: Option.none(), expiresIn: Option.none() }))
+  const newKey = Effect.flatMap(
+    ApiKeys,
+    (keys) => keys.create({ brandId, scopes: ["campaigns:read"], name: Option.none(), expiresIn: Option.none() })
+  )
 
   it.effect("reads refused key ids again, one read per 50 ms for all of them, and takes a key created since the last poll at its first request", () =>
     Effect.gen(function*() {

@@ -1,6 +1,6 @@
 import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer } from "effect"
-import { keyChanges, type KeyChanges } from "../Database/KeyChanges.ts"
+import { type KeyChanges, keyChanges } from "../Database/KeyChanges.ts"
 import { inKeyOrder } from "../Database/WriteOrder.ts"
 import type { RateLimitPolicy } from "../Domain/ApiKey.ts"
 import { spans } from "../Spans.ts"

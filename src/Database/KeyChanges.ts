@@ -1,7 +1,20 @@
 import { SqlClient } from "@effect/sql"
 import type { PgClient } from "@effect/sql-pg"
 import { Database } from "bun:sqlite"
-import { type Context, Deferred, Duration, Effect, Fiber, Option, PubSub, type Queue, Schedule, Schema, type Scope, Stream } from "effect"
+import {
+  type Context,
+  Deferred,
+  Duration,
+  Effect,
+  Fiber,
+  Option,
+  PubSub,
+  type Queue,
+  Schedule,
+  Schema,
+  type Scope,
+  Stream
+} from "effect"
 import { openSync, readSync, realpathSync } from "node:fs"
 import { DatabaseConfig } from "../Config.ts"
 import { DatabaseFile } from "./Sql.ts"
@@ -185,8 +198,9 @@ const decodeAnnouncement = Schema.decodeUnknownOption(
  */
 const sharedGeneration = Effect.gen(function*() {
   // Loaded here, not imported: on SQLite the PostgreSQL client is never loaded (Database/Sql.ts).
-  const { PgClient: PgClientTag }: { readonly PgClient: Context.Tag<PgClient.PgClient, PgClient.PgClient> } = yield* Effect
-    .promise(() => import("@effect/sql-pg/PgClient"))
+  const { PgClient: PgClientTag }: { readonly PgClient: Context.Tag<PgClient.PgClient, PgClient.PgClient> } =
+    yield* Effect
+      .promise(() => import("@effect/sql-pg/PgClient"))
   const listen = yield* Effect.map(
     Effect.serviceOption(PgClientTag),
     Option.match({
@@ -277,7 +291,10 @@ const sharedGeneration = Effect.gen(function*() {
   const generation = Effect.suspend(() =>
     reading !== undefined
       ? trusted()
-      : Deferred.succeed(wanted, undefined).pipe(Effect.zipRight(Deferred.await(firstPollDone)), Effect.zipRight(Effect.suspend(trusted)))
+      : Deferred.succeed(wanted, undefined).pipe(
+        Effect.zipRight(Deferred.await(firstPollDone)),
+        Effect.zipRight(Effect.suspend(trusted))
+      )
   )
   return { generation, announcements: PubSub.subscribe(changes) }
 })
