@@ -149,12 +149,13 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
           }
         }
       }
-      // Every key by id, loaded again whenever the generation moves: a request reads one number,
-      // not the key's row. On SQLite the generation is exact, so a key created, changed or revoked
-      // by any process counts from the next request, and a key id absent at that generation is
-      // refused without asking the database. On PostgreSQL each change is announced as it commits
-      // and applied to its key at once, and the poll's generation catches any change whose
-      // announcement was missed (README, Running several instances).
+      // Every key by id, loaded again whenever the generation moves past what the cache holds: a
+      // request reads one number, not the key's row. On SQLite the generation is exact, so a key
+      // created, changed or revoked by any process counts from the next request, and a key id
+      // absent at that generation is refused without asking the database. On PostgreSQL each
+      // change is announced as it commits and its key read again at once, which moves the cache's
+      // generation on; the poll's generation catches any change whose announcement was missed
+      // (README, Running several instances).
       let cache: { readonly generation: number; readonly keys: Map<string, Cached> } | undefined
       // Every read that writes the cache, one at a time: each starts after the one before it ended,
       // so it sees at least as much, and what it writes never undoes a newer write.
@@ -206,9 +207,20 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
         const apply = Effect.flatMap(Queue.takeBetween(announced, 1, Number.POSITIVE_INFINITY), (changes) => {
           const all = Chunk.toReadonlyArray(changes)
           const truncated = all.find((change) => change.keyId === null)
-          return truncated === undefined
-            ? oneAtATime.withPermits(1)(rereadNow([...new Set(all.map((change) => change.keyId!))]))
-            : Effect.asVoid(load(truncated.generation))
+          if (truncated !== undefined) return Effect.asVoid(load(truncated.generation))
+          return oneAtATime.withPermits(1)(
+            Effect.map(rereadNow([...new Set(all.map((change) => change.keyId!))]), () => {
+              if (cache === undefined) return
+              // Announcements come in the order of their commits, each generation in turn: while
+              // they follow on from the cache's, the keys hold every change up to the last, and
+              // the poll finds nothing to load again. After a gap, it loads them (the fallback).
+              let generation = cache.generation
+              for (const change of [...all].sort((x, y) => x.generation - y.generation)) {
+                if (change.generation === generation + 1) generation = change.generation
+              }
+              cache = { generation, keys: cache.keys }
+            })
+          )
         })
         yield* Effect.forkScoped(Effect.forever(Effect.exit(apply)))
       }

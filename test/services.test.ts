@@ -475,12 +475,24 @@ describe("ApiKeys with a polled generation", () => {
       const { apiKey, info } = yield* newKey
       polled = committed
       expect((yield* keys.authenticate(apiKey)).identity.keyId).toBe(info.keyId)
-      const readsBefore = reads.length
+      const [readsBefore, loadsBefore] = [reads.length, loads]
       rows.set(info.keyId, { ...rows.get(info.keyId)!, revokedAt: 1 })
-      yield* PubSub.publish(announcements, { keyId: info.keyId, generation: committed + 1 })
+      committed++
+      yield* PubSub.publish(announcements, { keyId: info.keyId, generation: committed })
       while (reads.length === readsBefore) yield* Effect.yieldNow()
       expect(reads.at(-1)).toEqual([info.keyId])
       expect((yield* Effect.flip(keys.authenticate(apiKey))).reason).toBe("revoked")
+      // The poll then reads the generation the announcement brought: nothing to load again.
+      polled = committed
+      expect((yield* Effect.flip(keys.authenticate(apiKey))).reason).toBe("revoked")
+      expect(loads).toBe(loadsBefore)
+      // An announcement after a gap (one went missing): the poll's generation loads the keys again.
+      committed += 2
+      yield* PubSub.publish(announcements, { keyId: info.keyId, generation: committed })
+      while (reads.length === readsBefore + 1) yield* Effect.yieldNow()
+      polled = committed
+      expect((yield* Effect.flip(keys.authenticate(apiKey))).reason).toBe("revoked")
+      expect(loads).toBe(loadsBefore + 1)
 
       // A secret rolled in by another process, its announcement not yet come: read again, and taken.
       const rolled = yield* newKey

@@ -1,8 +1,6 @@
 import { SqlClient } from "@effect/sql"
-import type { PgClient } from "@effect/sql-pg"
 import { Database } from "bun:sqlite"
 import {
-  type Context,
   Deferred,
   Duration,
   Effect,
@@ -198,14 +196,12 @@ const decodeAnnouncement = Schema.decodeUnknownOption(
  */
 const sharedGeneration = Effect.gen(function*() {
   // Loaded here, not imported: on SQLite the PostgreSQL client is never loaded (Database/Sql.ts).
-  const { PgClient: PgClientTag }: { readonly PgClient: Context.Tag<PgClient.PgClient, PgClient.PgClient> } =
-    yield* Effect
-      .promise(() => import("@effect/sql-pg/PgClient"))
+  const { PgClient } = yield* Effect.promise(() => import("@effect/sql-pg/PgClient"))
   const listen = yield* Effect.map(
-    Effect.serviceOption(PgClientTag),
+    Effect.serviceOption(PgClient),
     Option.match({
       onNone: () => (_: string): Stream.Stream<string> => Stream.die("the PostgreSQL client has no listen"),
-      onSome: (pg: PgClient.PgClient) => pg.listen
+      onSome: (pg) => pg.listen
     })
   )
   // No timeout on a read: sql-pg cancels an interrupted statement with pg_cancel_backend, which
@@ -219,15 +215,18 @@ const sharedGeneration = Effect.gen(function*() {
 
   // The highest generation an announcement (or, at first, the first reading) has brought.
   let announced = Number.NEGATIVE_INFINITY
-  const listening = Stream.runForEach(listen(channel), (payload) =>
-    Option.match(decodeAnnouncement(payload), {
-      onNone: () => Effect.void,
-      onSome: (change) => {
-        if (change.generation > announced) announced = change.generation
-        return Effect.asVoid(PubSub.publish(changes, change))
-      }
-    }))
-  let listener: Fiber.RuntimeFiber<void, unknown> | undefined
+  // A listener that cannot connect ends: the poll finds it gone at the next change, as a lost one.
+  const listening = Effect.ignore(
+    Stream.runForEach(listen(channel), (payload) =>
+      Option.match(decodeAnnouncement(payload), {
+        onNone: () => Effect.void,
+        onSome: (change) => {
+          if (change.generation > announced) announced = change.generation
+          return Effect.asVoid(PubSub.publish(changes, change))
+        }
+      }))
+  )
+  let listener: Fiber.RuntimeFiber<void> | undefined
   let relistening = false
   // Interrupting the old listener ends its connection (the client's last user gone): the new one
   // gets a connection of its own.
