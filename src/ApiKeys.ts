@@ -229,32 +229,48 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
       // unknown here, or a secret that matches neither of the key's, is read again before the
       // refusal stands (`mayBeNew`). One read at a time, at most one every `rereadSpacing`, for
       // every key id refused meanwhile, however many: a flood of made-up ids costs PostgreSQL at
-      // most 20 statements a second. Known and unknown ids wait alike, so neither's answer tells
-      // whether a key id exists. A read the database has not answered in `rereadWaitedFor` leaves
-      // the refusal as it was: a slow database never turns a 401 into a 503.
-      let nextReread: { readonly keyIds: Set<string>; readonly answered: Deferred.Deferred<void> } | undefined
+      // most 20 statements a second. A refusal after it is answered `rereadSpacing` after the read
+      // began, whether a key was found or not, so the answer's time does not tell whether a key id
+      // exists. A read the database has not answered in `rereadWaitedFor` leaves the refusal as
+      // it was: a slow database never turns a 401 into a 503.
+      interface Reread {
+        readonly keyIds: Set<string>
+        /** When its statement started, once it has. */
+        startedAt: number | undefined
+        /** Done once the keys were read again, or the read was waited for `rereadWaitedFor`. */
+        readonly answered: Deferred.Deferred<void>
+        /** Done `rereadSpacing` after the statement started, and not before `answered`. */
+        readonly released: Deferred.Deferred<void>
+      }
+      let nextReread: Reread | undefined
       let lastReread: Deferred.Deferred<void> | undefined
       let lastRereadStartedAt = Number.NEGATIVE_INFINITY
       const spacingMs = Duration.toMillis(rereadSpacing)
-      const rereadSoon = (keyId: string) =>
+      const untilMillis = (at: number) => Effect.sleep(Math.max(0, at - clock.unsafeCurrentTimeMillis()))
+      /** The read of refused key ids `keyId` joins, once it has answered. */
+      const rereadSoon = (keyId: string): Effect.Effect<Reread> =>
         Effect.suspend(() => {
           if (nextReread !== undefined) {
-            nextReread.keyIds.add(keyId)
-            return Deferred.await(nextReread.answered)
+            const joined = nextReread
+            joined.keyIds.add(keyId)
+            return Effect.as(Deferred.await(joined.answered), joined)
           }
-          const batch = { keyIds: new Set([keyId]), answered: Deferred.unsafeMake<void>(FiberId.none) }
+          const batch: Reread = {
+            keyIds: new Set([keyId]),
+            startedAt: undefined,
+            answered: Deferred.unsafeMake(FiberId.none),
+            released: Deferred.unsafeMake(FiberId.none)
+          }
           const done = Deferred.unsafeMake<void>(FiberId.none)
           const before = lastReread
           nextReread = batch
           lastReread = done
           // Its ids are taken as its statement starts: every id refused until then is in it.
-          const read = Effect.suspend(() =>
-            Effect.sleep(Math.max(0, lastRereadStartedAt + spacingMs - clock.unsafeCurrentTimeMillis()))
-          ).pipe(
+          const read = Effect.suspend(() => untilMillis(lastRereadStartedAt + spacingMs)).pipe(
             Effect.zipRight(
               oneAtATime.withPermits(1)(Effect.suspend(() => {
                 nextReread = undefined
-                lastRereadStartedAt = clock.unsafeCurrentTimeMillis()
+                batch.startedAt = lastRereadStartedAt = clock.unsafeCurrentTimeMillis()
                 return rereadNow([...batch.keyIds])
               }))
             ),
@@ -265,12 +281,18 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
             Effect.exit,
             Effect.timeout(rereadWaitedFor),
             Effect.exit,
-            Effect.zipRight(Deferred.succeed(batch.answered, undefined))
+            Effect.zipRight(Deferred.succeed(batch.answered, undefined)),
+            Effect.zipRight(
+              Effect.suspend(() =>
+                batch.startedAt === undefined ? Effect.void : untilMillis(batch.startedAt + spacingMs)
+              )
+            ),
+            Effect.zipRight(Deferred.succeed(batch.released, undefined))
           )
           return Effect.all([
             Effect.forkDaemon(before === undefined ? read : Effect.zipRight(Effect.exit(Deferred.await(before)), read)),
             Effect.forkDaemon(answer)
-          ]).pipe(Effect.zipRight(Deferred.await(batch.answered)))
+          ]).pipe(Effect.zipRight(Deferred.await(batch.answered)), Effect.as(batch))
         })
 
       const check =
@@ -312,7 +334,14 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
           repo.announcements === undefined ? checked : Effect.catchIf(
             checked,
             (refusal) => mayBeNew.has(refusal.reason),
-            () => Effect.flatMap(rereadSoon(keyId), () => checkKey(cache?.keys.get(keyId)))
+            () =>
+              Effect.flatMap(rereadSoon(keyId), (reread) =>
+                // A key found is answered at once; a refusal when its read is released, found
+                // or not, so that what the read took does not tell a known key id from another.
+                Effect.catchAll(
+                  checkKey(cache?.keys.get(keyId)),
+                  (refusal) => Effect.zipRight(Deferred.await(reread.released), Effect.fail(refusal))
+                ))
           )
         )
       }
