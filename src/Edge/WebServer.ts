@@ -253,16 +253,18 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
         draining.start()
         const atOnce = yield* draining.atOnce
         yield* Effect.logInfo("draining", { inFlight, delaySeconds: atOnce ? 0 : Duration.toSeconds(delay) })
-        if (!atOnce) {
+        yield* atOnce
+          // No delay, but a turn of the event loop: a request that has already arrived is then
+          // answered, where closing its connection now would reset it.
+          ? Effect.sleep(Duration.zero)
           // Each side interruptible: in a finalizer they would not be, and the race would wait for its loser.
-          yield* Effect.raceFirst(
+          : Effect.raceFirst(
             Effect.interruptible(Effect.sleep(delay)),
             Effect.zipRight(
               Effect.interruptible(draining.whenAtOnce),
               Effect.logInfo("SIGINT: the rest of the shutdown delay skipped")
             )
           )
-        }
         stopped = true
         yield* Effect.logInfo("closing the listener", { inFlight })
         void server.stop(false)
