@@ -32,22 +32,29 @@ export const ServiceIndex = Schema.Struct({
 })
 
 /**
- * Any JSON value, as the document states it (the library's own JSON Schema of `Unknown` names a
- * schema id of its own): what the document holds beyond its required fields, not spelled out twice.
+ * The OpenAPI document, by the fields every one has: stated as JSON Schema outright, since the
+ * library's own for `Unknown` (the rest of the document) names a schema id of its own, three times.
  */
-const anyValue = Schema.Unknown.annotations({
-  jsonSchema: { type: ["object", "array", "string", "number", "boolean", "null"] } as never
-})
-const anyJson = Schema.Record({ key: Schema.String, value: anyValue })
-
 export const OpenApiDocument = Schema.Struct(
-  {
-    openapi: Schema.String,
-    info: Schema.Struct({ title: Schema.String, version: Schema.String }, anyJson),
-    paths: Schema.Record({ key: Schema.String, value: anyJson })
-  },
-  anyJson
-).annotations({ identifier: "OpenApiDocument", description: "An OpenAPI 3.1 document: this one." })
+  { openapi: Schema.String, info: Schema.Struct({ title: Schema.String, version: Schema.String }), paths: Schema.Object },
+  Schema.Record({ key: Schema.String, value: Schema.Unknown })
+).annotations({
+  identifier: "OpenApiDocument",
+  jsonSchema: {
+    description: "An OpenAPI 3.1 document: this one.",
+    type: "object",
+    required: ["openapi", "info", "paths"],
+    properties: {
+      openapi: { type: "string" },
+      info: {
+        type: "object",
+        required: ["title", "version"],
+        properties: { title: { type: "string" }, version: { type: "string" } }
+      },
+      paths: { type: "object" }
+    }
+  }
+})
 
 const index = HttpApiEndpoint.get("index", "/")
   .addSuccess(ServiceIndex)
