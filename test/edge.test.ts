@@ -477,7 +477,9 @@ describe("the edge's own", () => {
       "analytics.campaign": ["ApiKeys/AnalyticsReadKey"],
       "identity.whoami": ["ApiKeys/ApiKeyAuth"],
       "health.alive": [],
-      "health.ready": []
+      "health.ready": [],
+      "documents.index": [],
+      "documents.openApi": []
     })
   })
 

@@ -144,7 +144,7 @@ describe("GET /openapi.json", () => {
     await expect(`${JSON.stringify(document, null, 2)}\n`).toMatchFileSnapshot("__snapshots__/openapi.json")
   })
 
-  it("has exactly the seven operations and HEAD on each GET, and every $ref resolves", () => {
+  it("has exactly the nine operations and HEAD on each GET, and every $ref resolves", () => {
     expect(operations().map(({ method, operation, path }) => [operation.operationId, method, path]).sort()).toEqual([
       ["activations.activate", "post", "/v1/creators/{creatorId}/campaigns/{campaignId}/activate"],
       ["activations.get", "get", "/v1/activations/{activationId}"],
@@ -153,6 +153,10 @@ describe("GET /openapi.json", () => {
       ["activations.list.head", "head", "/v1/activations"],
       ["analytics.campaign", "get", "/v1/campaigns/{campaignId}/analytics"],
       ["analytics.campaign.head", "head", "/v1/campaigns/{campaignId}/analytics"],
+      ["documents.index", "get", "/"],
+      ["documents.index.head", "head", "/"],
+      ["documents.openApi", "get", "/openapi.json"],
+      ["documents.openApi.head", "head", "/openapi.json"],
       ["health.alive", "get", "/healthz"],
       ["health.alive.head", "head", "/healthz"],
       ["health.ready", "get", "/readyz"],
@@ -236,7 +240,9 @@ describe("GET /openapi.json", () => {
       "analytics.campaign": ["analytics:read"],
       "identity.whoami": [],
       "health.alive": [],
-      "health.ready": []
+      "health.ready": [],
+      "documents.index": [],
+      "documents.openApi": []
     })
   })
 
