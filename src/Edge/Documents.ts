@@ -188,6 +188,17 @@ const withServer = (api: HttpApi.HttpApi.Any, publicUrl: string) =>
     { url: publicUrl.replace(/\/+$/, ""), description: "This service" }
   ])
 
+/**
+ * The definition with its description's first paragraph alone, which the platform's page puts in
+ * its `<meta>` description (twice): the page shows the whole description from the document
+ * (`/openapi.json`), and a summary is what a description tag is for.
+ */
+const withSummary = (api: HttpApi.HttpApi.AnyWithProps) =>
+  Option.match(Context.getOption(api.annotations, OpenApi.Description), {
+    onNone: () => api,
+    onSome: (description) => api.annotate(OpenApi.Description, description.split("\n\n")[0]!)
+  })
+
 /** The OpenAPI document generated from the HttpApi definition, naming `publicUrl` as the server. */
 export const openApiDocument = (api: HttpApi.HttpApi.Any, publicUrl: string): Effect.Effect<PreparedDocument> =>
   prepare("application/json", noCache, encoder.encode(JSON.stringify(OpenApi.fromApi(withServer(api, publicUrl)))), [
@@ -207,7 +218,7 @@ export interface DocsPage {
  */
 export const docsPage = (api: HttpApi.HttpApi.Any, publicUrl: string): Effect.Effect<DocsPage> =>
   Effect.gen(function*() {
-    const { around, script } = splitScript(yield* scalarPage(withServer(api, publicUrl)))
+    const { around, script } = splitScript(yield* scalarPage(withSummary(withServer(api, publicUrl))))
     const scriptBytes = encoder.encode(withoutSourceMap(script))
     const scriptName = `scalar.${digestOf(scriptBytes)}.js`
     const page = yield* prepare(
