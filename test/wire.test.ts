@@ -302,7 +302,10 @@ describe("a request body's media type, charset and coding (README, Errors)", () 
         "application/json; version=\"a;b\"; charset=utf-8"
       ]
     ) {
-      const { result } = await activateWith([`Content-Type: ${contentType}`], JSON.stringify({ socialUsername: "@jörg" }))
+      const { result } = await activateWith(
+        [`Content-Type: ${contentType}`],
+        JSON.stringify({ socialUsername: "@jörg" })
+      )
       expect({ contentType, status: result.status, handle: result.json?.activation?.socialUsername }).toEqual({
         contentType,
         status: 200,
@@ -329,7 +332,9 @@ describe("a request body's media type, charset and coding (README, Errors)", () 
     ], body))
     expectEnvelope(answered(keyless.outcome), 400, "IDEMPOTENCY_KEY_REQUIRED")
     // A length past the limit, declared: 415 all the same, without the body being read.
-    const large = await send(request(`POST ${activatePath()} HTTP/1.1`, [...activateHeaders([gzip]), "Content-Length: 20000"]))
+    const large = await send(
+      request(`POST ${activatePath()} HTTP/1.1`, [...activateHeaders([gzip]), "Content-Length: 20000"])
+    )
     expectEnvelope(answered(large.outcome), 415, "UNSUPPORTED_MEDIA_TYPE")
     const latin1 = await send(request(
       `POST ${activatePath()} HTTP/1.1`,
@@ -520,7 +525,9 @@ describe("what Bun answers itself (README, For integrators: the HTTP reference)"
     const { created } = await creating(async () => {
       await expectBare(post(["Transfer-Encoding: chunked"], chunked("0\r\nX-Checksum: 1\r\n\r\n"), "1.1", key), 400)
       // Bun handed the request on with the body up to its last chunk: whether it ran, its key says.
-      const again = answered((await send(post(["Transfer-Encoding: chunked"], chunked("0\r\n\r\n"), "1.1", key))).outcome)
+      const again = answered(
+        (await send(post(["Transfer-Encoding: chunked"], chunked("0\r\n\r\n"), "1.1", key))).outcome
+      )
       expect(again.status).toBe(200)
       expect(again.json.activation.socialUsername).toBe("@wire")
     })

@@ -36,7 +36,11 @@ export const ServiceIndex = Schema.Struct({
  * library's own for `Unknown` (the rest of the document) names a schema id of its own, three times.
  */
 export const OpenApiDocument = Schema.Struct(
-  { openapi: Schema.String, info: Schema.Struct({ title: Schema.String, version: Schema.String }), paths: Schema.Object },
+  {
+    openapi: Schema.String,
+    info: Schema.Struct({ title: Schema.String, version: Schema.String }),
+    paths: Schema.Object
+  },
   Schema.Record({ key: Schema.String, value: Schema.Unknown })
 ).annotations({
   identifier: "OpenApiDocument",
@@ -80,7 +84,10 @@ const openApi = HttpApiEndpoint.get("openApi", "/openapi.json")
     },
     "Cache-Control": { description: "`no-cache`: kept, but asked again with its `ETag` each time.", always: true },
     "Vary": { description: "`accept-encoding`: the form sent follows `Accept-Encoding`.", always: true },
-    "Content-Encoding": { description: "`gzip` when `Accept-Encoding` takes it; absent for the plain form.", always: false }
+    "Content-Encoding": {
+      description: "`gzip` when `Accept-Encoding` takes it; absent for the plain form.",
+      always: false
+    }
   })
   .annotate(OptionalRequestHeaders, {
     "If-None-Match":
