@@ -41,7 +41,7 @@ const description = [
   [
     "- 431: a request line and headers over 16 KiB together, or more than 198 header fields.",
     "- 400: a target that is neither a path nor a full URL (`OPTIONS *`); an HTTP/1.1 request without `Host`; a header line it cannot read (a folded one, or `Transfer-Encoding : chunked`, a space before the colon).",
-    "- 400, for the framing of a body: both `Content-Length` and `Transfer-Encoding`; a `Transfer-Encoding` other than `chunked`, or chunked on HTTP/1.0; a `Content-Length` that is not one decimal number (`-1`, `+24`, `0x18`, `24, 24`, two different lengths) or has 19 digits or more; a chunk size that is not hexadecimal (`zz`): then the request has reached the service, and its answer is lost.",
+    "- 400, for the framing of a body: both `Content-Length` and `Transfer-Encoding`; a `Transfer-Encoding` other than `chunked`, or chunked on HTTP/1.0; a `Content-Length` that is not one decimal number (`-1`, `+24`, `0x18`, `24, 24`, two different lengths) or has 19 digits or more; a chunk size that is not hexadecimal (`zz`), which Bun finds once the service reads the body: nothing is stored.",
     "- 400 for a chunked body with trailer fields: the request has reached the service with the body up to its last chunk, and run; its answer is lost unless it was sent before the trailer was read. Send no trailer; to learn whether an activation was made, send it again with the same `Idempotency-Key`.",
     "- 505: a request line it cannot read (a space or a control character in the target, bare LF line ends, a version other than HTTP/1.0 and 1.1).",
     "- A method it does not know (`FOO`, or `get` in lower case) closes the connection without an answer."

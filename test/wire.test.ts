@@ -506,6 +506,12 @@ describe("what Bun answers itself (README, For integrators: the HTTP reference)"
       bytes: post([`Content-Length: ${body.length}`, "Transfer-Encoding: chunked"], chunked("0\r\n\r\n"))
     },
     { said: "a `Transfer-Encoding` other than `chunked`", bytes: post(["Transfer-Encoding: gzip"], body) },
+    {
+      said: "a `Transfer-Encoding` other than `chunked`",
+      bytes: post(["Transfer-Encoding: gzip, chunked"], chunked("0\r\n\r\n"))
+    },
+    { said: "not one decimal number", bytes: post(["Content-Length: "], body) },
+    { said: "not one decimal number", bytes: post([`Content-Length: ${body.length - 10} 10`], body) },
     { said: "chunked on HTTP/1.0", bytes: post(["Transfer-Encoding: chunked"], chunked("0\r\n\r\n"), "1.0") },
     { said: "`Transfer-Encoding : chunked`", bytes: post(["Transfer-Encoding : chunked"], chunked("0\r\n\r\n")) },
     { said: "a chunk size that is not hexadecimal (`zz`)", bytes: post(["Transfer-Encoding: chunked"], "zz\r\nab\r\n") }
