@@ -135,7 +135,7 @@ describe("GET /openapi.json", () => {
     await expect(`${JSON.stringify(document, null, 2)}\n`).toMatchFileSnapshot("__snapshots__/openapi.json")
   })
 
-  it("has exactly the definition's operations and HEAD on each GET, the README's seven among them, and every $ref resolves", () => {
+  it("has exactly the definition's operations and HEAD on each GET, the README's nine among them, and every $ref resolves", () => {
     const listed = operations().map(({ method, operation, path }) => [operation.operationId, method, path]).sort()
     expect(listed).toEqual(
       declaredOperations.flatMap(({ documentPath, method, operationId }) => [
@@ -151,6 +151,10 @@ describe("GET /openapi.json", () => {
       ["activations.list.head", "head", "/v1/activations"],
       ["analytics.campaign", "get", "/v1/campaigns/{campaignId}/analytics"],
       ["analytics.campaign.head", "head", "/v1/campaigns/{campaignId}/analytics"],
+      ["documents.index", "get", "/"],
+      ["documents.index.head", "head", "/"],
+      ["documents.openApi", "get", "/openapi.json"],
+      ["documents.openApi.head", "head", "/openapi.json"],
       ["health.alive", "get", "/healthz"],
       ["health.alive.head", "head", "/healthz"],
       ["health.ready", "get", "/readyz"],
@@ -231,7 +235,9 @@ describe("GET /openapi.json", () => {
       "analytics.campaign": ["analytics:read"],
       "identity.whoami": [],
       "health.alive": [],
-      "health.ready": []
+      "health.ready": [],
+      "documents.index": [],
+      "documents.openApi": []
     })
   })
 

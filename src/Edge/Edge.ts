@@ -33,8 +33,6 @@ export interface Edge {
    * server writes its summary; `stopping`: the last one, whatever is counted.
    */
   readonly summaries: ReadonlyArray<Summary>
-  /** Names the port the server listens on, which the documents name unless `PUBLIC_URL` is set. */
-  readonly listening: (port: number) => void
 }
 
 /**
@@ -121,12 +119,11 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, synch
         : telemetry.respond(exchange, reply, startedAt)
     }
 
-    const router = makeRouter([...endpoints, ...documents.routes], run)
+    const router = makeRouter([...endpoints, ...documents], run)
     return {
       routes: router.routes,
       fetch: router.fetch,
       callerOf,
-      listening: documents.listening,
       summaries: [refusals.summary]
     } satisfies Edge
   })

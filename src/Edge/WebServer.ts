@@ -10,6 +10,7 @@ import {
   makeConnectionLimit,
   type Refusal
 } from "./ConnectionLimit.ts"
+import { ListeningPort } from "./Documents.ts"
 import { type EdgeOptions, type Handle, inProcess, makeEdge } from "./Edge.ts"
 import { clientGone, closesForUnreadBody, errorReply, toWebResponse } from "./Render.ts"
 
@@ -124,9 +125,10 @@ const listen = <E>(
         const options = {
           fetch: (request: Request, server: Bun.Server<unknown>) =>
             handed.promise.then((fetch) => fetch(request, server)),
-          // Bun's own body limit would answer a large declared length with a bare 413; the activation
-          // refuses those by their Content-Length and stops reading any body past 16 KiB.
-          maxRequestBodySize: Number.MAX_SAFE_INTEGER,
+          // Bun's own body limit would answer a large declared length with a bare 413, and any limit
+          // it holds does (Number.MAX_SAFE_INTEGER: a length from 2^53 up); the activation refuses
+          // those by their Content-Length with the envelope, and stops reading any body past 16 KiB.
+          maxRequestBodySize: Number.POSITIVE_INFINITY,
           development: false,
           error: unhandled
         } as const
@@ -162,7 +164,10 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
     const { server, serve } = yield* Listener
     const delay = yield* ShutdownConfig
     const draining = yield* Draining
-    const edge = yield* makeEdge(yield* options)
+    // The port the documents name unless PUBLIC_URL is set; a Unix socket has none.
+    const edge = yield* Effect.flatMap(options, makeEdge).pipe(
+      Effect.provideService(ListeningPort, server.port ?? 0)
+    )
     // Added before the server, so they run after the drain (finalizers run last-added first):
     // the 401s and the outage's failures counted until the very end are logged too.
     yield* Effect.addFinalizer(() =>
@@ -245,8 +250,6 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
         Object.fromEntries(Object.entries(methods).map(([method, serve]) => [method, guard(serve)]))
       ])
     )
-    // At once, before any request can make a document with the configured port (0, say).
-    edge.listening(server.port ?? 0)
     serve({ routes, fetch: guard(edge.fetch) })
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
