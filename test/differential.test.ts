@@ -167,6 +167,7 @@ describe.each(backends)("HttpApiBuilder's server and the edge on $name", (backen
         Layer.provide(Adapter),
         Layer.provide(Layer.succeedContext(library.context)),
         Layer.provideMerge(Layer.setClock(standingClock)),
+        Layer.provide(Layer.setConfigProvider(library.config)),
         Layer.provide(Logger.minimumLogLevel(LogLevel.None))
       )
     )
@@ -434,6 +435,30 @@ describe.each(backends)("HttpApiBuilder's server and the edge on $name", (backen
       { name: "analytics not a date", request: get(`/v1/campaigns/${campaign}/analytics?from=2026-02-30`, "analyst") },
       { name: "analytics as a reader", request: get(`/v1/campaigns/${campaign}/analytics`, "reader") },
       { name: "analytics of another brand", request: get(`/v1/campaigns/${campaign}/analytics`, "other") },
+      { name: "index", request: get("/") },
+      { name: "the OpenAPI document", request: get("/openapi.json") },
+      { name: "the OpenAPI document gzipped", request: get("/openapi.json", undefined, { "accept-encoding": "gzip" }) },
+      {
+        name: "the OpenAPI document not modified",
+        request: get("/openapi.json", undefined, { "if-none-match": "*" })
+      },
+      {
+        name: "activate gzipped",
+        request: post(activatePath(), "writer", body, { ...keyed("d-10"), "content-encoding": "gzip" })
+      },
+      {
+        name: "activate in Latin-1",
+        request: post(activatePath(), "writer", body, {
+          "content-type": "application/json; charset=iso-8859-1",
+          "idempotency-key": "d-10"
+        })
+      },
+      { name: "activate after a BOM", request: post(activatePath(), "writer", new TextEncoder().encode(`\ufeff${body}`) as never, keyed("d-11")) },
+      {
+        name: "a Host given twice",
+        request: get("/v1/whoami", "apart", { host: "a, b" }),
+        own: { library: "none", expected: [400, "VALIDATION_ERROR"] }
+      },
       { name: "alive", request: get("/healthz") },
       { name: "ready", request: get("/readyz") },
       // what the edge answers itself
