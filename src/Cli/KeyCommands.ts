@@ -222,7 +222,9 @@ const update = Command.make("update", {
   return Effect.flatMap(ApiKeys, (keys) => keys.update(keyId, changes)).pipe(
     Effect.flatMap((updated) => {
       if (updated === undefined) return noActiveKey(keyId)
-      const expiry = changes.expiresIn === undefined ? [] : [`expires ${isoOrNever(updated.expiresAt)}`]
+      const expiry = changes.expiresIn === undefined
+        ? []
+        : [updated.expiresAt === null ? "no expiry" : `expires ${DateTime.formatIso(updated.expiresAt)}`]
       // A key's expiry covers both of a roll's secrets: said when it ends the previous one's grace early.
       const cut = updated.graceCutTo === null
         ? []
@@ -244,7 +246,7 @@ const update = Command.make("update", {
 
 // Only `keys create` makes a database: a mistyped DATABASE_URL would otherwise give every command
 // an empty database of its own, and a key created in none of them would work.
-const keyCommands = [
+export const keyCommands = [
   create.pipe(Command.provide(keysAnnounced(KeysLive))),
   list.pipe(Command.provide(keysAnnounced(KeysOfExistingLive))),
   show.pipe(Command.provide(keysAnnounced(KeysOfExistingLive))),
@@ -257,7 +259,3 @@ export const keys = Command.make("keys").pipe(
   Command.withDescription("Manage API keys in the database at DATABASE_URL."),
   Command.withSubcommands(keyCommands)
 )
-
-/** The `keys` commands' names, from the commands themselves. */
-export const keyCommandNames: ReadonlyArray<string> = keyCommands.flatMap((command) => // Each command's own name type does not widen to `string` (its context tag is invariant in it).
-[...Command.getNames(command as unknown as Command.Command<string, never, unknown, unknown>)])
