@@ -113,10 +113,21 @@ const ApiKeysRepoInMemory = makeTestLayer(ApiKeysRepo)({
   update: (keyId, changes, now) =>
     Effect.sync(() => {
       const row = storedKeys.get(keyId)
-      if (row === undefined || row.revokedAt !== null || (row.expiresAt !== null && row.expiresAt <= now)) return false
-      storedKeys.set(keyId, { ...row, ...changes })
+      if (row === undefined || row.revokedAt !== null || (row.expiresAt !== null && row.expiresAt <= now)) {
+        return undefined
+      }
+      const { expiresAt, ...others } = changes
+      const expiry = expiresAt === undefined ? {} : {
+        expiresAt,
+        previousSecretEndsAt: expiresAt !== null && row.previousSecretEndsAt !== null &&
+            row.previousSecretEndsAt > expiresAt
+          ? expiresAt
+          : row.previousSecretEndsAt
+      }
+      const changed = { ...row, ...others, ...expiry }
+      storedKeys.set(keyId, changed)
       generation++
-      return true
+      return changed
     }),
   lastUsed: Effect.succeed([])
 })
@@ -280,7 +291,7 @@ layer(ApiKeys.Live.pipe(Layer.provide(ApiKeysRepoInMemory), Layer.provide(makeId
       const { apiKey, info } = yield* createKey()
       expect((yield* authenticate(apiKey)).rateLimit).toBeNull()
       expect(yield* keys.update(info.keyId, { scopes: ["campaigns:read"], rateLimit: { max: 5, windowSeconds: 60 } }))
-        .toBe(true)
+        .toEqual({ expiresAt: null, graceCutTo: null })
       const updated = yield* authenticate(apiKey)
       expect(updated.identity.scopes).toEqual(["campaigns:read"])
       expect(updated.rateLimit).toEqual({ max: 5, windowSeconds: 60 })
@@ -288,7 +299,34 @@ layer(ApiKeys.Live.pipe(Layer.provide(ApiKeysRepoInMemory), Layer.provide(makeId
       yield* createKey()
       expect((yield* authenticate(apiKey)).rateLimit).toBe(updated.rateLimit)
       yield* keys.revoke(info.keyId)
-      expect(yield* keys.update(info.keyId, { name: "late" })).toBe(false)
+      expect(yield* keys.update(info.keyId, { name: "late" })).toBeUndefined()
+    }))
+
+  it.effect("an update's expiry counts from now and covers both of a roll's secrets: an earlier one ends the grace, and says so", () =>
+    Effect.gen(function*() {
+      const keys = yield* ApiKeys
+      const { apiKey: before, info } = yield* createKey()
+      const rolled = (yield* keys.roll(info.keyId, Duration.days(7)))!
+      const startedAt = yield* TestClock.currentTimeMillis
+      const graceEnd = startedAt + Duration.toMillis(Duration.days(7))
+      const later = yield* keys.update(info.keyId, { expiresIn: Duration.days(10) })
+      expect(later).toEqual({
+        expiresAt: DateTime.unsafeMake(startedAt + Duration.toMillis(Duration.days(10))),
+        graceCutTo: null
+      })
+      expect((yield* authenticate(before)).endsAt).toBe(graceEnd)
+      const expiresAt = startedAt + Duration.toMillis(Duration.days(2))
+      expect(yield* keys.update(info.keyId, { expiresIn: Duration.days(2) })).toEqual({
+        expiresAt: DateTime.unsafeMake(expiresAt),
+        graceCutTo: DateTime.unsafeMake(expiresAt)
+      })
+      expect((yield* authenticate(before)).endsAt).toBe(expiresAt)
+      expect((yield* authenticate(rolled.apiKey)).endsAt).toBe(expiresAt)
+      expect(yield* keys.update(info.keyId, { expiresIn: null })).toEqual({ expiresAt: null, graceCutTo: null })
+      expect((yield* authenticate(rolled.apiKey)).endsAt).toBeNull()
+      yield* TestClock.adjust(Duration.days(2))
+      yield* expectRefused(before, "grace ended", info.keyId, brandId)
+      expect((yield* authenticate(rolled.apiKey)).identity.keyId).toBe(info.keyId)
     }))
 
   it.effect("a revoked key, an expired key and an unknown id cannot be rolled", () =>
