@@ -1030,6 +1030,13 @@ describe("the access line", () => {
         List.nil()
       ],
       [HashMap.make(["status", "overridden by the field"]), List.nil()],
+      // What JSON leaves out of an object, and a value it cannot write at all.
+      [HashMap.make(["requestId", "req-1"], ["gone", undefined], ["call", () => 1]), List.nil()],
+      [HashMap.make(["requestId", "req-1"], ["self", (() => {
+        const cyclic: Record<string, unknown> = { name: "cyclic" }
+        cyclic["self"] = cyclic
+        return cyclic
+      })()]), List.nil()],
       [HashMap.empty(), List.make(LogSpan.make("load", now - 5))]
     ]
     for (const [annotations, spans] of cases) {
