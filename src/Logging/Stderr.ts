@@ -41,7 +41,8 @@ const writableFd = (fd: number): number => {
 
 export const makeLineWriter = (
   fd: number,
-  onDropped: (lines: number) => void = () => {}
+  onDropped: (lines: number) => void = () => {},
+  bound: number = maxBuffered
 ): LineWriter => {
   const target = writableFd(fd)
   let pending: Array<string> = []
@@ -96,7 +97,7 @@ export const makeLineWriter = (
 
   return {
     write: (line) => {
-      if (unwritten !== undefined && unwritten.length + pendingLength > maxBuffered) {
+      if (unwritten !== undefined && unwritten.length + pendingLength > bound) {
         dropped++
         onDropped(1)
         return
