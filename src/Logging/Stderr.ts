@@ -39,53 +39,62 @@ const writableFd = (fd: number): number => {
   }
 }
 
+/** The buffer's first size, and the size it goes back to once empty after a burst. */
+const initialSize = 64 * 1024
+
 export const makeLineWriter = (
   fd: number,
   onDropped: (lines: number) => void = () => {},
   bound: number = maxBuffered
 ): LineWriter => {
   const target = writableFd(fd)
-  let pending: Array<string> = []
-  /** The pending lines' length in characters, with their newlines: their bytes, for ASCII. */
-  let pendingLength = 0
-  /** Bytes the pipe has not taken yet, in order, before any pending line. */
-  let unwritten: Buffer | undefined
+  /**
+   * The bytes not yet written, lines and their newlines, from `start` to `end`: each line is
+   * copied in as it comes, and written from here, with no string of the turn's lines made and no
+   * buffer of them made again per turn.
+   */
+  let buffer = Buffer.allocUnsafe(initialSize)
+  let start = 0
+  let end = 0
+  let scheduled = false
   let retry: ReturnType<typeof setTimeout> | undefined
   let dropped = 0
 
-  /** Writes what is pending; false when the pipe is full (EAGAIN) and the rest must wait. */
-  const writeOut = (): boolean => {
-    if (pending.length > 0) {
-      const text = `${pending.join("\n")}\n`
-      pending = []
-      pendingLength = 0
-      if (unwritten === undefined) {
-        let written: number
-        try {
-          written = writeSync(target, text)
-        } catch (error) {
-          if ((error as NodeJS.ErrnoException).code !== "EAGAIN") return true
-          written = 0
-        }
-        if (written === text.length && written === Buffer.byteLength(text)) return true
-        unwritten = Buffer.from(text).subarray(written)
-      } else {
-        unwritten = Buffer.concat([unwritten, Buffer.from(text)])
-      }
+  /** Room for `bytes` more at the end: what is written dropped from the front, or a larger buffer. */
+  const makeRoom = (bytes: number) => {
+    const waiting = end - start
+    if (waiting + bytes <= buffer.length) {
+      buffer.copyWithin(0, start, end)
+    } else {
+      let size = buffer.length * 2
+      while (size < waiting + bytes) size *= 2
+      const larger = Buffer.allocUnsafe(size)
+      buffer.copy(larger, 0, start, end)
+      buffer = larger
     }
-    while (unwritten !== undefined && unwritten.length > 0) {
+    start = 0
+    end = waiting
+  }
+
+  /** Writes what waits; false when the pipe is full (EAGAIN) and the rest must wait. */
+  const writeOut = (): boolean => {
+    while (start < end) {
       try {
-        unwritten = unwritten.subarray(writeSync(target, unwritten))
+        start += writeSync(target, buffer, start, end - start)
       } catch (error) {
         if ((error as NodeJS.ErrnoException).code === "EAGAIN") return false
         // Nobody reads stderr any more (EPIPE, say): the lines are dropped, the service goes on.
-        unwritten = undefined
+        start = end
       }
     }
-    unwritten = undefined
+    start = 0
+    end = 0
+    // Back to its first size once empty after a burst that grew it.
+    if (buffer.length > initialSize * 16) buffer = Buffer.allocUnsafe(initialSize)
     return true
   }
   const flush = () => {
+    scheduled = false
     retry = undefined
     if (!writeOut()) retry = setTimeout(flush, 1)
   }
@@ -97,13 +106,19 @@ export const makeLineWriter = (
 
   return {
     write: (line) => {
-      if (unwritten !== undefined && unwritten.length + pendingLength > bound) {
+      const bytes = Buffer.byteLength(line) + 1
+      if (retry !== undefined && end - start + bytes > bound) {
         dropped++
         onDropped(1)
         return
       }
-      pendingLength += line.length + 1
-      if (pending.push(line) === 1 && retry === undefined) setImmediate(flush)
+      if (end + bytes > buffer.length) makeRoom(bytes)
+      end += buffer.write(line, end)
+      buffer[end++] = 10
+      if (!scheduled && retry === undefined) {
+        scheduled = true
+        setImmediate(flush)
+      }
     },
     dropped: () => dropped
   }
