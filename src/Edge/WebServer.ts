@@ -13,7 +13,7 @@ import {
 import { type EdgeOptions, type Handle, inProcess, makeEdge } from "./Edge.ts"
 import { clientGone, closesForUnreadBody, errorReply, toWebResponse } from "./Render.ts"
 
-/** How long in-flight requests may take to finish after SIGTERM before their connections are closed. */
+/** How long in-flight requests may take to finish once the listener closes, before their connections are closed. */
 const drainTimeout = Duration.seconds(10)
 
 /** How long a connection may stay open without a request before Bun closes it (and it stops counting). */
@@ -150,7 +150,8 @@ const listen = <E>(
  * The API on the `Listener`: Bun's own router hands each API request to its handler. On SIGTERM
  * (README, Operating it: Shutdown) it first keeps serving for SHUTDOWN_DELAY_SECONDS with
  * `/readyz` at 503 and every answer closing its connection, so that a load balancer moves its
- * clients elsewhere before anything is refused; then it stops listening, answers late arrivals on
+ * clients elsewhere before anything is refused (SIGINT skips the delay, or the rest of it: no
+ * balancer waits on a terminal's Ctrl-C); then it stops listening, answers late arrivals on
  * open connections with a 503 envelope, waits for what is in flight, and only then lets the
  * layers (the database) close. The edge it serves is what the composition root (`App.ts`) hands it.
  * Each connection counts against its peer address's limit and the process's (README, Operating it:
@@ -250,8 +251,20 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
         draining.start()
-        yield* Effect.logInfo("draining", { inFlight, delaySeconds: Duration.toSeconds(delay) })
-        yield* Effect.sleep(delay)
+        const atOnce = yield* draining.atOnce
+        yield* Effect.logInfo("draining", { inFlight, delaySeconds: atOnce ? 0 : Duration.toSeconds(delay) })
+        yield* atOnce
+          // No delay, but a turn of the event loop: a request that has already arrived is then
+          // answered, where closing its connection now would reset it.
+          ? Effect.sleep(Duration.zero)
+          // Each side interruptible: in a finalizer they would not be, and the race would wait for its loser.
+          : Effect.raceFirst(
+            Effect.interruptible(Effect.sleep(delay)),
+            Effect.zipRight(
+              Effect.interruptible(draining.whenAtOnce),
+              Effect.logInfo("SIGINT: the rest of the shutdown delay skipped")
+            )
+          )
         stopped = true
         yield* Effect.logInfo("closing the listener", { inFlight })
         void server.stop(false)
