@@ -4,7 +4,7 @@ import { TrustedProxiesConfig, TrustedProxyHeaderConfig } from "../Config.ts"
 import { DatabaseOutage } from "../Database/Outage.ts"
 import { declaredEndpoints } from "../Declaration.ts"
 import type { Handlers, MiddlewareOf } from "../Handlers.ts"
-import { makeAccessLog, makeRefusalSummary, type Summary } from "./AccessLog.ts"
+import { makeAccessLog, makeDroppedLinesSummary, makeRefusalSummary, type Summary } from "./AccessLog.ts"
 import { type Caller, makeCallers } from "./Caller.ts"
 import { makeDocumentRoutes } from "./Documents.ts"
 import { compileEndpoint, type Provided, type Reply } from "./Endpoint.ts"
@@ -124,7 +124,7 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, synch
       routes: router.routes,
       fetch: router.fetch,
       callerOf,
-      summaries: [refusals.summary]
+      summaries: [refusals.summary, makeDroppedLinesSummary()]
     } satisfies Edge
   })
 
