@@ -229,9 +229,11 @@ export const accessLine = (
     isoTimestamp(now)
   }","annotations":{${annotated}"clientAddress":${text(fields.clientAddress)},"clientRequestId":${
     text(fields.clientRequestId)
-  },"method":${JSON.stringify(fields.method)},"route":${JSON.stringify(fields.route)},"status":${fields.status},"durationMs":${fields.durationMs},"keyId":${
-    text(fields.keyId)
-  },"brandId":${text(fields.brandId)},"reason":${text(fields.reason)}},"spans":${
+  },"method":${JSON.stringify(fields.method)},"route":${
+    JSON.stringify(fields.route)
+  },"status":${fields.status},"durationMs":${fields.durationMs},"keyId":${text(fields.keyId)},"brandId":${
+    text(fields.brandId)
+  },"reason":${text(fields.reason)}},"spans":${
     List.isNil(spans) ? "{}" : JSON.stringify(spansObject(spans, now))
   },"fiberId":${JSON.stringify(fiberLabel(fiberId))}}`
 }

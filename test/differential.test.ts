@@ -453,7 +453,10 @@ describe.each(backends)("HttpApiBuilder's server and the edge on $name", (backen
           "idempotency-key": "d-10"
         })
       },
-      { name: "activate after a BOM", request: post(activatePath(), "writer", new TextEncoder().encode(`\ufeff${body}`) as never, keyed("d-11")) },
+      {
+        name: "activate after a BOM",
+        request: post(activatePath(), "writer", new TextEncoder().encode(`\ufeff${body}`) as never, keyed("d-11"))
+      },
       {
         name: "a Host given twice",
         request: get("/v1/whoami", "apart", { host: "a, b" }),
@@ -493,7 +496,10 @@ describe.each(backends)("HttpApiBuilder's server and the edge on $name", (backen
           ? get(at, key)
           : post(at, key, "{}", { ...json, "idempotency-key": `declared-${n}-${i}` })
       return [
-        ...keyNames.map((key, i) => ({ name: `${operation.operationId} ${key ?? "without a key"}`, request: request(path, key, i) })),
+        ...keyNames.map((key, i) => ({
+          name: `${operation.operationId} ${key ?? "without a key"}`,
+          request: request(path, key, i)
+        })),
         ...(path === operation.path ? [] : [{
           name: `${operation.operationId} with an id that is none`,
           request: request(operation.path.replace(/:\w+/g, "nope"), "everything", keyNames.length)

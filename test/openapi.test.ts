@@ -4,8 +4,8 @@ import addFormats from "ajv-formats"
 import Ajv2020 from "ajv/dist/2020"
 import { grantedBy, Scope } from "../src/Domain/ApiKey.ts"
 import { activate, activatePath, type Answer, call } from "./support/client.ts"
-import { type InProcessServer, serveInProcess } from "./support/inProcess.ts"
 import { declaredOperations } from "./support/declared.ts"
+import { type InProcessServer, serveInProcess } from "./support/inProcess.ts"
 import { createKey, runCli, tempDatabase } from "./support/server.ts"
 
 type Json = Record<string, any>

@@ -1,8 +1,4 @@
 import { RateLimiter } from "@effect/experimental"
-import { execFileSync } from "node:child_process"
-import { closeSync, constants, mkdtempSync, openSync, readSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
 import { HttpApp, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { describe, expect, it, layer } from "@effect/vitest"
 import {
@@ -30,7 +26,11 @@ import {
   Scope as EffectScope,
   TestClock
 } from "effect"
+import { execFileSync } from "node:child_process"
 import { createHash } from "node:crypto"
+import { closeSync, constants, mkdtempSync, openSync, readSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { Activations } from "../src/Activations.ts"
 import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
 import { pageJson, recordJson } from "../src/Activations/Http.ts"
@@ -1075,11 +1075,17 @@ describe("the access line", () => {
       [HashMap.make(["status", "overridden by the field"]), List.nil()],
       // What JSON leaves out of an object, and a value it cannot write at all.
       [HashMap.make(["requestId", "req-1"], ["gone", undefined], ["call", () => 1]), List.nil()],
-      [HashMap.make(["requestId", "req-1"], ["self", (() => {
-        const cyclic: Record<string, unknown> = { name: "cyclic" }
-        cyclic["self"] = cyclic
-        return cyclic
-      })()]), List.nil()],
+      [
+        HashMap.make(["requestId", "req-1"], [
+          "self",
+          (() => {
+            const cyclic: Record<string, unknown> = { name: "cyclic" }
+            cyclic["self"] = cyclic
+            return cyclic
+          })()
+        ]),
+        List.nil()
+      ],
       [HashMap.empty(), List.make(LogSpan.make("load", now - 5))]
     ]
     for (const [annotations, spans] of cases) {

@@ -1,11 +1,11 @@
 import { HttpApp, HttpServerError } from "@effect/platform"
+import type { FiberId } from "effect"
 import {
   Cause,
   Context,
   Effect,
   Exit,
   type Fiber,
-  FiberId,
   FiberRef,
   FiberRefs,
   HashMap,
@@ -46,15 +46,16 @@ export const makeRunner = ({ synchronousGets }: { readonly synchronousGets: bool
      * 66.1 KB per whoami against 21.3 and took 65 against 19 µs in process (bench/BENCHMARKS.md,
      * One reading of each thing).
      */
-    const requestRefs = (provided: Provided, requestId: string) =>
-    (refs: FiberRefs.FiberRefs, fiberId: FiberId.Runtime): FiberRefs.FiberRefs => {
-      const locals = refs.locals
-      locals.set(FiberRef.currentContext, [[fiberId, Context.unsafeMake(provided)]])
-      locals.set(FiberRef.currentLogAnnotations, [[fiberId, HashMap.set(baseAnnotations, "requestId", requestId)]])
-      locals.set(HttpApp.currentPreResponseHandlers, [[fiberId, Option.some(collectResponseHeaders())]])
-      locals.set(currentKeyNote, [[fiberId, keyNoteSlot()]])
-      return refs
-    }
+    const requestRefs =
+      (provided: Provided, requestId: string) =>
+      (refs: FiberRefs.FiberRefs, fiberId: FiberId.Runtime): FiberRefs.FiberRefs => {
+        const locals = refs.locals
+        locals.set(FiberRef.currentContext, [[fiberId, Context.unsafeMake(provided)]])
+        locals.set(FiberRef.currentLogAnnotations, [[fiberId, HashMap.set(baseAnnotations, "requestId", requestId)]])
+        locals.set(HttpApp.currentPreResponseHandlers, [[fiberId, Option.some(collectResponseHeaders())]])
+        locals.set(currentKeyNote, [[fiberId, keyNoteSlot()]])
+        return refs
+      }
 
     /**
      * The requests whose fibers are waiting and not yet listened to, each until its fiber ends or

@@ -19,6 +19,11 @@ const identityOf = (key: ApiKeyIdentity): typeof Identity.Type => {
 }
 
 /** GET /v1/whoami: any valid key, rate limited like every call (its `ApiKeyAuth`), no scope needed. */
-export const whoami = HttpApiBuilder.handler(CampaignApi, "identity", "whoami", () => Effect.map(CurrentKey, identityOf))
+export const whoami = HttpApiBuilder.handler(
+  CampaignApi,
+  "identity",
+  "whoami",
+  () => Effect.map(CurrentKey, identityOf)
+)
 
 export const IdentityHandlers = Effect.succeed({ whoami })
