@@ -54,7 +54,7 @@ import {
 import {
   apiKeyOf,
   brandId,
-  compileArgs,
+  buildArgs,
   freePort,
   keysCreateArgs,
   readPaths,
@@ -91,7 +91,7 @@ const givenBinary = process.env["ANALYTICS_BINARY"]
 const binary = givenBinary === undefined ? join(dir, "campaign-api") : resolve(givenBinary)
 if (givenBinary === undefined) {
   if (
-    spawnSync(compileArgs("src/main.ts", binary, "bun"), { cwd: root }).exitCode !== 0
+    spawnSync(buildArgs(binary, "bun"), { cwd: root }).exitCode !== 0
   ) {
     throw new Error("building the binary failed")
   }

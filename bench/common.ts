@@ -66,7 +66,10 @@ export const waitForReady = async (
   }
 }
 
-/** `bun build --compile --bytecode` of `entry` into `outfile`, as the service is deployed; run by `bun`. */
+/** The service's single binary built into `outfile` as `bun run build` builds it; run by `bun`. */
+export const buildArgs = (outfile: string, bun: string) => [bun, join(import.meta.dir, "../deploy/build.ts"), outfile]
+
+/** `bun build --compile --bytecode` of `entry` into `outfile`, as the service is compiled; run by `bun`. */
 export const compileArgs = (entry: string, outfile: string, bun: string) => [
   bun,
   "build",

@@ -20,7 +20,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import {
   apiKeyOf,
-  compileArgs,
+  buildArgs,
   freePort,
   keysCreateArgs,
   seedReadsPostgres,
@@ -152,7 +152,7 @@ const main = async () => {
   try {
     const binary = join(dir, "campaign-api")
     console.log("building the single binary...")
-    await runToEnd(compileArgs("src/main.ts", binary, process.execPath))
+    await runToEnd(buildArgs(binary, process.execPath))
 
     const baselineDb = await newDatabase("baseline")
     const baselineKey = await createKey(binary, baselineDb)

@@ -10,6 +10,7 @@ import {
   SuccessHeaders
 } from "./Declaration.ts"
 import { grantedBy, type Scope } from "./Domain/ApiKey.ts"
+import { JsonBody } from "./Domain/JsonBody.ts"
 import { RequireIdempotencyKey } from "./Idempotency/Api.ts"
 
 /**
@@ -102,6 +103,13 @@ const headersFor = (status: string, secured: boolean, replays: boolean, codes: R
     ? { "Retry-After": { ...retryAfter, required: true } }
     : status === "405"
     ? { "Allow": { ...header("The methods the route takes, e.g. `GET, HEAD`."), required: true } }
+    : status === "415"
+    ? {
+      "Accept-Encoding": header(
+        "`identity`, when the body was refused for its `Content-Encoding`: the body must be sent as it is.",
+        { type: "string", enum: ["identity"] }
+      )
+    }
     : status === "409"
     ? {
       "Retry-After": header("`1`, with `IDEMPOTENCY_IN_PROGRESS` only.", {
@@ -140,6 +148,8 @@ const pathExamples: Readonly<Record<string, string>> = {
 interface Declaration {
   readonly scope: Option.Option<Scope>
   readonly replays: boolean
+  /** Whether it takes a JSON body, read and refused as `JsonBody` does. */
+  readonly takesJson: boolean
   /** Optional request headers it reads, with what they mean. */
   readonly optionalHeaders: Readonly<Record<string, string>>
   /** Headers its 200 (and 304) carries, with what they mean. */
@@ -150,7 +160,13 @@ interface Declaration {
 
 /** Said of every operation's 400: the edge refuses these on each (README, Errors). */
 const unknownQuery =
-  "A query parameter the operation does not take, or one given twice, is `VALIDATION_ERROR` naming it."
+  "A query parameter the operation does not take, or one given twice, is `VALIDATION_ERROR` naming it; so is a `Host` that is missing (HTTP/1.0), given more than once or not a `host[:port]`."
+
+/** Said of each operation that takes a JSON body, in its description and its 415 (README, Errors). */
+const jsonBody =
+  "The body is JSON in UTF-8, at most 16 KiB. A body without `Content-Type` is read as JSON; a byte order mark (U+FEFF) before it is ignored."
+const unsupportedBody =
+  "A `Content-Type` other than `application/json`, a `charset` other than `utf-8`, or a `Content-Encoding` other than `identity` (the body compressed) is `UNSUPPORTED_MEDIA_TYPE`."
 
 /** The transform for `api`'s document (`OpenApi.Transform`), by operation id (`group.endpoint`). */
 export const finishDocument = (api: HttpApi.HttpApi.Any) => {
@@ -160,6 +176,7 @@ export const finishDocument = (api: HttpApi.HttpApi.Any) => {
       {
         scope: Option.fromNullable(scopeOf(middlewareOf(declared))),
         replays: middlewareOf(declared).some((tag) => tag.key === RequireIdempotencyKey.key),
+        takesJson: middlewareOf(declared).some((tag) => tag.key === JsonBody.key),
         successHeaders: Option.getOrElse(Context.getOption(declared.endpoint.annotations, SuccessHeaders), () => ({})),
         optionalHeaders: Option.getOrElse(
           Context.getOption(declared.endpoint.annotations, OptionalRequestHeaders),
@@ -212,7 +229,8 @@ const finish = (spec: Json, declarations: ReadonlyMap<string, Declaration>): Jso
           if (Number(status) >= 400) {
             const cases = [
               ...(declaration?.errorCases[status] === undefined ? [] : [declaration.errorCases[status]]),
-              ...(status === "400" ? [unknownQuery] : [])
+              ...(status === "400" ? [unknownQuery] : []),
+              ...(status === "415" && declaration?.takesJson === true ? [unsupportedBody] : [])
             ]
             codes = codesOf(schema)
             const listed = codes.join(", ")
@@ -234,6 +252,7 @@ const finish = (spec: Json, declarations: ReadonlyMap<string, Declaration>): Jso
         // Working values to try the operation with (the README's walkthrough).
         if (parameter.in === "path") parameter.example = pathExamples[parameter.name]
       }
+      if (declaration?.takesJson === true) operation.description = `${operation.description} ${jsonBody}`
       if (method === "get") operations.head = headOf(path, operation)
     }
   }
@@ -244,10 +263,13 @@ const finish = (spec: Json, declarations: ReadonlyMap<string, Declaration>): Jso
 
 /**
  * `HEAD` on a GET route, which the server answers as the GET without its body: the same
- * parameters, security, statuses and headers, and no content.
+ * parameters, security, statuses and headers, and no content. The docs page lists each operation
+ * once: Scalar leaves an operation marked `x-scalar-ignore` out of its page (its sidebar
+ * included), and the document keeps it for every other reader.
  */
 const headOf = (path: string, get: Json): Json => ({
   ...structuredClone(get),
+  "x-scalar-ignore": true,
   operationId: `${get.operationId}.head`,
   summary: `${get.summary} (headers only)`,
   description: `The answer of \`GET ${path}\`, its status and headers (\`Date\` too), without its body.`,

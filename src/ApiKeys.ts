@@ -50,6 +50,22 @@ export interface CreatedKey {
   readonly info: ApiKeyInfo
 }
 
+/** What `update` may change; an absent field stays as it is, and an expiry of null is none. */
+export interface KeyUpdate extends Omit<KeyChangesRequested, "expiresAt"> {
+  /** From now, as at create; null: the key no longer expires. */
+  readonly expiresIn?: Duration.Duration | null
+}
+
+/** A key as an update left it. */
+export interface UpdatedKey {
+  readonly expiresAt: DateTime.Utc | null
+  /**
+   * When the secret a rolled key had before stops, if the update's expiry brought that forward:
+   * a key's expiry covers both its secrets (README, The key command line). Null otherwise.
+   */
+  readonly graceCutTo: DateTime.Utc | null
+}
+
 /** A rolled key: its new secret, printed once, and when the secret it had stops working. */
 export interface RolledKey {
   readonly apiKey: string
@@ -99,8 +115,8 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
    * `maxGrace`, never past the key's expiry); undefined when there is no such active key.
    */
   readonly roll: (keyId: string, grace: Duration.Duration) => Effect.Effect<RolledKey | undefined>
-  /** Changes an active key's scopes, name or rate limit; false when there is no such active key. */
-  readonly update: (keyId: string, changes: KeyChangesRequested) => Effect.Effect<boolean>
+  /** Changes an active key's scopes, name, rate limit or expiry; undefined when there is no such active key. */
+  readonly update: (keyId: string, changes: KeyUpdate) => Effect.Effect<UpdatedKey | undefined>
 }>() {
   static readonly Live = Layer.scoped(
     ApiKeys,
@@ -399,7 +415,23 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
         ),
         revoke: (keyId) => Effect.flatMap(Clock.currentTimeMillis, (now) => repo.revoke(keyId, now)),
         roll,
-        update: (keyId, changes) => Effect.flatMap(Clock.currentTimeMillis, (now) => repo.update(keyId, changes, now))
+        update: (keyId, { expiresIn, ...changes }) =>
+          Effect.flatMap(Clock.currentTimeMillis, (now) => {
+            const expiresAt = expiresIn === undefined || expiresIn === null
+              ? expiresIn
+              : now + Duration.toMillis(expiresIn)
+            return Effect.map(
+              repo.update(keyId, expiresAt === undefined ? changes : { ...changes, expiresAt }, now),
+              (row): UpdatedKey | undefined =>
+                row === undefined ? undefined : {
+                  expiresAt: dateOrNull(row.expiresAt),
+                  // The repository ends a previous secret that still works at an earlier expiry.
+                  graceCutTo: typeof expiresAt === "number" && row.previousSecretEndsAt === expiresAt
+                    ? DateTime.unsafeMake(expiresAt)
+                    : null
+                }
+            )
+          })
       }
     })
   )

@@ -16,6 +16,7 @@ import { GroupCommit } from "./Database/GroupCommit.ts"
 import { DatabaseOutage } from "./Database/Outage.ts"
 import { DatabaseInUse, SqlServerLive } from "./Database/Sql.ts"
 import { Draining } from "./Draining.ts"
+import { documentHandlers } from "./Edge/Documents.ts"
 import type { EdgeOptions } from "./Edge/Edge.ts"
 import { Listener, WebServerLive } from "./Edge/WebServer.ts"
 import { allHandlers, groupsLive, type HandlersOf } from "./Handlers.ts"
@@ -79,7 +80,8 @@ const handlers = {
   activations: ActivationsHandlers,
   analytics: AnalyticsHandlers,
   identity: IdentityHandlers,
-  health: HealthHandlers
+  health: HealthHandlers,
+  documents: documentHandlers(CampaignApi)
 } satisfies HandlersOf<typeof CampaignApi>
 
 /**

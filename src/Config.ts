@@ -189,7 +189,7 @@ const seconds = (name: "SHUTDOWN_DELAY_SECONDS", max: number) =>
 /**
  * SHUTDOWN_DELAY_SECONDS: after SIGTERM, how long requests are still served (each answer closing
  * its connection, `/readyz` 503) before the listener closes, so a load balancer moves traffic away
- * first (README, Operating it: Shutdown).
+ * first; SIGINT skips it (README, Operating it: Shutdown).
  */
 export const ShutdownConfig = seconds("SHUTDOWN_DELAY_SECONDS", 300)
 

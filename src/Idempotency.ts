@@ -195,6 +195,11 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
                   const done = Deferred.unsafeMake<void>(FiberId.none)
                   inFlight.set(slot, done)
                   return attempt(request, fingerprint, operation).pipe(
+                    // Its work is queued for a commit, which runs whether or not anyone waits: a
+                    // request whose client has gone (interrupted) holds the key until that commit
+                    // is done, or a retry of it would join the same batch, write a second record and
+                    // find the key taken by its own batch (two records, one stored response).
+                    Effect.uninterruptible,
                     // Committed: the entry is durable, and the response is what was stored.
                     Effect.map((row) => answerOf(row, false)),
                     Effect.ensuring(Effect.suspend(() => {

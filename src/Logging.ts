@@ -14,9 +14,10 @@ import {
   LogLevel,
   type LogSpan
 } from "effect"
-import { writeSync } from "node:fs"
 import { LogLevelConfig } from "./Config.ts"
 import type { RefusalReason } from "./Domain/Errors.ts"
+import { makeLineWriter } from "./Logging/Stderr.ts"
+import { series } from "./Metrics/Series.ts"
 
 /**
  * One access-log line's fields: who sent it (README, Operating it: Logs); the key's id and brand, never the key. A refused key (a 401) keeps
@@ -110,45 +111,11 @@ export class AccessLogOutput extends Context.Tag("AccessLogOutput")<
   (fiber: Fiber.RuntimeFiber<unknown, unknown>, fields: AccessLogFields) => void
 >() {}
 
-/**
- * Lines for stderr, written together once per turn of the event loop: a write per line (what
- * `console.error` does) cost much of a whoami's throughput at the default level. Whatever is
- * still buffered is written when the process exits, so no line is lost to a failed start.
- */
-const bufferedStderr = (() => {
-  let pending: Array<string> = []
-  let unwritten: Buffer | undefined
-  let retry: ReturnType<typeof setTimeout> | undefined
-  /** Writes what is pending; false when stderr is full (EAGAIN) and the rest must wait. */
-  const write = (): boolean => {
-    if (pending.length > 0) {
-      const text = Buffer.from(`${pending.join("\n")}\n`)
-      unwritten = unwritten === undefined ? text : Buffer.concat([unwritten, text])
-      pending = []
-    }
-    while (unwritten !== undefined && unwritten.length > 0) {
-      try {
-        unwritten = unwritten.subarray(writeSync(2, unwritten))
-      } catch (error) {
-        if ((error as NodeJS.ErrnoException).code === "EAGAIN") return false
-        // Nobody reads stderr any more (EPIPE, say): the lines are dropped, the service goes on.
-        unwritten = undefined
-      }
-    }
-    unwritten = undefined
-    return true
-  }
-  const flush = () => {
-    retry = undefined
-    if (!write()) retry = setTimeout(flush, 1)
-  }
-  process.on("exit", () => {
-    for (let attempt = 0; attempt < 1_000 && !write(); attempt++) Bun.sleepSync(1)
-  })
-  return (line: string) => {
-    if (pending.push(line) === 1 && retry === undefined) setImmediate(flush)
-  }
-})()
+/** Every JSON line, the access lines with the rest (`Logging/Stderr.ts`); a line dropped counts in the metrics. */
+const stderrLines = makeLineWriter(2, (lines) => series.logLinesDropped.unsafeUpdate(lines, []))
+
+/** How many log lines were dropped since the process started: their pipe stayed full (`Logging/Stderr.ts`). */
+export const droppedLogLines = (): number => stderrLines.dropped()
 
 const stringify = (value: unknown): string => {
   try {
@@ -213,14 +180,66 @@ export const jsonLine = (
   })
 }
 
-const jsonLines = Logger.make((options) => bufferedStderr(jsonLine(options)))
+const jsonLines = Logger.make((options) => stderrLines.write(jsonLine(options)))
+
+/** The fields of an access line, by name: an annotation of the same name gives way to the field. */
+const accessFieldNames: ReadonlySet<string> = new Set<keyof AccessLogFields>([
+  "clientAddress",
+  "clientRequestId",
+  "method",
+  "route",
+  "status",
+  "durationMs",
+  "keyId",
+  "brandId",
+  "reason"
+])
+
+/** A string or null as JSON. */
+const text = (value: string | null): string => (value === null ? "null" : JSON.stringify(value))
 
 /**
- * The access line exactly as `jsonLine` writes it, from one object of a fixed shape: no text parts
- * to sort out, no spread, no `Date` unless the millisecond changed (bench/BENCHMARKS.md, The access log
- * side by side).
+ * The access line exactly as `jsonLine` writes it (services.test holds the two equal), from a
+ * template: the request's values written into it as they are, the annotations (the request's id)
+ * each as its own JSON, no record of the whole line made and stringified, no `Date` unless the
+ * millisecond changed (bench/BENCHMARKS.md, As fast at the default log level). An annotation that
+ * shares a field's name, or a value JSON cannot write (a cycle), takes the record's way.
  */
 export const accessLine = (
+  annotations: HashMap.HashMap<string, unknown>,
+  fields: AccessLogFields,
+  spans: List.List<LogSpan.LogSpan>,
+  fiberId: FiberId.FiberId,
+  now: number
+): string => {
+  let annotated = ""
+  let plain = true
+  HashMap.forEach(annotations, (value, key) => {
+    if (!plain) return
+    if (accessFieldNames.has(key)) return plain = false
+    try {
+      const json = JSON.stringify(value)
+      if (json !== undefined) annotated += `${JSON.stringify(key)}:${json},`
+    } catch {
+      plain = false
+    }
+  })
+  if (!plain) return recordAccessLine(annotations, fields, spans, fiberId, now)
+  return `{"message":"request","logLevel":"INFO","timestamp":"${
+    isoTimestamp(now)
+  }","annotations":{${annotated}"clientAddress":${text(fields.clientAddress)},"clientRequestId":${
+    text(fields.clientRequestId)
+  },"method":${JSON.stringify(fields.method)},"route":${
+    JSON.stringify(fields.route)
+  },"status":${fields.status},"durationMs":${fields.durationMs},"keyId":${text(fields.keyId)},"brandId":${
+    text(fields.brandId)
+  },"reason":${text(fields.reason)}},"spans":${
+    List.isNil(spans) ? "{}" : JSON.stringify(spansObject(spans, now))
+  },"fiberId":${JSON.stringify(fiberLabel(fiberId))}}`
+}
+
+/** The access line as one record of its fields, stringified: what `jsonLine` makes of it. */
+const recordAccessLine = (
   annotations: HashMap.HashMap<string, unknown>,
   fields: AccessLogFields,
   spans: List.List<LogSpan.LogSpan>,
@@ -250,7 +269,7 @@ const lineOf = (fiber: Fiber.RuntimeFiber<unknown, unknown>, fields: AccessLogFi
     Date.now()
   )
 
-const accessLines = AccessLogOutput.of((fiber, fields) => bufferedStderr(lineOf(fiber, fields)))
+const accessLines = AccessLogOutput.of((fiber, fields) => stderrLines.write(lineOf(fiber, fields)))
 
 /** Access lines made as the JSON logging makes them, and dropped: the warm-up's (`WarmUp.ts`). */
 export const UnwrittenAccessLines = Layer.succeed(

@@ -1,6 +1,7 @@
 /** The command line as a program: its layers, its console and its exit codes (README, Exit codes). */
 import { CliConfig, ValidationError } from "@effect/cli"
-import { BunContext, BunRuntime } from "@effect/platform-bun"
+import * as BunContext from "@effect/platform-bun/BunContext"
+import * as BunRuntime from "@effect/platform-bun/BunRuntime"
 import { Effect, Layer } from "effect"
 import { cli } from "./Cli.ts"
 import { commandLine } from "./Cli/CommandLine.ts"

@@ -92,7 +92,14 @@ describe("--help", () => {
     [["keys", "list"], "List API keys", ["--brand", "--json"]],
     [["keys", "show"], "Show one API key", ["<keyId>", "--json"]],
     [["keys", "roll"], "Give a key a new secret", ["<keyId>", "--grace", "--json"]],
-    [["keys", "update"], "Change an active key", ["<keyId>", "--scopes", "--name", "--rate-limit"]],
+    [["keys", "update"], "Change an active key", [
+      "<keyId>",
+      "--scopes",
+      "--name",
+      "--rate-limit",
+      "--expires-in",
+      "--no-expiry"
+    ]],
     [["keys", "revoke"], "Revoke an API key", ["<keyId>"]],
     [["backup"], "Write a consistent copy of the SQLite database", ["<file>"]]
   ])("%j describes the command and every option and argument", async (args, summary, entries) => {
@@ -177,7 +184,15 @@ describe("usage errors say what to do", () => {
     expect(result.stderr).not.toContain("serve")
   })
 
-  it.each(["--brand", "--scopes", "--name", "--expires-in"])("%s without its value says so", async (option) => {
+  it.each([
+    ["--brand", "--brand needs a value: the brand's UUID, e.g. --brand 0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f."],
+    [
+      "--scopes",
+      "--scopes needs a value: a comma-separated list of campaigns:read, campaigns:write, analytics:read, e.g. --scopes campaigns:read."
+    ],
+    ["--name", "--name needs a value: a label of at most 200 characters, in quotes if it has spaces."],
+    ["--expires-in", "--expires-in needs a value: a whole number of days from 1 to 36500, e.g. --expires-in 90."]
+  ])("%s without its value says so and what it takes", async (option, sentence) => {
     const args = [
       "keys",
       "create",
@@ -193,16 +208,104 @@ describe("usage errors say what to do", () => {
     const at = args.indexOf(option)
     const result = await runCli([...args.slice(0, at), ...args.slice(at + 2), option], { DATABASE_URL: tempDatabase() })
     expect(result.code).toBe(2)
-    expect(result.stderr.trim()).toBe(`${option} needs a value (see campaign-api keys create --help).`)
+    expect(result.stderr.trim()).toBe(sentence)
   })
+})
+
+describe("usage errors speak in one voice", () => {
+  const hint = "(run the same command with --help to see what each does)."
+
+  it.each([
+    [["key", "list"], `Unknown command 'key': did you mean 'keys'? Use one of serve, keys, backup ${hint}`],
+    [["bakup", "x.sqlite"], `Unknown command 'bakup': did you mean 'backup'? Use one of serve, keys, backup ${hint}`],
+    [
+      ["keys", "lst"],
+      `Unknown command 'keys lst': did you mean 'keys list'? Use one of create, list, show, roll, update, revoke ${hint}`
+    ],
+    [["launch"], `Unknown command 'launch': use one of serve, keys, backup ${hint}`],
+    [
+      ["keys", "list", "--jsn"],
+      "keys list has no option --jsn: did you mean --json? Its options are --brand and --json (run the same command with --help to see what each takes)."
+    ],
+    [
+      ["keys", "create", "--brnd", brandId, "--scopes", "campaigns:read"],
+      "keys create has no option --brnd: did you mean --brand? Its options are --brand, --scopes, --name, --expires-in, --rate-limit and --json (run the same command with --help to see what each takes)."
+    ],
+    [
+      ["keys", "list", "--bogus"],
+      "keys list has no option --bogus: its options are --brand and --json (run the same command with --help to see what each takes)."
+    ]
+  ])("a mistyped command or option %j gets the nearest one, when one is near", async (args, sentence) => {
+    const result = await runCli(args, { DATABASE_URL: tempDatabase() })
+    expect({ code: result.code, stdout: result.stdout, stderr: result.stderr }).toEqual({
+      code: 2,
+      stdout: "",
+      stderr: `${sentence}\n`
+    })
+  })
+
+  it("a missing --brand says what it takes, with an example", async () => {
+    const result = await runCli(["keys", "create", "--scopes", "campaigns:read"], { DATABASE_URL: tempDatabase() })
+    expect({ code: result.code, stderr: result.stderr }).toEqual({
+      code: 2,
+      stderr: "keys create needs --brand: the brand's UUID, e.g. --brand 0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f.\n"
+    })
+  })
+
+  /** What @effect/cli says of a command line, word for word, at the pinned version. */
+  const libraryWords =
+    /Invalid subcommand|Expected to find option|Expected a value|Received unknown argument|Missing argument|is not recognized|More than one reference|Missing command name|Collision between/
+
+  it.each([
+    ["an unknown command", ["key", "list"]],
+    ["an unknown keys command", ["keys", "lst"]],
+    ["an option before the keys command", ["keys", "--json", "list"]],
+    ["an unknown option", ["keys", "list", "--bogus"]],
+    ["an option of another command", ["backup", "--json", "copy.sqlite"]],
+    ["a missing --brand", ["keys", "create", "--scopes", "campaigns:read"]],
+    ["a --brand that is not a UUID", ["keys", "create", "--brand", "acme", "--scopes", "campaigns:read"]],
+    ["an option given twice", ["keys", "create", "--brand", brandId, "--brand", brandId, "--scopes", "campaigns:read"]],
+    ["a missing key id", ["keys", "revoke"]],
+    ["a word too many", ["keys", "revoke", "aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb"]],
+    ["an unquoted name with a space", [
+      "keys",
+      "create",
+      "--brand",
+      brandId,
+      "--scopes",
+      "campaigns:read",
+      "--name",
+      "my",
+      "key"
+    ]],
+    ["an option without its value", ["keys", "roll", "aaaaaaaaaaaaaaaa", "--grace"]],
+    ["a bad --log-level", ["--log-level", "loud", "keys", "list"]],
+    ["serve with an option", ["serve", "--port", "4000"]],
+    ["--expires-in with --no-expiry", ["keys", "update", "aaaaaaaaaaaaaaaa", "--expires-in", "3", "--no-expiry"]]
+  ])(
+    "%s: one sentence of the service's own, naming no program, and the same command with --help prints help",
+    async (_, args) => {
+      const env = { DATABASE_URL: tempDatabase() }
+      const result = await runCli(args, env)
+      expect({ args, code: result.code, stdout: result.stdout }).toEqual({ args, code: 2, stdout: "" })
+      const lines = result.stderr.trimEnd().split("\n")
+      expect(lines).toHaveLength(1)
+      expect(lines[0]).toMatch(/^\S.*\.$/)
+      expect(lines[0]).not.toMatch(libraryWords)
+      expect(lines[0]).not.toContain("campaign-api")
+      const helped = await runCli([...args, "--help"], env)
+      expect({ args, code: helped.code, stderr: helped.stderr }).toEqual({ args, code: 0, stderr: "" })
+      expect(plain(helped.stdout)).toMatch(/^\$ campaign-api/m)
+    }
+  )
 })
 
 describe("serve takes no options", () => {
   it.each([
-    [["--port", "4000"], "PORT=4000 campaign-api serve"],
-    [["--port=4000"], "PORT=4000 campaign-api serve"],
-    [["--shutdown-delay-seconds", "0"], "SHUTDOWN_DELAY_SECONDS=0 campaign-api serve"],
-    [["--database-url", "postgres://app:s3cret-word@db/x"], "DATABASE_URL=<value> campaign-api serve"],
+    [["--port", "4000"], "set PORT=4000 in its environment instead"],
+    [["--port=4000"], "set PORT=4000 in its environment instead"],
+    [["--shutdown-delay-seconds", "0"], "set SHUTDOWN_DELAY_SECONDS=0 in its environment instead"],
+    [["--database-url", "postgres://app:s3cret-word@db/x"], "set DATABASE_URL=<value> in its environment instead"],
     [["--bogus"], "--bogus names none of its variables"]
   ])("serve %j is a usage error naming the environment variable to use instead", async (options, sentence) => {
     const result = await runCli(["serve", ...options], { DATABASE_URL: tempDatabase() })

@@ -24,10 +24,27 @@ describe("keys command line", () => {
       const lines = created.stdout.trim().split("\n")
       expect(lines).toHaveLength(1)
       const key = JSON.parse(lines[0]!)
-      expect(Object.keys(key)).toEqual(["apiKey", "keyId", "brandId", "scopes"])
+      // keys show --json's fields, and the secret first (README, The key command line).
+      expect(Object.keys(key)).toEqual([
+        "apiKey",
+        "keyId",
+        "brandId",
+        "name",
+        "scopes",
+        "status",
+        "createdAt",
+        "expiresAt",
+        "revokedAt",
+        "lastUsedAt",
+        "rateLimit"
+      ])
       expect(key.apiKey).toMatch(new RegExp(`^cak_${key.keyId}_[0-9a-f]{64}$`))
       expect(key.brandId).toBe(brandId)
       expect(key.scopes).toEqual(["campaigns:write", "analytics:read"])
+      const shown = await runCli(["keys", "show", key.keyId, "--json"], env)
+      expect(JSON.parse(shown.stdout)).toStrictEqual(
+        Object.fromEntries(Object.entries(key).filter(([field]) => field !== "apiKey"))
+      )
 
       const identity = await whoami(server.url, key.apiKey)
       expect(identity.status).toBe(200)
@@ -424,7 +441,7 @@ describe("the database a key command uses", () => {
       code: 2,
       stdout: "",
       stderr:
-        "keys update changes --scopes, --name or --rate-limit: give at least one (see campaign-api keys update --help).\n"
+        "keys update changes --scopes, --name, --rate-limit, --expires-in or --no-expiry: give at least one (run the same command with --help to see what each takes).\n"
     })
     expect(existsSync(directory)).toBe(false)
   })
@@ -649,6 +666,70 @@ describe.each(backends)("a key's life through the command line, against a runnin
       const listed = await cliJson(["keys", "list", "--brand", brandId.toUpperCase()], env)
       expect(listed).toEqual([shown])
       expect(await cliJson(["keys", "list", "--brand", crypto.randomUUID()], env)).toEqual([])
+    } finally {
+      await server.stop()
+    }
+  })
+
+  it("keys update sets an expiry from now, or clears it; one before a roll's grace ends ends the previous secret then too, and says so", async () => {
+    const database = await backend.database()
+    const env = { DATABASE_URL: database }
+    const server = await startServer(database, backend.env)
+    const day = 24 * 3600 * 1000
+    try {
+      const created = await cliJson(["keys", "create", "--brand", brandId, "--scopes", "campaigns:read"], env)
+      const rolled = await cliJson(["keys", "roll", created.keyId, "--grace", "7d"], env)
+
+      // Later than the grace: the grace stays, and nothing is said of it.
+      const from = Date.now()
+      const later = await runCli(["keys", "update", created.keyId, "--expires-in", "30"], env)
+      const until = Date.now()
+      expect(later.code, later.stderr).toBe(0)
+      const { expiresAt: laterEnd } = await cliJson(["keys", "show", created.keyId], env)
+      expect(Date.parse(laterEnd)).toBeGreaterThanOrEqual(from + 30 * day)
+      expect(Date.parse(laterEnd)).toBeLessThanOrEqual(until + 30 * day)
+      expect(later.stdout).toBe(
+        `Updated API key ${created.keyId}: expires ${laterEnd}. It applies from the next request on (within 1 s on PostgreSQL).\n`
+      )
+      await backend.afterKeyChange()
+      const beforeCut = await whoami(server.url, created.apiKey)
+      expect(beforeCut.headers.get("api-key-expires")).toBe(imfDate(rolled.previousSecretEndsAt))
+
+      // Earlier than the grace: both secrets stop at the expiry, and the command says so.
+      const cut = await runCli(["keys", "update", created.keyId, "--expires-in", "2"], env)
+      expect(cut.code, cut.stderr).toBe(0)
+      const shown = await cliJson(["keys", "show", created.keyId], env)
+      expect(Date.parse(shown.expiresAt) - Date.parse(laterEnd)).toBeLessThan(-27 * day)
+      expect(cut.stdout).toBe(
+        `Updated API key ${created.keyId}: expires ${shown.expiresAt}. It applies from the next request on (within 1 s on PostgreSQL). The secret it had before its last roll now stops then too, before its grace would have ended: a key's expiry covers both its secrets.\n`
+      )
+      const text = await runCli(["keys", "show", created.keyId], env)
+      expect(text.stdout).toMatch(new RegExp(`previous secret: +works until ${shown.expiresAt}, last used`))
+      await backend.afterKeyChange()
+      const [previous, current] = [await whoami(server.url, created.apiKey), await whoami(server.url, rolled.apiKey)]
+      expect([previous.status, current.status]).toEqual([200, 200])
+      expect(previous.headers.get("api-key-expires")).toBe(imfDate(shown.expiresAt))
+      expect(current.headers.get("api-key-expires")).toBe(imfDate(shown.expiresAt))
+
+      // No expiry: the key's secret no longer expires; the grace cut short is not given back.
+      const cleared = await runCli(["keys", "update", created.keyId, "--no-expiry"], env)
+      expect(cleared.stdout).toBe(
+        `Updated API key ${created.keyId}: no expiry. It applies from the next request on (within 1 s on PostgreSQL).\n`
+      )
+      expect(await cliJson(["keys", "show", created.keyId], env)).toMatchObject({ expiresAt: null, status: "active" })
+      await backend.afterKeyChange()
+      const afterClear = [await whoami(server.url, created.apiKey), await whoami(server.url, rolled.apiKey)]
+      expect(afterClear.map((answer) => answer.headers.get("api-key-expires"))).toEqual([
+        imfDate(shown.expiresAt),
+        null
+      ])
+
+      // Create's rules, and create's words.
+      const refused = await runCli(["keys", "update", created.keyId, "--expires-in", "36501"], env)
+      expect({ code: refused.code, stdout: refused.stdout }).toEqual({ code: 2, stdout: "" })
+      expect(refused.stderr.trim()).toBe(
+        "--expires-in takes a whole number of days from 1 to 36500, e.g. --expires-in 90."
+      )
     } finally {
       await server.stop()
     }

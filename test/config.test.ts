@@ -161,11 +161,11 @@ describe("the table of variables (README, Configuration)", () => {
     expect(read(ServeConfig, {})).toEqual(Either.right(expect.anything()))
   })
 
-  it("is the README's table: the same variables, in the same order, with the same defaults", () => {
-    const readme = readFileSync(join(root, "README.md"), "utf8")
-    const section = readme.slice(
-      readme.indexOf("### Configuration"),
-      readme.indexOf("\n### ", readme.indexOf("### Configuration") + 1)
+  it("is the table of docs/operators.md, Configuration: the same variables, in the same order, with the same defaults", () => {
+    const operators = readFileSync(join(root, "docs/operators.md"), "utf8")
+    const section = operators.slice(
+      operators.indexOf("\n## Configuration\n"),
+      operators.indexOf("\n## ", operators.indexOf("\n## Configuration\n") + 1)
     )
     const rows = section.split("\n").filter((line) => /^\| `[A-Z_]+` \|/.test(line)).map((line) => {
       const [name, fallback] = line.split("|").slice(1, 3).map((cell) => cell.trim().replaceAll("`", ""))

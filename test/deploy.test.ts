@@ -57,3 +57,29 @@ describe("the systemd unit in deploy/ (README, Deployment)", () => {
     }
   })
 })
+
+describe("the single binary (README, The single binary)", () => {
+  const binary = process.env["CAMPAIGN_API_TEST_BINARY"]
+  const checkout = root.endsWith("/") ? root : `${root}/`
+
+  it("holds no path of the checkout it was built from", () => {
+    expect(binary, "the suite builds the binary (globalSetup.ts)").toBeDefined()
+    expect(binary!.startsWith(checkout)).toBe(false)
+    const bytes = readFileSync(binary!)
+    const at = bytes.indexOf(checkout)
+    expect(at === -1 ? undefined : bytes.subarray(Math.max(0, at - 40), at + 120).toString("latin1")).toBeUndefined()
+  })
+
+  it("started in the checkout, with its node_modules there, maps no file of the checkout", async () => {
+    expect(binary, "the suite builds the binary (globalSetup.ts)").toBeDefined()
+    const server = await startServer(tempDatabase(), {}, { cwd: root })
+    try {
+      const maps = readFileSync(`/proc/${server.process.pid}/maps`, "utf8").split("\n")
+      // The process read is the binary's own: it maps its executable.
+      expect(maps.some((line) => line.endsWith(` ${binary}`))).toBe(true)
+      expect(maps.filter((line) => line.includes(checkout))).toEqual([])
+    } finally {
+      expect(await server.stop()).toBe(0)
+    }
+  })
+})

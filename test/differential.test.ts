@@ -28,12 +28,13 @@ import {
 import { ApiKeys } from "../src/ApiKeys.ts"
 import { ApiLive, EdgeLive, MiddlewareLive, servicesWith } from "../src/App.ts"
 import { ActivateRequest, AnalyticsQuery, ListActivationsQuery } from "../src/Domain/Activation.ts"
-import type { BrandId, Scope as KeyScope } from "../src/Domain/ApiKey.ts"
+import { type BrandId, Scope as KeyScope } from "../src/Domain/ApiKey.ts"
 import { NotFound, ValidationError } from "../src/Domain/Errors.ts"
 import { makeEdge } from "../src/Edge/Edge.ts"
 import { Ids } from "../src/Ids.ts"
 import { type Metrics, MetricsOff } from "../src/Metrics.ts"
 import { backends } from "./support/backends.ts"
+import { declaredOperations, samplePath } from "./support/declared.ts"
 
 /** 26 November 2026, 10:00 UTC, for ever: no rate limit refills, no key expires, every record the same time. */
 const now = Date.UTC(2026, 10, 26, 10)
@@ -166,6 +167,7 @@ describe.each(backends)("HttpApiBuilder's server and the edge on $name", (backen
         Layer.provide(Adapter),
         Layer.provide(Layer.succeedContext(library.context)),
         Layer.provideMerge(Layer.setClock(standingClock)),
+        Layer.provide(Layer.setConfigProvider(library.config)),
         Layer.provide(Logger.minimumLogLevel(LogLevel.None))
       )
     )
@@ -194,12 +196,14 @@ describe.each(backends)("HttpApiBuilder's server and the edge on $name", (backen
       ["writer", brand, ["campaigns:write"], null, null],
       ["reader", brand, ["campaigns:read"], null, null],
       ["analyst", brand, ["analytics:read"], null, null],
-      ["everything", brand, ["campaigns:write", "campaigns:read", "analytics:read"], null, null],
+      ["everything", brand, KeyScope.literals, null, null],
       ["other", otherBrand, ["campaigns:write", "analytics:read"], null, null],
       ["limited", brand, ["campaigns:read"], { max: 3, windowSeconds: 60 }, null],
       ["ending", brand, ["campaigns:read"], null, 7],
       // For what the edge answers otherwise than the library: its rate limit then counts apart.
-      ["apart", brand, ["campaigns:read"], null, null]
+      ["apart", brand, ["campaigns:read"], null, null],
+      // A key with each scope alone, for the probes every declared operation gets.
+      ...KeyScope.literals.map((scope) => [`only ${scope}`, brand, [scope], null, null] as const)
     ]
     for (const { context } of [library, edgeInstance]) {
       for (const [name, brandId, scopes, rateLimit, days] of made) {
@@ -431,6 +435,33 @@ describe.each(backends)("HttpApiBuilder's server and the edge on $name", (backen
       { name: "analytics not a date", request: get(`/v1/campaigns/${campaign}/analytics?from=2026-02-30`, "analyst") },
       { name: "analytics as a reader", request: get(`/v1/campaigns/${campaign}/analytics`, "reader") },
       { name: "analytics of another brand", request: get(`/v1/campaigns/${campaign}/analytics`, "other") },
+      { name: "index", request: get("/") },
+      { name: "the OpenAPI document", request: get("/openapi.json") },
+      { name: "the OpenAPI document gzipped", request: get("/openapi.json", undefined, { "accept-encoding": "gzip" }) },
+      {
+        name: "the OpenAPI document not modified",
+        request: get("/openapi.json", undefined, { "if-none-match": "*" })
+      },
+      {
+        name: "activate gzipped",
+        request: post(activatePath(), "writer", body, { ...keyed("d-10"), "content-encoding": "gzip" })
+      },
+      {
+        name: "activate in Latin-1",
+        request: post(activatePath(), "writer", body, {
+          "content-type": "application/json; charset=iso-8859-1",
+          "idempotency-key": "d-10"
+        })
+      },
+      {
+        name: "activate after a BOM",
+        request: post(activatePath(), "writer", new TextEncoder().encode(`\ufeff${body}`) as never, keyed("d-11"))
+      },
+      {
+        name: "a Host given twice",
+        request: get("/v1/whoami", "apart", { host: "a, b" }),
+        own: { library: "none", expected: [400, "VALIDATION_ERROR"] }
+      },
       { name: "alive", request: get("/healthz") },
       { name: "ready", request: get("/readyz") },
       // what the edge answers itself
@@ -451,6 +482,38 @@ describe.each(backends)("HttpApiBuilder's server and the edge on $name", (backen
         own: { library: "none", expected: [400, "VALIDATION_ERROR"] }
       }
     ]
+    const found: Array<string> = []
+    for (const probe of probes) found.push(...(await differences(probe)))
+    expect(found).toEqual([])
+  })
+
+  it("answer every declared operation alike without a key, with each scope alone, with every scope, with an id that is none and with a parameter it does not take", async () => {
+    const keyNames = [undefined, "everything", ...KeyScope.literals.map((scope) => `only ${scope}`)]
+    const probes = declaredOperations.flatMap((operation, n): Array<Probe> => {
+      const path = samplePath(operation)
+      const request = (at: string, key: string | undefined, i: number) =>
+        operation.method === "get"
+          ? get(at, key)
+          : post(at, key, "{}", { ...json, "idempotency-key": `declared-${n}-${i}` })
+      return [
+        ...keyNames.map((key, i) => ({
+          name: `${operation.operationId} ${key ?? "without a key"}`,
+          request: request(path, key, i)
+        })),
+        ...(path === operation.path ? [] : [{
+          name: `${operation.operationId} with an id that is none`,
+          request: request(operation.path.replace(/:\w+/g, "nope"), "everything", keyNames.length)
+        }]),
+        // Without URL parameters of its own, the edge refuses any query itself (what the library
+        // has no equivalent of, tested in the probes above and in http.test.ts).
+        ...(operation.takesQuery ?
+          [{
+            name: `${operation.operationId} with a parameter it does not take`,
+            request: request(`${path}?undeclared=1`, "everything", keyNames.length + 1)
+          }] :
+          [])
+      ]
+    })
     const found: Array<string> = []
     for (const probe of probes) found.push(...(await differences(probe)))
     expect(found).toEqual([])

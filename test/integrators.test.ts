@@ -133,20 +133,20 @@ describe("an integrator's project outside the checkout (README, Typed client for
   }, integratorDeadlineMs)
 
   it.each(["effect", "openapi"])(
-    "the README shows the %s project the test runs: its program, tsconfig and versions",
+    "docs/integrators.md shows the %s project the test runs: its program, tsconfig and versions",
     (way) => {
-      const readme = readFileSync(join(root, "README.md"), "utf8")
+      const guide = readFileSync(join(root, "docs/integrators.md"), "utf8")
       for (const file of ["main.ts", "tsconfig.json"]) {
         const text = readFileSync(join(fixtures, way, file), "utf8")
-        expect(readme.includes(text), `README.md lacks test/integrators/${way}/${file}, verbatim`).toBe(true)
+        expect(guide.includes(text), `docs/integrators.md lacks test/integrators/${way}/${file}, verbatim`).toBe(true)
       }
-      const installed = readme.split("\n").filter((line) => line.startsWith("npm install ")).flatMap((line) =>
+      const installed = guide.split("\n").filter((line) => line.startsWith("npm install ")).flatMap((line) =>
         line.split(" ")
       )
       const manifest = JSON.parse(readFileSync(join(fixtures, way, "package.json"), "utf8"))
       for (const [name, version] of Object.entries<string>({ ...manifest.dependencies, ...manifest.devDependencies })) {
         if (!version.startsWith("file:")) {
-          expect(installed, "README.md's npm install lines").toContain(
+          expect(installed, "docs/integrators.md's npm install lines").toContain(
             `${name}@${version}`
           )
         }

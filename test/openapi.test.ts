@@ -2,12 +2,9 @@ import { afterAll, beforeAll, describe, expect, it } from "@effect/vitest"
 import { Validator } from "@seriousme/openapi-schema-validator"
 import addFormats from "ajv-formats"
 import Ajv2020 from "ajv/dist/2020"
-import { Option } from "effect"
-import { CampaignApi } from "../src/Api.ts"
-import { scopeOf } from "../src/ApiKeys/Api.ts"
-import { declaredEndpoints, middlewareOf } from "../src/Declaration.ts"
-import { grantedBy, type Scope } from "../src/Domain/ApiKey.ts"
+import { grantedBy, Scope } from "../src/Domain/ApiKey.ts"
 import { activate, activatePath, type Answer, call } from "./support/client.ts"
+import { declaredOperations } from "./support/declared.ts"
 import { type InProcessServer, serveInProcess } from "./support/inProcess.ts"
 import { createKey, runCli, tempDatabase } from "./support/server.ts"
 
@@ -118,16 +115,10 @@ const contractErrors: Record<string, Record<string, Array<string>>> = {
 }
 
 /** The operations a GET route answers: the GET, and HEAD, as the GET without its body. */
-const getOperations = [
-  "activations.get",
-  "activations.list",
-  "analytics.campaign",
-  "identity.whoami",
-  "health.alive",
-  "health.ready"
-]
+const getOperations = declaredOperations.filter(({ method }) => method === "get").map(({ operationId }) => operationId)
 
-const secured = ["activations.activate", "activations.get", "activations.list", "analytics.campaign", "identity.whoami"]
+/** The operations that need an API key, as the definition declares them. */
+const secured = declaredOperations.filter(({ secured }) => secured).map(({ operationId }) => operationId)
 
 // HTTP's own, which no operation's response lists.
 const standardHeaders = ["content-type", "content-length", "date", "connection", "keep-alive"]
@@ -144,8 +135,15 @@ describe("GET /openapi.json", () => {
     await expect(`${JSON.stringify(document, null, 2)}\n`).toMatchFileSnapshot("__snapshots__/openapi.json")
   })
 
-  it("has exactly the seven operations and HEAD on each GET, and every $ref resolves", () => {
-    expect(operations().map(({ method, operation, path }) => [operation.operationId, method, path]).sort()).toEqual([
+  it("has exactly the definition's operations and HEAD on each GET, the README's nine among them, and every $ref resolves", () => {
+    const listed = operations().map(({ method, operation, path }) => [operation.operationId, method, path]).sort()
+    expect(listed).toEqual(
+      declaredOperations.flatMap(({ documentPath, method, operationId }) => [
+        [operationId, method, documentPath],
+        ...(method === "get" ? [[`${operationId}.head`, "head", documentPath]] : [])
+      ]).sort()
+    )
+    expect(listed).toEqual(expect.arrayContaining([
       ["activations.activate", "post", "/v1/creators/{creatorId}/campaigns/{campaignId}/activate"],
       ["activations.get", "get", "/v1/activations/{activationId}"],
       ["activations.get.head", "head", "/v1/activations/{activationId}"],
@@ -153,13 +151,17 @@ describe("GET /openapi.json", () => {
       ["activations.list.head", "head", "/v1/activations"],
       ["analytics.campaign", "get", "/v1/campaigns/{campaignId}/analytics"],
       ["analytics.campaign.head", "head", "/v1/campaigns/{campaignId}/analytics"],
+      ["documents.index", "get", "/"],
+      ["documents.index.head", "head", "/"],
+      ["documents.openApi", "get", "/openapi.json"],
+      ["documents.openApi.head", "head", "/openapi.json"],
       ["health.alive", "get", "/healthz"],
       ["health.alive.head", "head", "/healthz"],
       ["health.ready", "get", "/readyz"],
       ["health.ready.head", "head", "/readyz"],
       ["identity.whoami", "get", "/v1/whoami"],
       ["identity.whoami.head", "head", "/v1/whoami"]
-    ])
+    ]))
     const refs = [...JSON.stringify(document).matchAll(/"\$ref":"([^"]+)"/g)].map((match) => match[1]!)
     expect(refs.length).toBeGreaterThan(0)
     for (const ref of refs.filter((ref) => !ref.startsWith("#/components/headers/"))) {
@@ -210,13 +212,10 @@ describe("GET /openapi.json", () => {
     })
     // As the definition declares them: the scope an operation requires is the middleware that checks it.
     const scopes = Object.fromEntries(
-      declaredEndpoints(CampaignApi).map((declared) => [
-        `${declared.group.identifier}.${declared.endpoint.name}`,
-        Option.toArray(Option.fromNullable(scopeOf(middlewareOf(declared))))
-      ])
+      declaredOperations.map(({ operationId, scope }) => [operationId, scope === undefined ? [] : [scope]])
     )
     // Each scope that grants the one required is an alternative: a writer may read (README, Reads).
-    for (const operationId of Object.keys(contractErrors)) {
+    for (const { operationId } of declaredOperations) {
       expect(operation(operationId).security).toEqual(
         secured.includes(operationId)
           ? (scopes[operationId]!.length === 0
@@ -229,14 +228,16 @@ describe("GET /openapi.json", () => {
       bearer: ["campaigns:write"]
     }])
     // And those are the README's scopes (README, Reads and Analytics).
-    expect(scopes).toEqual({
+    expect(scopes).toMatchObject({
       "activations.activate": ["campaigns:write"],
       "activations.get": ["campaigns:read"],
       "activations.list": ["campaigns:read"],
       "analytics.campaign": ["analytics:read"],
       "identity.whoami": [],
       "health.alive": [],
-      "health.ready": []
+      "health.ready": [],
+      "documents.index": [],
+      "documents.openApi": []
     })
   })
 
@@ -305,7 +306,7 @@ describe("GET /openapi.json", () => {
       })
     }
     expect(component("#/components/schemas/ActivationList").properties.activations.maxItems).toBe(100)
-    expect(component("#/components/schemas/Identity").properties.scopes.maxItems).toBe(3)
+    expect(component("#/components/schemas/Identity").properties.scopes.maxItems).toBe(Scope.literals.length)
     for (const { operation } of operations()) {
       for (const [status, response] of Object.entries<Json>(operation.responses)) {
         const retryAfter = response.headers?.["Retry-After"]

@@ -237,7 +237,7 @@ describe.each(lifecycleDatabases)("ApiKeysRepo's key lifecycle on %s", (_, datab
         yield* repo.revoke(revoked.keyId, 1_740_000_000_000)
         for (const keyId of [revoked.keyId, expired.keyId, unique("missing")]) {
           expect(yield* repo.roll(keyId, "cd".repeat(32), 1_800_000_000_000, 1_750_000_000_000)).toBeUndefined()
-          expect(yield* repo.update(keyId, { name: "changed" }, 1_750_000_000_000)).toBe(false)
+          expect(yield* repo.update(keyId, { name: "changed" }, 1_750_000_000_000)).toBeUndefined()
         }
         expect(yield* find(revoked.keyId)).toEqual({ ...revoked, revokedAt: 1_740_000_000_000 })
         expect(yield* find(expired.keyId)).toEqual(expired)
@@ -249,21 +249,45 @@ describe.each(lifecycleDatabases)("ApiKeysRepo's key lifecycle on %s", (_, datab
         const row = keyRow()
         yield* repo.insert(row)
         const before = yield* committed
-        expect(yield* repo.update(row.keyId, { rateLimit: { max: 5, windowSeconds: 60 } }, 0)).toBe(true)
-        expect(yield* find(row.keyId)).toEqual({ ...row, rateLimit: { max: 5, windowSeconds: 60 } })
-        expect(yield* repo.update(row.keyId, { scopes: ["campaigns:write", "analytics:read"], name: null }, 0)).toBe(
-          true
+        expect(yield* repo.update(row.keyId, { rateLimit: { max: 5, windowSeconds: 60 } }, 0)).toEqual(
+          yield* find(row.keyId)
         )
+        expect(yield* find(row.keyId)).toEqual({ ...row, rateLimit: { max: 5, windowSeconds: 60 } })
+        expect(yield* repo.update(row.keyId, { scopes: ["campaigns:write", "analytics:read"], name: null }, 0))
+          .toBeDefined()
         expect(yield* find(row.keyId)).toEqual({
           ...row,
           scopes: ["campaigns:write", "analytics:read"],
           name: null,
           rateLimit: { max: 5, windowSeconds: 60 }
         })
-        expect(yield* repo.update(row.keyId, { rateLimit: null }, 0)).toBe(true)
+        expect(yield* repo.update(row.keyId, { rateLimit: null }, 0)).toBeDefined()
         expect((yield* find(row.keyId))?.rateLimit).toBeNull()
         // Every instance learns of it through the generation (README, Running several instances).
         expect(yield* committed).toBeGreaterThan(before)
+      }))
+
+    it.effect("update sets and clears an expiry; one before a roll's grace ends ends the previous secret then too", () =>
+      Effect.gen(function*() {
+        const repo = yield* ApiKeysRepo
+        const row = keyRow()
+        yield* repo.insert(row)
+        const now = 1_750_000_000_000
+        expect(yield* repo.roll(row.keyId, "cd".repeat(32), now + 7 * 86_400_000, now)).toBe(now + 7 * 86_400_000)
+        // Later than the grace: the grace stays.
+        expect(yield* repo.update(row.keyId, { expiresAt: now + 30 * 86_400_000 }, now)).toMatchObject({
+          expiresAt: now + 30 * 86_400_000,
+          previousSecretEndsAt: now + 7 * 86_400_000
+        })
+        // Earlier than the grace: both secrets stop at the expiry.
+        const cut = yield* repo.update(row.keyId, { expiresAt: now + 2 * 86_400_000 }, now)
+        expect(cut).toMatchObject({ expiresAt: now + 2 * 86_400_000, previousSecretEndsAt: now + 2 * 86_400_000 })
+        expect(yield* find(row.keyId)).toEqual(cut)
+        // No expiry: a grace cut short is not lengthened again.
+        expect(yield* repo.update(row.keyId, { expiresAt: null }, now)).toMatchObject({
+          expiresAt: null,
+          previousSecretEndsAt: now + 2 * 86_400_000
+        })
       }))
 
     it.effect("records last uses by secret in batches, the latest time winning whichever write comes last, without moving the keys' generation", () =>

@@ -27,7 +27,11 @@ import {
   Scope as EffectScope,
   TestClock
 } from "effect"
+import { execFileSync } from "node:child_process"
 import { createHash } from "node:crypto"
+import { closeSync, constants, mkdtempSync, openSync, readSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { Activations } from "../src/Activations.ts"
 import { ActivationsRepo } from "../src/Activations/ActivationsRepo.ts"
 import { pageJson, recordJson } from "../src/Activations/Http.ts"
@@ -51,6 +55,7 @@ import { HealthHandlers } from "../src/Health/Http.ts"
 import { canonicalJson, fingerprintOf, type IdempotentRequest } from "../src/Idempotency.ts"
 import { Ids } from "../src/Ids.ts"
 import { accessLine, jsonLine } from "../src/Logging.ts"
+import { makeLineWriter } from "../src/Logging/Stderr.ts"
 import { MetricsOff } from "../src/Metrics.ts"
 import { RateLimit } from "../src/RateLimit.ts"
 import { RateLimitStore } from "../src/RateLimit/Store.ts"
@@ -117,10 +122,21 @@ const ApiKeysRepoInMemory = makeTestLayer(ApiKeysRepo)({
   update: (keyId, changes, now) =>
     Effect.sync(() => {
       const row = storedKeys.get(keyId)
-      if (row === undefined || row.revokedAt !== null || (row.expiresAt !== null && row.expiresAt <= now)) return false
-      storedKeys.set(keyId, { ...row, ...changes })
+      if (row === undefined || row.revokedAt !== null || (row.expiresAt !== null && row.expiresAt <= now)) {
+        return undefined
+      }
+      const { expiresAt, ...others } = changes
+      const expiry = expiresAt === undefined ? {} : {
+        expiresAt,
+        previousSecretEndsAt: expiresAt !== null && row.previousSecretEndsAt !== null &&
+            row.previousSecretEndsAt > expiresAt
+          ? expiresAt
+          : row.previousSecretEndsAt
+      }
+      const changed = { ...row, ...others, ...expiry }
+      storedKeys.set(keyId, changed)
       generation++
-      return true
+      return changed
     }),
   lastUsed: Effect.succeed([])
 })
@@ -284,7 +300,7 @@ layer(ApiKeys.Live.pipe(Layer.provide(ApiKeysRepoInMemory), Layer.provide(makeId
       const { apiKey, info } = yield* createKey()
       expect((yield* authenticate(apiKey)).rateLimit).toBeNull()
       expect(yield* keys.update(info.keyId, { scopes: ["campaigns:read"], rateLimit: { max: 5, windowSeconds: 60 } }))
-        .toBe(true)
+        .toEqual({ expiresAt: null, graceCutTo: null })
       const updated = yield* authenticate(apiKey)
       expect(updated.identity.scopes).toEqual(["campaigns:read"])
       expect(updated.rateLimit).toEqual({ max: 5, windowSeconds: 60 })
@@ -292,7 +308,34 @@ layer(ApiKeys.Live.pipe(Layer.provide(ApiKeysRepoInMemory), Layer.provide(makeId
       yield* createKey()
       expect((yield* authenticate(apiKey)).rateLimit).toBe(updated.rateLimit)
       yield* keys.revoke(info.keyId)
-      expect(yield* keys.update(info.keyId, { name: "late" })).toBe(false)
+      expect(yield* keys.update(info.keyId, { name: "late" })).toBeUndefined()
+    }))
+
+  it.effect("an update's expiry counts from now and covers both of a roll's secrets: an earlier one ends the grace, and says so", () =>
+    Effect.gen(function*() {
+      const keys = yield* ApiKeys
+      const { apiKey: before, info } = yield* createKey()
+      const rolled = (yield* keys.roll(info.keyId, Duration.days(7)))!
+      const startedAt = yield* TestClock.currentTimeMillis
+      const graceEnd = startedAt + Duration.toMillis(Duration.days(7))
+      const later = yield* keys.update(info.keyId, { expiresIn: Duration.days(10) })
+      expect(later).toEqual({
+        expiresAt: DateTime.unsafeMake(startedAt + Duration.toMillis(Duration.days(10))),
+        graceCutTo: null
+      })
+      expect((yield* authenticate(before)).endsAt).toBe(graceEnd)
+      const expiresAt = startedAt + Duration.toMillis(Duration.days(2))
+      expect(yield* keys.update(info.keyId, { expiresIn: Duration.days(2) })).toEqual({
+        expiresAt: DateTime.unsafeMake(expiresAt),
+        graceCutTo: DateTime.unsafeMake(expiresAt)
+      })
+      expect((yield* authenticate(before)).endsAt).toBe(expiresAt)
+      expect((yield* authenticate(rolled.apiKey)).endsAt).toBe(expiresAt)
+      expect(yield* keys.update(info.keyId, { expiresIn: null })).toEqual({ expiresAt: null, graceCutTo: null })
+      expect((yield* authenticate(rolled.apiKey)).endsAt).toBeNull()
+      yield* TestClock.adjust(Duration.days(2))
+      yield* expectRefused(before, "grace ended", info.keyId, brandId)
+      expect((yield* authenticate(rolled.apiKey)).identity.keyId).toBe(info.keyId)
     }))
 
   it.effect("a revoked key, an expired key and an unknown id cannot be rolled", () =>
@@ -1111,6 +1154,19 @@ describe("the access line", () => {
         List.nil()
       ],
       [HashMap.make(["status", "overridden by the field"]), List.nil()],
+      // What JSON leaves out of an object, and a value it cannot write at all.
+      [HashMap.make(["requestId", "req-1"], ["gone", undefined], ["call", () => 1]), List.nil()],
+      [
+        HashMap.make(["requestId", "req-1"], [
+          "self",
+          (() => {
+            const cyclic: Record<string, unknown> = { name: "cyclic" }
+            cyclic["self"] = cyclic
+            return cyclic
+          })()
+        ]),
+        List.nil()
+      ],
       [HashMap.empty(), List.make(LogSpan.make("load", now - 5))]
     ]
     for (const [annotations, spans] of cases) {
@@ -1139,6 +1195,98 @@ describe("the access line", () => {
       ...Object.fromEntries(Array.from({ length: 40 }, (_, i) => [`annotation${i}`, i])),
       ...fields
     })
+  })
+})
+
+describe("stderr's lines on a pipe nobody reads (Logging/Stderr.ts)", () => {
+  /** A pipe (a FIFO) with its reading end open and not read: full after 64 KiB. */
+  const fullPipe = () => {
+    const dir = mkdtempSync(join(tmpdir(), "campaign-api-pipe-"))
+    const path = join(dir, "stderr")
+    execFileSync("mkfifo", [path])
+    const reader = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK)
+    const writer = openSync(path, constants.O_WRONLY)
+    const readAll = async (): Promise<string> => {
+      const chunks: Array<Buffer> = []
+      const buffer = Buffer.alloc(65536)
+      for (let idle = 0; idle < 50;) {
+        let read = 0
+        try {
+          read = readSync(reader, buffer, 0, buffer.length, null)
+        } catch (error) {
+          if ((error as NodeJS.ErrnoException).code !== "EAGAIN") throw error
+        }
+        if (read > 0) {
+          chunks.push(Buffer.from(buffer.subarray(0, read)))
+          idle = 0
+        } else {
+          idle++
+          await new Promise((resolve) => setTimeout(resolve, 10))
+        }
+      }
+      return Buffer.concat(chunks).toString()
+    }
+    return { writer, readAll, close: () => [reader, writer].forEach((fd) => closeSync(fd)) }
+  }
+
+  it("never waits for the pipe: what it does not take waits in order, and past the bound new lines are dropped and counted", async () => {
+    const pipe = fullPipe()
+    let counted = 0
+    const lines = makeLineWriter(pipe.writer, (n) => counted += n, 256 * 1024)
+    // 2 MiB of lines in ten turns of the event loop, into a pipe that takes 64 KiB: a write that
+    // waited for the pipe would wait here for ever, since it is read only after.
+    const line = (n: number) => `{"line":${n},"padding":"${"x".repeat(200)}"}`
+    let n = 0
+    for (let turn = 0; turn < 10; turn++) {
+      for (let i = 0; i < 1_000; i++) lines.write(line(n++))
+      await new Promise((resolve) => setImmediate(resolve))
+    }
+    expect(lines.dropped()).toBeGreaterThan(0)
+    expect(counted).toBe(lines.dropped())
+    const received = (await pipe.readAll()).split("\n")
+    pipe.close()
+    expect(received.pop()).toBe("")
+    // Whole lines, in the order written, each once: those the bound let through, then none.
+    const numbers = received.map((text) => (JSON.parse(text) as { line: number }).line)
+    expect(numbers.length + lines.dropped()).toBe(n)
+    expect(numbers).toEqual([...numbers].sort((a, b) => a - b))
+    expect(new Set(numbers).size).toBe(numbers.length)
+    expect(numbers.slice(0, 1_000)).toEqual(Array.from({ length: 1_000 }, (_, i) => i))
+  })
+
+  it("loses nothing at exit: a process that exits with lines waiting writes them while the pipe is read", async () => {
+    const pipe = fullPipe()
+    const writer = join(import.meta.dirname, "../src/Logging/Stderr.ts")
+    const child = Bun.spawn([
+      process.execPath,
+      "-e",
+      `const { makeLineWriter } = await import(${JSON.stringify(writer)})
+       const lines = makeLineWriter(2)
+       for (let i = 0; i < 1000; i++) lines.write(JSON.stringify({ line: i, padding: "z".repeat(200) }))
+       await new Promise((resolve) => setImmediate(resolve))
+       process.exit(0)`
+    ], { stdin: "ignore", stdout: "ignore", stderr: pipe.writer })
+    // Read only once the child has written what the pipe takes and is waiting at its exit.
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    const received = (await pipe.readAll()).split("\n").filter((text) => text !== "")
+    expect(await child.exited).toBe(0)
+    pipe.close()
+    expect(received.map((text) => (JSON.parse(text) as { line: number }).line)).toEqual(
+      Array.from({ length: 1_000 }, (_, i) => i)
+    )
+  })
+
+  it("drops nothing while what waits stays under the bound: the pipe read later gets every line", async () => {
+    const pipe = fullPipe()
+    const lines = makeLineWriter(pipe.writer)
+    for (let i = 0; i < 2_000; i++) lines.write(`{"line":${i},"padding":"${"y".repeat(100)}"}`)
+    await new Promise((resolve) => setImmediate(resolve))
+    const received = (await pipe.readAll()).split("\n").filter((text) => text !== "")
+    pipe.close()
+    expect(lines.dropped()).toBe(0)
+    expect(received.map((text) => (JSON.parse(text) as { line: number }).line)).toEqual(
+      Array.from({ length: 2_000 }, (_, i) => i)
+    )
   })
 })
 

@@ -8,6 +8,7 @@ import { statSync } from "node:fs"
 import { join } from "node:path"
 import {
   apiKeyOf,
+  buildArgs,
   compileArgs,
   freePort,
   keysCreateArgs,
@@ -115,7 +116,7 @@ export const prepareDatabase = async (cli: ReadonlyArray<string>, databaseFile: 
   return apiKey
 }
 
-/** `bun build --compile` of `entry` into `outfile`, as the service is deployed. */
+/** `bun build --compile` of `entry` into `outfile`, as the service is compiled. */
 export const compile = (entry: string, outfile: string) =>
   runCommand(compileArgs(entry, outfile, bun), { timeoutMs: 180_000 })
 
@@ -123,7 +124,7 @@ export const compile = (entry: string, outfile: string) =>
 export const buildBinary = async (dir: string) => {
   const binary = join(dir, "campaign-api")
   const buildStarted = performance.now()
-  await compile("src/main.ts", binary)
+  await runCommand(buildArgs(binary, bun), { timeoutMs: 180_000 })
   return { binary, buildSeconds: (performance.now() - buildStarted) / 1000, sizeBytes: statSync(binary).size }
 }
 

@@ -39,7 +39,9 @@ for (const [input, { imports }] of Object.entries(bundle.metafile!.inputs)) {
   const path = relative(root, join(process.cwd(), input))
   if (!path.startsWith("src/") && path !== "package.json") fail(`${path} would be bundled into the client`)
   for (const { external, path: imported } of imports) {
-    if (external && !peers.includes(imported)) fail(`${path} imports ${imported}`)
+    if (external && !peers.some((peer) => imported === peer || imported.startsWith(`${peer}/`))) {
+      fail(`${path} imports ${imported}`)
+    }
   }
 }
 

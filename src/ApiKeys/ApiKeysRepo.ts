@@ -33,6 +33,8 @@ export interface KeyChangesRequested {
   readonly scopes?: ReadonlyArray<string>
   readonly name?: string | null
   readonly rateLimit?: RateLimitPolicy | null
+  /** null: the key no longer expires. */
+  readonly expiresAt?: number | null
 }
 
 interface Stored {
@@ -104,8 +106,11 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
     graceEndsAt: number,
     now: number
   ) => Effect.Effect<number | undefined>
-  /** Changes an active key (not revoked, not expired at `now`); false when there is no such key. */
-  readonly update: (keyId: string, changes: KeyChangesRequested, now: number) => Effect.Effect<boolean>
+  /**
+   * Changes an active key (not revoked, not expired at `now`); an earlier expiry also ends its
+   * previous secret then, as a roll does. The key as changed, or undefined when there is no such key.
+   */
+  readonly update: (keyId: string, changes: KeyChangesRequested, now: number) => Effect.Effect<ApiKeyRow | undefined>
   /** When each secret was last used, by its digest: a secret never used is absent. */
   readonly lastUsed: Effect.Effect<ReadonlyArray<SecretUse>>
   /** Records last uses; a time older than the one stored (another instance's, later) is kept out. */
@@ -182,13 +187,19 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
             columns["rate_limit_max"] = changes.rateLimit?.max ?? null
             columns["rate_limit_window_seconds"] = changes.rateLimit?.windowSeconds ?? null
           }
+          if (changes.expiresAt !== undefined) columns["expires_at"] = changes.expiresAt
+          // In the same statement, as a roll caps the previous secret's end at the key's expiry.
+          const previousEnds = typeof changes.expiresAt === "number"
+            ? sql`, previous_secret_ends_at = CASE WHEN previous_secret_ends_at > ${changes.expiresAt}
+                                                   THEN ${changes.expiresAt} ELSE previous_secret_ends_at END`
+            : sql.literal("")
           return (Object.keys(columns).length === 0
-            ? sql<{ key_id: string }>`SELECT key_id FROM api_keys WHERE ${active(keyId, now)}`
-            : sql<{ key_id: string }>`UPDATE api_keys SET ${sql.update(columns)} WHERE ${
+            ? sql<Stored>`SELECT * FROM api_keys WHERE ${active(keyId, now)}`
+            : sql<Stored>`UPDATE api_keys SET ${sql.update(columns)}${previousEnds} WHERE ${
               active(keyId, now)
-            } RETURNING key_id`)
+            } RETURNING *`)
             .pipe(
-              Effect.map((rows) => rows.length > 0),
+              Effect.map((rows) => rows.length === 0 ? undefined : fromStored(rows[0]!)),
               Effect.orDie,
               span("ApiKeysRepo.update")
             )

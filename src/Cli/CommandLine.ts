@@ -15,7 +15,7 @@ export const builtInOptions: ReadonlyArray<string> = [
 ]
 
 /** The built-in options that take a value: the word after them is not the command. */
-const builtInsWithValue = new Set(["--log-level", "--completions"])
+export const builtInsWithValue = new Set(["--log-level", "--completions"])
 
 export interface CommandLine {
   /** As `process.argv` has it, the runtime and the script first: what @effect/cli runs on. */

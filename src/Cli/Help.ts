@@ -4,9 +4,9 @@
  */
 import { HelpDoc } from "@effect/cli"
 import * as Span from "@effect/cli/HelpDoc/Span"
-import { Array as Arr, Console, Effect, RegExp } from "effect"
+import { Array as Arr, Console, Effect } from "effect"
 import { settingsList } from "../Config.ts"
-import type { CommandLine } from "./CommandLine.ts"
+import { builtInsWithValue, type CommandLine } from "./CommandLine.ts"
 
 /**
  * The variables `serve` reads, as its help lists them below its description: @effect/cli's help
@@ -33,16 +33,17 @@ const genericLine = /^ *(A user-defined piece of text\.|An integer\.|A true or f
  * puts each description under its command instead of padding every line to the longest usage.
  * (`serve`'s page also gains its variables: see `readable`.)
  */
-const fixHelp = (text: string, words: ReadonlyArray<string>) => {
-  const last = words.at(-1)
-  const withProgram = last === undefined
-    ? text
-    : text.replace(
-      // The word is what the user typed: escaped before it goes into the pattern. (`RegExp` here is
-      // effect's module, which shadows the global constructor.)
-      new globalThis.RegExp(`^((?:${ansi.source})*)\\$ ${RegExp.escape(last)}\\b`, "m"),
-      `$1$ campaign-api ${words.join(" ")}`
-    )
+const fixHelp = (text: string, args: ReadonlyArray<string>) => {
+  // The usage line's first word is the command's name: the words typed up to it, options and their
+  // values left out, are the command (`--log-level debug keys list --help` is `keys list`'s).
+  const words = args.filter((word, i) => !word.startsWith("-") && !builtInsWithValue.has(args[i - 1]!))
+  const withProgram = text.replace(
+    new RegExp(`^((?:${ansi.source})*)\\$ ([^\\s\x1b]+)`, "m"),
+    (line, colour: string, name: string) => {
+      const at = words.indexOf(name)
+      return at === -1 ? line : `${colour}$ campaign-api ${words.slice(0, at + 1).join(" ")}`
+    }
+  )
   return withProgram.replace(/^( {2}- .*?\S) {2,}(\S.*)$/gm, "$1\n      $2")
 }
 
@@ -51,19 +52,19 @@ const fixHelp = (text: string, words: ReadonlyArray<string>) => {
  * `NO_COLOR` is set (https://no-color.org), and help without the type lines that @effect/cli
  * prints under every option.
  */
-const readable = (text: string, words: ReadonlyArray<string>) => {
+const readable = (text: string, { args, words }: CommandLine) => {
   const isHelp = text.replace(ansi, "").includes("USAGE")
   const whole = isHelp && words.length === 1 && words[0] === "serve" ? `${text.trimEnd()}\n\n${environmentHelp}` : text
   const plain = process.stdout.isTTY && !process.env["NO_COLOR"] ? whole : whole.replace(ansi, "")
   const lines = plain.split("\n").filter((line) => !genericLine.test(line.replace(ansi, ""))).join("\n")
     .replace(/\n{3,}/g, "\n\n")
-  return isHelp ? fixHelp(lines, words) : lines
+  return isHelp ? fixHelp(lines, args) : lines
 }
 
 /** The default console, with `readable` applied to what the command line prints. */
-export const CliConsole = ({ words }: CommandLine) =>
+export const CliConsole = (commandLine: CommandLine) =>
   Effect.map(Console.consoleWith(Effect.succeed), (console): Console.Console => {
-    const shown = (arg: unknown) => typeof arg === "string" ? readable(arg, words) : arg
+    const shown = (arg: unknown) => typeof arg === "string" ? readable(arg, commandLine) : arg
     return {
       ...console,
       log: (...args) => console.log(...args.map(shown)),

@@ -1,10 +1,10 @@
 import { Command, Options } from "@effect/cli"
-import { Console, DateTime, Duration, Effect, Layer, Option, Schema } from "effect"
-import { ApiKeys } from "../ApiKeys.ts"
-import type { KeyChangesRequested } from "../ApiKeys/ApiKeysRepo.ts"
+import { Console, DateTime, Duration, Effect, Layer, Option } from "effect"
+import { ApiKeys, type KeyUpdate } from "../ApiKeys.ts"
 import { KeysConfig } from "../Config.ts"
-import { BrandId } from "../Domain/ApiKey.ts"
 import {
+  BrandText,
+  expiresInOption,
   GraceText,
   json,
   keyIdArg,
@@ -24,23 +24,12 @@ const keysAnnounced = <E, R>(keys: Layer.Layer<ApiKeys, E, R>) =>
 
 const create = Command.make("create", {
   brand: Options.text("brand").pipe(
-    Options.withSchema(BrandId.annotations({ message: () => "--brand takes the brand's UUID" })),
+    Options.withSchema(BrandText),
     Options.withDescription("The brand the key acts for (a UUID).")
   ),
   scopes: scopesOption,
   name: nameOption,
-  expiresIn: Options.text("expires-in").pipe(
-    Options.withSchema(
-      Schema.NumberFromString.pipe(
-        Schema.int(),
-        Schema.between(1, 36_500)
-      ).annotations({
-        message: () => ({ message: "--expires-in takes a whole number of days from 1 to 36500", override: true })
-      })
-    ),
-    Options.optional,
-    Options.withDescription("Days until the key expires; without it the key does not expire.")
-  ),
+  expiresIn: expiresInOption("Days until the key expires; without it the key does not expire."),
   rateLimit: rateLimitOption,
   json
 }, (options) =>
@@ -50,17 +39,11 @@ const create = Command.make("create", {
       brandId: options.brand,
       scopes: options.scopes,
       name: options.name,
-      expiresIn: Option.map(options.expiresIn, Duration.days),
+      expiresIn: options.expiresIn,
       rateLimit: Option.getOrNull(options.rateLimit)
     })
-    if (options.json) {
-      return yield* Console.log(JSON.stringify({
-        apiKey,
-        keyId: info.keyId,
-        brandId: info.brandId,
-        scopes: info.scopes
-      }))
-    }
+    // The key as `keys show --json` prints it, and its secret first (README, The key command line).
+    if (options.json) return yield* Console.log(JSON.stringify({ apiKey, ...jsonRow(info, yield* DateTime.now) }))
     yield* Console.log([
       "API key created. Store it now: it is shown only this once.",
       "",
@@ -76,7 +59,7 @@ const create = Command.make("create", {
 
 const list = Command.make("list", {
   brand: Options.text("brand").pipe(
-    Options.withSchema(BrandId.annotations({ message: () => "--brand takes the brand's UUID" })),
+    Options.withSchema(BrandText),
     Options.optional,
     Options.withDescription("Only this brand's keys (a UUID).")
   ),
@@ -196,15 +179,28 @@ const update = Command.make("update", {
   keyId: keyIdArg("update", "changed"),
   scopes: Options.optional(scopesOption),
   name: nameOption,
-  rateLimit: rateLimitOrDefault
+  rateLimit: rateLimitOrDefault,
+  expiresIn: expiresInOption(
+    "Days from now until the key expires, as at create. The expiry covers both secrets of a rolled key: one before the previous secret's grace ends ends that grace too."
+  ),
+  noExpiry: Options.boolean("no-expiry").pipe(
+    Options.withDescription("The key no longer expires (a rolled key's previous secret still ends with its grace).")
+  )
 }, ({ keyId, ...options }) => {
-  const changes: KeyChangesRequested = {
+  if (options.noExpiry && Option.isSome(options.expiresIn)) {
+    return failWith(2, "--expires-in and --no-expiry contradict each other: give one of them.")
+  }
+  const changes: KeyUpdate = {
     ...Option.match(options.scopes, { onNone: () => ({}), onSome: (scopes) => ({ scopes }) }),
     ...Option.match(options.name, { onNone: () => ({}), onSome: (name) => ({ name }) }),
     ...Option.match(options.rateLimit, {
       onNone: () => ({}),
       onSome: (limit) => ({ rateLimit: limit === "default" ? null : limit })
-    })
+    }),
+    ...(options.noExpiry ? { expiresIn: null } : Option.match(options.expiresIn, {
+      onNone: () => ({}),
+      onSome: (expiresIn) => ({ expiresIn })
+    }))
   }
   const said = [
     ...(changes.scopes === undefined ? [] : [`scopes ${changes.scopes.join(", ")}`]),
@@ -217,26 +213,40 @@ const update = Command.make("update", {
         }`
       ])
   ]
-  if (said.length === 0) {
+  if (said.length === 0 && changes.expiresIn === undefined) {
     return failWith(
       2,
-      "keys update changes --scopes, --name or --rate-limit: give at least one (see campaign-api keys update --help)."
+      "keys update changes --scopes, --name, --rate-limit, --expires-in or --no-expiry: give at least one (run the same command with --help to see what each takes)."
     )
   }
   return Effect.flatMap(ApiKeys, (keys) => keys.update(keyId, changes)).pipe(
-    Effect.flatMap((updated) =>
-      updated
-        ? Console.log(`Updated API key ${keyId}: ${said.join("; ")}. It applies ${takesEffect}.`)
-        : noActiveKey(keyId)
-    ),
+    Effect.flatMap((updated) => {
+      if (updated === undefined) return noActiveKey(keyId)
+      const expiry = changes.expiresIn === undefined
+        ? []
+        : [updated.expiresAt === null ? "no expiry" : `expires ${DateTime.formatIso(updated.expiresAt)}`]
+      // A key's expiry covers both of a roll's secrets: said when it ends the previous one's grace early.
+      const cut = updated.graceCutTo === null
+        ? []
+        : [
+          `The secret it had before its last roll now stops then too, before its grace would have ended: a key's expiry covers both its secrets.`
+        ]
+      return Console.log(
+        [`Updated API key ${keyId}: ${[...said, ...expiry].join("; ")}. It applies ${takesEffect}.`, ...cut].join(" ")
+      )
+    }),
     // Opened once the usage is known good: a usage error is exit 2 whatever the database (README, Exit codes).
     Effect.provide(keysAnnounced(KeysOfExistingLive))
   )
-}).pipe(Command.withDescription("Change an active key's scopes, name or rate limit; its secret and key id stay."))
+}).pipe(
+  Command.withDescription(
+    "Change an active key's scopes, name, rate limit or expiry; its secret and key id stay."
+  )
+)
 
 // Only `keys create` makes a database: a mistyped DATABASE_URL would otherwise give every command
 // an empty database of its own, and a key created in none of them would work.
-const keyCommands = [
+export const keyCommands = [
   create.pipe(Command.provide(keysAnnounced(KeysLive))),
   list.pipe(Command.provide(keysAnnounced(KeysOfExistingLive))),
   show.pipe(Command.provide(keysAnnounced(KeysOfExistingLive))),
@@ -249,7 +259,3 @@ export const keys = Command.make("keys").pipe(
   Command.withDescription("Manage API keys in the database at DATABASE_URL."),
   Command.withSubcommands(keyCommands)
 )
-
-/** The `keys` commands' names, from the commands themselves. */
-export const keyCommandNames: ReadonlyArray<string> = keyCommands.flatMap((command) => // Each command's own name type does not widen to `string` (its context tag is invariant in it).
-[...Command.getNames(command as unknown as Command.Command<string, never, unknown, unknown>)])

@@ -1,9 +1,30 @@
 import { Args, Options } from "@effect/cli"
 import { Duration, ParseResult, Schema } from "effect"
 import { maxGrace } from "../ApiKeys.ts"
-import { Scope } from "../Domain/ApiKey.ts"
+import { BrandId, Scope } from "../Domain/ApiKey.ts"
 
-const scopesMessage = `--scopes takes a comma-separated list of ${Scope.literals.join(", ")}`
+/** An example brand, for the sentences that say what `--brand` takes. */
+const exampleBrand = "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f"
+
+/**
+ * What each key command option takes, as the usage errors say it: an invalid value (`--brand
+ * takes …`), a missing one (`keys create needs --brand: …`) and an option without its value (Usage.ts).
+ */
+export const optionTakes: Readonly<Record<string, string>> = {
+  "--brand": `the brand's UUID, e.g. --brand ${exampleBrand}`,
+  "--scopes": `a comma-separated list of ${Scope.literals.join(", ")}, e.g. --scopes campaigns:read`,
+  "--name": "a label of at most 200 characters, in quotes if it has spaces",
+  "--expires-in": "a whole number of days from 1 to 36500, e.g. --expires-in 90",
+  "--rate-limit": "<requests>/<seconds>, such as 600/60 (1 to 1000000 requests per 1 to 86400 seconds)",
+  "--grace": "0 or a whole number of minutes, hours or days (90m, 24h, 7d), at most 30 days"
+}
+
+const takes = (option: string) => `${option} takes ${optionTakes[option]}`
+
+/** What `--brand` takes, as its value is checked. */
+export const BrandText = BrandId.annotations({ message: () => ({ message: takes("--brand"), override: true }) })
+
+const scopesMessage = takes("--scopes")
 
 const ScopeList = Schema.transform(
   Schema.String,
@@ -26,15 +47,14 @@ export const scopesOption = Options.text("scopes").pipe(
 export const nameOption = Options.text("name").pipe(
   Options.withSchema(
     Schema.String.pipe(Schema.maxLength(200)).annotations({
-      message: () => ({ message: "--name takes at most 200 characters", override: true })
+      message: () => ({ message: takes("--name"), override: true })
     })
   ),
   Options.optional,
   Options.withDescription("A label to recognise the key by (at most 200 characters).")
 )
 
-const rateLimitMessage =
-  "--rate-limit takes <requests>/<seconds>, such as 600/60 (1 to 1000000 requests per 1 to 86400 seconds)"
+const rateLimitMessage = takes("--rate-limit")
 
 /** `600/60`: 600 requests per 60 seconds (README, The key command line). */
 const RateLimitText = Schema.transformOrFail(
@@ -74,7 +94,7 @@ export const rateLimitOrDefault = limitOption(
   "The key's own rate limit as <requests>/<seconds> (600/60), or default: the server's RATE_LIMIT_MAX per RATE_LIMIT_WINDOW_SECONDS."
 )
 
-const graceMessage = "--grace takes 0 or a whole number of minutes, hours or days (90m, 24h, 7d), at most 30 days"
+const graceMessage = takes("--grace")
 
 /** `0`, `90m`, `24h`, `7d`: how long a rolled key's previous secret keeps working. */
 export const GraceText = Schema.transformOrFail(Schema.String, Schema.DurationFromSelf, {
@@ -96,6 +116,25 @@ export const GraceText = Schema.transformOrFail(Schema.String, Schema.DurationFr
 }).annotations({ message: () => ({ message: graceMessage, override: true }) })
 
 /**
+ * `--expires-in 30`: the key expires 30 days from the command (README, The key command line), for
+ * `keys create` and `keys update` alike.
+ */
+export const expiresInOption = (description: string) =>
+  Options.text("expires-in").pipe(
+    Options.withSchema(
+      Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 36_500)).annotations({
+        message: () => ({ message: takes("--expires-in"), override: true })
+      })
+    ),
+    Options.map(Duration.days),
+    Options.optional,
+    Options.withDescription(description)
+  )
+
+/** What a key id is, as the usage errors say it. */
+export const keyIdTakes = "a key id as keys list shows it, 16 characters a-z and 0-9"
+
+/**
  * Why what was typed for `keys <command>`'s key id is none: a whole key (`cak_<keyId>_<secret>`) is
  * answered with its id, so that the secret, once in the shell's history and the process list, is
  * not typed again; anything else is not repeated back, as it may hold a secret too.
@@ -103,7 +142,7 @@ export const GraceText = Schema.transformOrFail(Schema.String, Schema.DurationFr
 const notAKeyId = (command: string, typed: string) => {
   const keyId = /^cak_([a-z0-9]{16})(?:_|$)/.exec(typed.trim())?.[1]
   return keyId === undefined
-    ? `That is not a key id: keys ${command} takes one as keys list shows it, 16 characters a-z and 0-9.`
+    ? `That is not a key id: keys ${command} takes ${keyIdTakes}.`
     : `keys ${command} takes the key id alone, here ${keyId}, never the API key: its secret would stay in the shell's history.`
 }
 

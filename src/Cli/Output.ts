@@ -1,10 +1,16 @@
-import { Console, Effect, Layer } from "effect"
+import { Effect, Layer } from "effect"
 import { existsSync, writeSync } from "node:fs"
 import { databaseName, type DatabaseTarget } from "../Config.ts"
 
+/**
+ * A sentence of the command line's own on stderr. Not through `Console`, which while a command line
+ * is read is @effect/cli's, whose sentences are said again in ours (Usage.ts).
+ */
+export const say = (sentence: string) => Effect.sync(() => console.error(sentence))
+
 /** One sentence on stderr and the exit code: 2 for a usage error, 1 for a key that is not there (README, Exit codes). */
 export const failWith = (code: 1 | 2, sentence: string) =>
-  Effect.zipRight(Console.error(sentence), Effect.sync(() => void (process.exitCode = code)))
+  Effect.zipRight(say(sentence), Effect.sync(() => void (process.exitCode = code)))
 
 /**
  * What a command that opens the database says first, on stderr so that `--json` output stays one

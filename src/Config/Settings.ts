@@ -69,7 +69,8 @@ export const settings = {
   },
   SHUTDOWN_DELAY_SECONDS: {
     default: "5",
-    meaning: "on SIGTERM, how long requests are still served (/readyz 503) before the listener closes, 0-300"
+    meaning:
+      "on SIGTERM, how long requests are still served (/readyz 503) before the listener closes, 0-300; SIGINT (Ctrl-C) skips it"
   },
   CONNECTIONS_PER_ADDRESS: {
     default: "1024",

@@ -1,4 +1,4 @@
-import { BunContext } from "@effect/platform-bun"
+import * as BunContext from "@effect/platform-bun/BunContext"
 import { SqlClient } from "@effect/sql"
 import { PgClient, PgMigrator } from "@effect/sql-pg"
 import { Duration, Effect, Layer, Redacted } from "effect"

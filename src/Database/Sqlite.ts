@@ -1,4 +1,4 @@
-import { BunContext } from "@effect/platform-bun"
+import * as BunContext from "@effect/platform-bun/BunContext"
 import { SqlClient, type Statement } from "@effect/sql"
 import { SqliteClient, SqliteMigrator } from "@effect/sql-sqlite-bun"
 import { SqlError } from "@effect/sql/SqlError"

@@ -1,4 +1,4 @@
-import { HttpApiSchema } from "@effect/platform"
+import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
 import { Data, Schema } from "effect"
 import type { BrandId, KeyId } from "./ApiKey.ts"
 

@@ -15,6 +15,12 @@ export const maxBodyChunks = 256
 /** Each way a JSON body is refused (README, Errors), whoever finds it: the middleware or the server reading the body. */
 export const bodyRefusals = {
   unsupported: new UnsupportedMediaType({ message: "Content-Type must be application/json." }),
+  charset: new UnsupportedMediaType({
+    message: "The request body must be UTF-8: send Content-Type: application/json, with no charset or charset=utf-8."
+  }),
+  encoded: new UnsupportedMediaType({
+    message: "The request body must be sent as it is, not compressed: send it without Content-Encoding."
+  }),
   tooLarge: new PayloadTooLarge({ message: `The request body must be at most ${maxBodyBytes} bytes.` }),
   tooManyChunks: new PayloadTooLarge({
     message:
@@ -25,7 +31,8 @@ export const bodyRefusals = {
 } as const
 
 /**
- * "This endpoint takes a JSON body": 415 for another media type, 413 past the size limit, 400
+ * "This endpoint takes a JSON body": 415 for another media type, another charset than UTF-8 or a
+ * `Content-Encoding`, 413 past the size limit, 400
  * MALFORMED_JSON, each before the payload is decoded (README, Errors). The body is read once,
  * here: the endpoint's payload schema then decodes what it parsed to.
  */

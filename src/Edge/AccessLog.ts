@@ -1,5 +1,5 @@
 import { Duration, Effect, type Fiber, Option } from "effect"
-import { AccessLogEntry, type AccessLogFields, AccessLogOutput, currentKeyNote } from "../Logging.ts"
+import { AccessLogEntry, type AccessLogFields, AccessLogOutput, currentKeyNote, droppedLogLines } from "../Logging.ts"
 import { clientKeyOf } from "./Caller.ts"
 import type { Exchange } from "./Exchange.ts"
 
@@ -109,4 +109,29 @@ export const makeRefusalSummary = () => {
       )
   }
   return { tally, summary }
+}
+
+/**
+ * The log lines dropped since the last summary, because stderr's pipe stayed full past its bound
+ * (`Logging/Stderr.ts`): one warning a minute while any were, and at the stop. It may be dropped
+ * too while the pipe stays full; the next summary's count then includes the lines since.
+ */
+export const makeDroppedLinesSummary = (): Summary => {
+  let reported = droppedLogLines()
+  return {
+    interval: refusalSummaryInterval,
+    write: () =>
+      Effect.suspend(() => {
+        const dropped = droppedLogLines()
+        const count = dropped - reported
+        if (count === 0) return Effect.void
+        // Counted as said only once the line itself was taken (the writer drops it at once or not at all).
+        return Effect.tap(
+          Effect.logWarning("log lines dropped: stderr's pipe stayed full", { count }),
+          () => {
+            if (droppedLogLines() === dropped) reported = dropped
+          }
+        )
+      })
+  }
 }

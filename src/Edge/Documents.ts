@@ -1,57 +1,90 @@
-import { HttpApi, HttpApiBuilder, HttpApiScalar, HttpApp, OpenApi } from "@effect/platform"
+import {
+  HttpApi,
+  HttpApiBuilder,
+  type HttpApiEndpoint,
+  HttpApiScalar,
+  HttpApp,
+  HttpServerResponse,
+  OpenApi
+} from "@effect/platform"
 import { Context, Effect, Layer, Option } from "effect"
 import { brotliCompress, constants as zlib, gzip as gzipAsync } from "node:zlib"
 import { EdgeConfig, ServerConfig } from "../Config.ts"
 import { NotFound } from "../Domain/Errors.ts"
 import { notModified } from "../Responses.ts"
+import { DocumentsApi } from "./DocumentsApi.ts"
 import type { Reply } from "./Endpoint.ts"
 import { rawPath, type Route } from "./Router.ts"
 import type { EdgeRequest } from "./ServerRequest.ts"
 
 /**
- * The OpenAPI document, its docs page and the page's script: where they are served. The script's
- * name is its digest, so a browser keeps it for good and a new version is a new name.
+ * The docs page and the page's script: where they are served. The script's name is its digest, so
+ * a browser keeps it for good and a new version is a new name. The index and the OpenAPI document
+ * are operations of the definition (`DocumentsApi.ts`).
  */
 export const documentRoutes = {
-  index: "/",
-  openApi: "/openapi.json",
   docs: "/docs",
   docsScript: "/docs/:script"
 } as const
 
-/** A compressed form of a document, by its `Content-Encoding`. */
-interface Encoded {
-  readonly coding: "br" | "gzip"
+/**
+ * The port this server listens on, which the documents name unless `PUBLIC_URL` is set: the web
+ * server's (`WebServer.ts`); without one (in process) the configured PORT.
+ */
+export class ListeningPort extends Context.Tag("Edge/ListeningPort")<ListeningPort, number>() {}
+
+/** One form of a document: its bytes, its `Content-Encoding` (none for the plain form) and its validator. */
+interface Form {
+  readonly coding: "br" | "gzip" | undefined
   readonly bytes: Uint8Array<ArrayBuffer>
+  /**
+   * A strong validator of these bytes: each form has its own, as a strong tag names one sequence
+   * of bytes, so that one form's is never taken for another's (RFC 9110 §8.8.3).
+   */
+  readonly etag: string
 }
 
-/** A document as served: its bytes, compressed once, and the validator that names them. */
+interface Encoded extends Form {
+  readonly coding: "br" | "gzip"
+}
+
+/** A document as served: its bytes, compressed once, each form with the validator that names it. */
 export interface PreparedDocument {
   readonly contentType: string
   readonly cacheControl: string
-  readonly plain: Uint8Array<ArrayBuffer>
+  readonly plain: Form
   /** The smallest first. */
   readonly encoded: ReadonlyArray<Encoded>
-  readonly etag: string
   /** Headers of its own, beyond its type, caching and validator. */
   readonly headers?: Readonly<Record<string, string>>
 }
 
 const accepts: Readonly<Record<Encoded["coding"], RegExp>> = { br: /\bbr\b/, gzip: /\bgzip\b/ }
 
-/** The smallest form of the document the client takes, if any. */
-export const encodedFor = (document: PreparedDocument, acceptEncoding: string | null): Encoded | undefined =>
-  acceptEncoding === null ? undefined : document.encoded.find(({ coding }) => accepts[coding].test(acceptEncoding))
+/** The smallest form of the document the client takes: a compressed one, or else the plain. */
+const formFor = (document: PreparedDocument, acceptEncoding: string | null | undefined): Form =>
+  (acceptEncoding === null || acceptEncoding === undefined
+    ? undefined
+    : document.encoded.find(({ coding }) => accepts[coding].test(acceptEncoding))) ?? document.plain
 
 const noCache = "no-cache"
 const immutable = "public, max-age=31536000, immutable"
+
+const digestOf = (bytes: Uint8Array<ArrayBuffer>) =>
+  new Bun.CryptoHasher("sha256").update(bytes).digest("base64url").slice(0, 27)
+
+const formOf = <Coding extends Form["coding"]>(coding: Coding, bytes: Uint8Array<ArrayBuffer>) => ({
+  coding,
+  bytes,
+  etag: `"${digestOf(bytes)}"`
+})
 
 /** Compressed off the event loop (zlib's thread pool). */
 const compress = (coding: Encoded["coding"], plain: Uint8Array<ArrayBuffer>): Effect.Effect<Encoded> =>
   Effect.promise(() =>
     new Promise<Encoded>((resolve, reject) => {
       const done = (error: Error | null, result: Buffer) =>
-        error === null ? resolve({ coding, bytes: new Uint8Array(result) }) : reject(error)
+        error === null ? resolve(formOf(coding, new Uint8Array(result))) : reject(error)
       if (coding === "gzip") gzipAsync(plain, { level: 9 }, done)
       // Quality 9, not brotli's default 11: on Scalar's script 11 takes seconds of CPU for a few
       // percent fewer bytes (bench/BENCHMARKS.md).
@@ -63,9 +96,6 @@ const compress = (coding: Encoded["coding"], plain: Uint8Array<ArrayBuffer>): Ef
     })
   )
 
-const digestOf = (plain: Uint8Array<ArrayBuffer>) =>
-  new Bun.CryptoHasher("sha256").update(plain).digest("base64url").slice(0, 27)
-
 const prepare = (
   contentType: string,
   cacheControl: string,
@@ -74,7 +104,7 @@ const prepare = (
 ): Effect.Effect<PreparedDocument> =>
   Effect.map(
     Effect.forEach(codings, (coding) => compress(coding, plain), { concurrency: "unbounded" }),
-    (encoded) => ({ contentType, cacheControl, plain, encoded, etag: `"${digestOf(plain)}"` })
+    (encoded) => ({ contentType, cacheControl, plain: formOf(undefined, plain), encoded })
   )
 
 const encoder = new TextEncoder()
@@ -144,7 +174,7 @@ const withDocumentByUrl = (page: string) => {
   if (start === -1 || end === -1) {
     throw new Error("@effect/platform's Scalar page no longer embeds the document as it did")
   }
-  return `${page.slice(0, start)}<script id="api-reference" data-url="${documentRoutes.openApi}"></script>${
+  return `${page.slice(0, start)}<script id="api-reference" data-url="${DocumentsApi.openApi.path}"></script>${
     page.slice(end + scriptEnd.length)
   }`
 }
@@ -157,6 +187,17 @@ const withServer = (api: HttpApi.HttpApi.Any, publicUrl: string) =>
   (api as HttpApi.HttpApi.AnyWithProps).annotate(OpenApi.Servers, [
     { url: publicUrl.replace(/\/+$/, ""), description: "This service" }
   ])
+
+/**
+ * The definition with its description's first paragraph alone, which the platform's page puts in
+ * its `<meta>` description (twice): the page shows the whole description from the document
+ * (`/openapi.json`), and a summary is what a description tag is for.
+ */
+const withSummary = (api: HttpApi.HttpApi.AnyWithProps) =>
+  Option.match(Context.getOption(api.annotations, OpenApi.Description), {
+    onNone: () => api,
+    onSome: (description) => api.annotate(OpenApi.Description, description.split("\n\n")[0]!)
+  })
 
 /** The OpenAPI document generated from the HttpApi definition, naming `publicUrl` as the server. */
 export const openApiDocument = (api: HttpApi.HttpApi.Any, publicUrl: string): Effect.Effect<PreparedDocument> =>
@@ -177,7 +218,7 @@ export interface DocsPage {
  */
 export const docsPage = (api: HttpApi.HttpApi.Any, publicUrl: string): Effect.Effect<DocsPage> =>
   Effect.gen(function*() {
-    const { around, script } = splitScript(yield* scalarPage(withServer(api, publicUrl)))
+    const { around, script } = splitScript(yield* scalarPage(withSummary(withServer(api, publicUrl))))
     const scriptBytes = encoder.encode(withoutSourceMap(script))
     const scriptName = `scalar.${digestOf(scriptBytes)}.js`
     const page = yield* prepare(
@@ -196,94 +237,116 @@ export const docsPage = (api: HttpApi.HttpApi.Any, publicUrl: string): Effect.Ef
     }
   })
 
-/** A document from bytes prepared once: compressed as the client takes it, 304 when it has them. */
-const serveDocument = (request: EdgeRequest, document: PreparedDocument): Reply => {
+/**
+ * A document from bytes prepared once: the form the client takes, with that form's `ETag`, or 304
+ * when `If-None-Match` names that form's (weak comparison, RFC 9110 §13.1.2). Another form's tag
+ * is another sequence of bytes: it does not match.
+ */
+const documentReply = (
+  document: PreparedDocument,
+  ifNoneMatch: string | null | undefined,
+  acceptEncoding: string | null | undefined
+): Reply => {
+  const form = formFor(document, acceptEncoding)
   const headers = {
     ...document.headers,
     "content-type": document.contentType,
     "cache-control": document.cacheControl,
-    "etag": document.etag,
+    "etag": form.etag,
     "vary": "accept-encoding"
   }
-  if (notModified(request.source.headers.get("if-none-match"), document.etag)) {
-    return { status: 304, body: undefined, headers }
-  }
-  const encoded = encodedFor(document, request.source.headers.get("accept-encoding"))
+  if (notModified(ifNoneMatch, form.etag)) return { status: 304, body: undefined, headers }
   return {
     status: 200,
-    body: encoded === undefined ? document.plain : encoded.bytes,
-    headers: encoded === undefined ? headers : { ...headers, "content-encoding": encoded.coding }
+    body: form.bytes,
+    headers: form.coding === undefined ? headers : { ...headers, "content-encoding": form.coding }
   }
 }
 
-/**
- * `GET /`: what this service is and where its documents are, from the definition's title and
- * version. The documents' URLs are PUBLIC_URL's when it is set; without it the server does not
- * know the address its clients use, and names their paths alone (README, For integrators).
- */
-const indexOf = (api: HttpApi.HttpApi.Any, docsEnabled: boolean, publicUrl: Option.Option<URL>): string => {
-  const { annotations } = api as HttpApi.HttpApi.AnyWithProps
-  const at = (path: string) =>
-    Option.match(publicUrl, { onNone: () => path, onSome: (url) => `${url.href.replace(/\/+$/, "")}${path}` })
-  return JSON.stringify({
-    ok: true,
-    name: Context.unsafeGet(annotations, OpenApi.Title),
-    version: Context.unsafeGet(annotations, OpenApi.Version),
-    docs: docsEnabled ? at(documentRoutes.docs) : null,
-    openApi: at(documentRoutes.openApi)
-  })
-}
+const serveDocument = (request: EdgeRequest, document: PreparedDocument): Reply =>
+  documentReply(document, request.source.headers.get("if-none-match"), request.source.headers.get("accept-encoding"))
+
+/** The address the documents name: `PUBLIC_URL`, or else this server on localhost at the port it listens on. */
+const serverUrl = Effect.gen(function*() {
+  const { publicUrl } = yield* EdgeConfig
+  if (Option.isSome(publicUrl)) return publicUrl.value.href
+  const listening = yield* Effect.serviceOption(ListeningPort)
+  return `http://localhost:${Option.isSome(listening) ? listening.value : (yield* ServerConfig).port}`
+})
 
 /**
- * The documents' routes beside the definition's (`GET /`, the OpenAPI document, and with
- * DOCS_ENABLED the docs page and its script), and the port they name: `PUBLIC_URL` or, by
- * default, this server at the port it listens on (`listening`). Each document is made by the
- * first request that asks for it and served from its bytes from then on (the docs page, megabytes,
- * is never held by a server nobody reads it from).
+ * The handlers of the definition's documents (`DocumentsApi.ts`), for both servers. `GET /`: what
+ * this service is and where its documents are, from the definition's title and version; their
+ * URLs are PUBLIC_URL's when it is set, and without it the server does not know the address its
+ * clients use, and names their paths alone (README, For integrators). The OpenAPI document is made
+ * by the first request that asks for it and served from its bytes from then on.
+ */
+export const documentHandlers = (api: HttpApi.HttpApi.Any) =>
+  Effect.gen(function*() {
+    const { docsEnabled, publicUrl } = yield* EdgeConfig
+    const { annotations } = api as HttpApi.HttpApi.AnyWithProps
+    const at = (path: string) =>
+      Option.match(publicUrl, { onNone: () => path, onSome: (url) => `${url.href.replace(/\/+$/, "")}${path}` })
+    const index = {
+      ok: true as const,
+      name: Context.unsafeGet(annotations, OpenApi.Title),
+      version: Context.unsafeGet(annotations, OpenApi.Version),
+      docs: docsEnabled ? at(documentRoutes.docs) : null,
+      openApi: at(DocumentsApi.openApi.path)
+    }
+    const url = yield* serverUrl
+    const document = yield* Effect.cached(Effect.suspend(() => openApiDocument(api, url)))
+    const handlers: {
+      readonly index: HttpApiEndpoint.HttpApiEndpoint.Handler<typeof DocumentsApi.index, never, never>
+      readonly openApi: HttpApiEndpoint.HttpApiEndpoint.Handler<typeof DocumentsApi.openApi, never, never>
+    } = {
+      index: () => Effect.succeed(index),
+      openApi: ({ request }) =>
+        Effect.map(document, (prepared) => {
+          const { body, headers, status } = documentReply(
+            prepared,
+            request.headers["if-none-match"],
+            request.headers["accept-encoding"]
+          )
+          const { "content-type": contentType, ...rest } = headers ?? {}
+          return body === undefined
+            ? HttpServerResponse.empty({ status, headers: rest })
+            : HttpServerResponse.raw(body, { status, headers: rest, contentType })
+        })
+    }
+    return handlers
+  })
+
+/**
+ * The docs page and its script, the edge's own routes beside the definition's, with DOCS_ENABLED.
+ * The page is made by the first request that asks for it and served from its bytes from then on
+ * (megabytes, never held by a server nobody reads it from).
  */
 export const makeDocumentRoutes = (api: HttpApi.HttpApi.Any) =>
   Effect.gen(function*() {
-    const { docsEnabled, publicUrl } = yield* EdgeConfig
-    let listeningPort = (yield* ServerConfig).port
-    const serverUrl = () =>
-      Option.match(publicUrl, { onNone: () => `http://localhost:${listeningPort}`, onSome: (url) => url.href })
-    const openApi = yield* Effect.cached(Effect.suspend(() => openApiDocument(api, serverUrl())))
-    const docs = yield* Effect.cached(Effect.suspend(() => docsPage(api, serverUrl())))
-    const index: Reply = { status: 200, body: indexOf(api, docsEnabled, publicUrl) }
+    const { docsEnabled } = yield* EdgeConfig
+    const url = yield* serverUrl
+    const docs = yield* Effect.cached(Effect.suspend(() => docsPage(api, url)))
     const noSuchScript = (request: EdgeRequest) =>
       Effect.fail(new NotFound({ message: `No route for ${request.method} ${rawPath(request.source.url)}.` }))
-    const routes: ReadonlyArray<Route> = [
-      { method: "GET", path: documentRoutes.index, run: () => Effect.succeed(index) },
-      {
-        method: "GET",
-        path: documentRoutes.openApi,
-        run: (request) => Effect.map(openApi, (document) => serveDocument(request, document))
-      },
-      ...(docsEnabled
-        ? [
-          {
-            method: "GET",
-            path: documentRoutes.docs,
-            run: (request: EdgeRequest) => Effect.map(docs, ({ page }) => serveDocument(request, page))
-          },
-          {
-            method: "GET",
-            path: documentRoutes.docsScript,
-            run: (request: EdgeRequest, params: Readonly<Record<string, string>>) =>
-              Effect.flatMap(docs, ({ script }) =>
-                Option.match(script(params.script ?? ""), {
-                  onNone: () => noSuchScript(request),
-                  onSome: Effect.map((document) => serveDocument(request, document))
-                }))
-          }
-        ]
-        : [])
-    ]
-    return {
-      routes,
-      /** At once, before any request can make a document with the configured port (0, say). */
-      listening: (port: number) => {
-        listeningPort = port
-      }
-    }
+    const routes: ReadonlyArray<Route> = docsEnabled
+      ? [
+        {
+          method: "GET",
+          path: documentRoutes.docs,
+          run: (request: EdgeRequest) => Effect.map(docs, ({ page }) => serveDocument(request, page))
+        },
+        {
+          method: "GET",
+          path: documentRoutes.docsScript,
+          run: (request: EdgeRequest, params: Readonly<Record<string, string>>) =>
+            Effect.flatMap(docs, ({ script }) =>
+              Option.match(script(params.script ?? ""), {
+                onNone: () => noSuchScript(request),
+                onSome: Effect.map((document) => serveDocument(request, document))
+              }))
+        }
+      ]
+      : []
+    return routes
   })

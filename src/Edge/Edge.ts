@@ -4,7 +4,7 @@ import { TrustedProxiesConfig, TrustedProxyHeaderConfig } from "../Config.ts"
 import { DatabaseOutage } from "../Database/Outage.ts"
 import { declaredEndpoints } from "../Declaration.ts"
 import type { Handlers, MiddlewareOf } from "../Handlers.ts"
-import { makeAccessLog, makeRefusalSummary, type Summary } from "./AccessLog.ts"
+import { makeAccessLog, makeDroppedLinesSummary, makeRefusalSummary, type Summary } from "./AccessLog.ts"
 import { type Caller, makeCallers } from "./Caller.ts"
 import { makeDocumentRoutes } from "./Documents.ts"
 import { compileEndpoint, type Provided, type Reply } from "./Endpoint.ts"
@@ -33,8 +33,6 @@ export interface Edge {
    * server writes its summary; `stopping`: the last one, whatever is counted.
    */
   readonly summaries: ReadonlyArray<Summary>
-  /** Names the port the server listens on, which the documents name unless `PUBLIC_URL` is set. */
-  readonly listening: (port: number) => void
 }
 
 /**
@@ -121,13 +119,12 @@ export const makeEdge = <Api extends HttpApi.HttpApi.Any>({ api, handlers, synch
         : telemetry.respond(exchange, reply, startedAt)
     }
 
-    const router = makeRouter([...endpoints, ...documents.routes], run)
+    const router = makeRouter([...endpoints, ...documents], run)
     return {
       routes: router.routes,
       fetch: router.fetch,
       callerOf,
-      listening: documents.listening,
-      summaries: [refusals.summary]
+      summaries: [refusals.summary, makeDroppedLinesSummary()]
     } satisfies Edge
   })
 

@@ -105,12 +105,28 @@ const successEncoder = (successSchema: Schema.Schema.Any): (value: unknown) => R
     }
   })
   const only = encoders.length === 1 ? encoders[0]! : undefined
-  return (value) => {
-    if (HttpServerResponse.isServerResponse(value)) return replyOf(value)
+  const encodeValue = (value: unknown): Reply => {
     if (only !== undefined) return only.encode(value)
     const encoder = encoders.find(({ is }) => is(value))
     if (encoder === undefined) throw new Error("the handler's answer is none of its endpoint's success schemas")
     return encoder.encode(value)
+  }
+  /**
+   * The reply of a value the handler froze, kept for as long as the value lives: a handler that
+   * answers with the same frozen value again (whoami, one per key) has it encoded once. Encoding
+   * whoami's identity with its schema on every request was 4.0 of its 19.4 KB of allocation
+   * (bench/BENCHMARKS.md, As fast at the default log level). The reply is never changed after:
+   * the edge adds headers to a copy (`Render.ts`).
+   */
+  const encodedOnce = new WeakMap<object, Reply>()
+  return (value) => {
+    if (HttpServerResponse.isServerResponse(value)) return replyOf(value)
+    if (typeof value !== "object" || value === null || !Object.isFrozen(value)) return encodeValue(value)
+    const kept = encodedOnce.get(value)
+    if (kept !== undefined) return kept
+    const reply = encodeValue(value)
+    encodedOnce.set(value, reply)
+    return reply
   }
 }
 

@@ -190,7 +190,15 @@ export const withPreResponse = (
   reply: Reply
 ): Reply | Effect.Effect<Reply, unknown> => {
   if (Option.isNone(handler)) return reply
-  if (isHeadersHandler(handler.value)) return { ...reply, headers: { ...reply.headers, ...handler.value.headers } }
+  if (isHeadersHandler(handler.value)) {
+    // The request's own collector (`Responses.ts`), taken as it is when the reply has no headers of its own.
+    const added = handler.value.headers
+    return {
+      status: reply.status,
+      body: reply.body,
+      headers: reply.headers === undefined ? added : { ...reply.headers, ...added }
+    }
+  }
   const response = reply.body === undefined
     ? HttpServerResponse.empty({ status: reply.status, headers: reply.headers ?? {} })
     : HttpServerResponse.raw(reply.body, { status: reply.status, headers: reply.headers ?? {} })

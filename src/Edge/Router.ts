@@ -1,6 +1,7 @@
 import type { HttpServerRequest } from "@effect/platform"
 import { Effect } from "effect"
-import { MethodNotAllowed, NotFound } from "../Domain/Errors.ts"
+import { isIPv6 } from "node:net"
+import { MethodNotAllowed, NotFound, ValidationError } from "../Domain/Errors.ts"
 import type { Provided, Reply } from "./Endpoint.ts"
 import { errorReply } from "./Render.ts"
 import type { EdgeRequest } from "./ServerRequest.ts"
@@ -155,12 +156,70 @@ const dotSegments = (method: string, path: string) =>
   )
 
 /**
+ * `Host` as RFC 9112 §3.2 has it, `uri-host [ ":" port ]` (RFC 3986): a name of registered-name
+ * characters or percent-encodings (never empty: RFC 9110 §4.2.1), an IPv4 address, or an IPv6 or
+ * future address in brackets; a port of digits within TCP's.
+ */
+const hostSyntax = /^(?:\[([^\]]*)\]|(?:[A-Za-z0-9\-._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})+)(?::([0-9]*))?$/
+const ipFuture = /^v[0-9A-Fa-f]+\.[A-Za-z0-9\-._~!$&'()*+,;=:]+$/
+
+const isHost = (value: string): boolean => {
+  const match = hostSyntax.exec(value)
+  if (match === null) return false
+  const [, literal, port] = match
+  return (literal === undefined || isIPv6(literal) || ipFuture.test(literal)) &&
+    (port === undefined || (port.length <= 5 && Number(port) <= 65535))
+}
+
+const hostRefusals = {
+  missing: errorReply(new ValidationError({ message: "The request has no Host header; send Host: host[:port]." })),
+  repeated: errorReply(new ValidationError({ message: "Host is given more than once; send it once, as host[:port]." })),
+  invalid: errorReply(new ValidationError({ message: "Host is not a host[:port]; send it as host[:port]." }))
+}
+
+/**
+ * What a request's `Host` is refused with, if it is (README, Errors): a server MUST answer 400 to
+ * a request with none, with more than one, or with one that is not a host (RFC 9112 §3.2). Bun
+ * refuses an HTTP/1.1 request without one itself (a bare 400); it hands on an HTTP/1.0 one without
+ * it, one given twice as the two values joined with ", " (a space no host holds), and any value
+ * it was sent. A request made in process (tests, the bench) has no connection nor Host: its URL
+ * names the host.
+ */
+const makeHostCheck = () => {
+  // The last Host taken: a server's clients send the same one or few, and comparing one string is
+  // cheaper than reading it anew. Nothing before the first (`get` never answers undefined).
+  let taken: string | undefined
+  return (request: Request, peer: string): Reply | undefined => {
+    const host = request.headers.get("host")
+    if (host === taken) return undefined
+    if (host === null) return peer === inProcess ? undefined : hostRefusals.missing
+    if (isHost(host)) {
+      taken = host
+      return undefined
+    }
+    return host.includes(", ") ? hostRefusals.repeated : hostRefusals.invalid
+  }
+}
+
+/**
  * The routes as `Bun.serve` takes them: its router's table (every spelling of every route, its own
  * and with a trailing slash, with each method Bun routes by name) and a `fetch` for everything
  * else, each request handed to `run` with its route, or with the 404 or 405 it is answered.
  */
-export const makeRouter = (routes: ReadonlyArray<Route>, run: Run) => {
+export const makeRouter = (routes: ReadonlyArray<Route>, serve: Run) => {
   const fallback = makeFallback(routes)
+  const hostRefusal = makeHostCheck()
+
+  /**
+   * Each request, its `Host` first: a request without a valid one is refused before its path is
+   * read (README, Errors: the order of checks), as Bun's own refusals are.
+   */
+  const run: Run = (route, request, path, params, peer) => {
+    const refusal = hostRefusal(request, peer)
+    return refusal === undefined
+      ? serve(route, request, path, params, peer)
+      : serve({ path: route.path, run: () => Effect.succeed(refusal) }, request, path, {}, peer)
+  }
 
   /** A request routed here by its path as Bun hands it: a route's, 405 with `Allow`, or 404. */
   const routed = (request: Request, peer: string): Response | Promise<Response> => {

@@ -1,16 +1,17 @@
 import { HttpApp, HttpServerError } from "@effect/platform"
+import type { FiberId } from "effect"
 import {
   Cause,
   Context,
   Effect,
   Exit,
   type Fiber,
-  FiberId,
   FiberRef,
   FiberRefs,
   HashMap,
   Option,
-  Runtime
+  Runtime,
+  Scheduler
 } from "effect"
 import { currentKeyNote, keyNoteSlot } from "../Logging.ts"
 import { collectResponseHeaders } from "../Responses.ts"
@@ -25,30 +26,36 @@ import type { Exchange } from "./Exchange.ts"
 export const makeRunner = ({ synchronousGets }: { readonly synchronousGets: boolean }) =>
   Effect.map(Effect.runtime<never>(), (built) => {
     const baseAnnotations = FiberRefs.getOrDefault(built.fiberRefs, FiberRef.currentLogAnnotations)
+    /** One runtime for every request: each request's own values go into its fiber's refs (`requestRefs`). */
+    const shared = Runtime.make({
+      context: Context.empty(),
+      fiberRefs: built.fiberRefs,
+      runtimeFlags: built.runtimeFlags
+    })
     /**
-     * Per request, a runtime of its own: its context is the request's (`Provided`), and its log
-     * annotations carry the request's id, so that every line the request's fiber logs does. A
-     * fiber starts with its runtime's context and fiber refs whatever they are, where setting them
-     * from within would write its state, and compare the old value with the new, each time. The
-     * library's way, one runtime for every request with the request, its middleware's values and
-     * its fiber refs provided around the program (`Effect.provideService`, `Effect.locally`), as
-     * HttpApiBuilder runs one, allocated 66.1 KB per whoami against 21.3 and took 65 against 19 µs
-     * in process (bench/BENCHMARKS.md, One reading of each thing).
+     * A request's fiber starts with its own context (`Provided`), its log annotations carrying the
+     * request's id (so every line it logs does), its own collector of the headers its middleware
+     * add and its own slot for its key's note (taken into in place, with no write of the fiber's
+     * state: `Responses.ts`, `Logging.ts`). They are set in the refs the runtime has just made for
+     * the new fiber alone (`updateRefs`), before it starts: a fiber that set them itself would write
+     * its state, and compare the old value with the new, each time. A runtime made per request
+     * with them (what this did before) copied every fiber ref once more: 3.9 KB of a request's
+     * allocation (bench/BENCHMARKS.md, As fast at the default log level). The library's way, one
+     * runtime with the request, its middleware's values and its fiber refs provided around the
+     * program (`Effect.provideService`, `Effect.locally`), as HttpApiBuilder runs one, allocated
+     * 66.1 KB per whoami against 21.3 and took 65 against 19 µs in process (bench/BENCHMARKS.md,
+     * One reading of each thing).
      */
-    const runtimeOf = (provided: Provided, requestId: string) =>
-      Runtime.make({
-        context: Context.unsafeMake(provided),
-        fiberRefs: FiberRefs.updateManyAs(built.fiberRefs, {
-          entries: [
-            [FiberRef.currentLogAnnotations, [[FiberId.none, HashMap.set(baseAnnotations, "requestId", requestId)]]],
-            // The request's own collector of the headers its middleware add, and slot for its key's
-            // note: taken into in place, with no write of the fiber's state (`Responses.ts`, `Logging.ts`).
-            [HttpApp.currentPreResponseHandlers, [[FiberId.none, Option.some(collectResponseHeaders())]]],
-            [currentKeyNote, [[FiberId.none, keyNoteSlot()]]]
-          ]
-        }),
-        runtimeFlags: built.runtimeFlags
-      })
+    const requestRefs =
+      (provided: Provided, requestId: string) =>
+      (refs: FiberRefs.FiberRefs, fiberId: FiberId.Runtime): FiberRefs.FiberRefs => {
+        const locals = refs.locals
+        locals.set(FiberRef.currentContext, [[fiberId, Context.unsafeMake(provided)]])
+        locals.set(FiberRef.currentLogAnnotations, [[fiberId, HashMap.set(baseAnnotations, "requestId", requestId)]])
+        locals.set(HttpApp.currentPreResponseHandlers, [[fiberId, Option.some(collectResponseHeaders())]])
+        locals.set(currentKeyNote, [[fiberId, keyNoteSlot()]])
+        return refs
+      }
 
     /**
      * The requests whose fibers are waiting and not yet listened to, each until its fiber ends or
@@ -122,16 +129,18 @@ export const makeRunner = ({ synchronousGets }: { readonly synchronousGets: bool
       program: Effect.Effect<Reply>,
       failed: (cause: Cause.Cause<unknown>) => Effect.Effect<Reply>
     ): Reply | Promise<Reply> => {
-      const runtime = runtimeOf(provided, exchange.requestId)
+      const updateRefs = requestRefs(provided, exchange.requestId)
       const method = exchange.request.method
       if (!synchronousGets || (method !== "GET" && method !== "HEAD")) {
-        return awaited(Runtime.runFork(runtime, program), exchange.request.source, failed)
+        return awaited(Runtime.runFork(shared, program, { updateRefs }), exchange.request.source, failed)
       }
-      const exit = Runtime.runSyncExit(runtime, program)
-      if (Exit.isSuccess(exit)) return exit.value
-      const defect = Cause.squash(exit.cause)
-      return Runtime.isAsyncFiberException(defect)
-        ? awaited(defect.fiber as Fiber.RuntimeFiber<Reply>, exchange.request.source, failed)
-        : Promise.reject(defect)
+      // As `Runtime.runSyncExit` runs it: on a scheduler of its own, flushed at once; a fiber that
+      // waits goes on, on the default scheduler, awaited.
+      const scheduler = new Scheduler.SyncScheduler()
+      const fiber = Runtime.runFork(shared, program, { scheduler, updateRefs })
+      scheduler.flush()
+      const exit = fiber.unsafePoll()
+      if (exit === null) return awaited(fiber, exchange.request.source, failed)
+      return Exit.isSuccess(exit) ? exit.value : Promise.reject(Cause.squash(exit.cause))
     }
   })

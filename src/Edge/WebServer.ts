@@ -10,10 +10,11 @@ import {
   makeConnectionLimit,
   type Refusal
 } from "./ConnectionLimit.ts"
+import { ListeningPort } from "./Documents.ts"
 import { type EdgeOptions, type Handle, inProcess, makeEdge } from "./Edge.ts"
 import { clientGone, closesForUnreadBody, errorReply, toWebResponse } from "./Render.ts"
 
-/** How long in-flight requests may take to finish after SIGTERM before their connections are closed. */
+/** How long in-flight requests may take to finish once the listener closes, before their connections are closed. */
 const drainTimeout = Duration.seconds(10)
 
 /** How long a connection may stay open without a request before Bun closes it (and it stops counting). */
@@ -124,9 +125,10 @@ const listen = <E>(
         const options = {
           fetch: (request: Request, server: Bun.Server<unknown>) =>
             handed.promise.then((fetch) => fetch(request, server)),
-          // Bun's own body limit would answer a large declared length with a bare 413; the activation
-          // refuses those by their Content-Length and stops reading any body past 16 KiB.
-          maxRequestBodySize: Number.MAX_SAFE_INTEGER,
+          // Bun's own body limit would answer a large declared length with a bare 413, and any limit
+          // it holds does (Number.MAX_SAFE_INTEGER: a length from 2^53 up); the activation refuses
+          // those by their Content-Length with the envelope, and stops reading any body past 16 KiB.
+          maxRequestBodySize: Number.POSITIVE_INFINITY,
           development: false,
           error: unhandled
         } as const
@@ -150,7 +152,8 @@ const listen = <E>(
  * The API on the `Listener`: Bun's own router hands each API request to its handler. On SIGTERM
  * (README, Operating it: Shutdown) it first keeps serving for SHUTDOWN_DELAY_SECONDS with
  * `/readyz` at 503 and every answer closing its connection, so that a load balancer moves its
- * clients elsewhere before anything is refused; then it stops listening, answers late arrivals on
+ * clients elsewhere before anything is refused (SIGINT skips the delay, or the rest of it: no
+ * balancer waits on a terminal's Ctrl-C); then it stops listening, answers late arrivals on
  * open connections with a 503 envelope, waits for what is in flight, and only then lets the
  * layers (the database) close. The edge it serves is what the composition root (`App.ts`) hands it.
  * Each connection counts against its peer address's limit and the process's (README, Operating it:
@@ -161,7 +164,10 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
     const { server, serve } = yield* Listener
     const delay = yield* ShutdownConfig
     const draining = yield* Draining
-    const edge = yield* makeEdge(yield* options)
+    // The port the documents name unless PUBLIC_URL is set; a Unix socket has none.
+    const edge = yield* Effect.flatMap(options, makeEdge).pipe(
+      Effect.provideService(ListeningPort, server.port ?? 0)
+    )
     // Added before the server, so they run after the drain (finalizers run last-added first):
     // the 401s and the outage's failures counted until the very end are logged too.
     yield* Effect.addFinalizer(() =>
@@ -244,14 +250,24 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
         Object.fromEntries(Object.entries(methods).map(([method, serve]) => [method, guard(serve)]))
       ])
     )
-    // At once, before any request can make a document with the configured port (0, say).
-    edge.listening(server.port ?? 0)
     serve({ routes, fetch: guard(edge.fetch) })
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
         draining.start()
-        yield* Effect.logInfo("draining", { inFlight, delaySeconds: Duration.toSeconds(delay) })
-        yield* Effect.sleep(delay)
+        const atOnce = yield* draining.atOnce
+        yield* Effect.logInfo("draining", { inFlight, delaySeconds: atOnce ? 0 : Duration.toSeconds(delay) })
+        yield* atOnce
+          // No delay, but a turn of the event loop: a request that has already arrived is then
+          // answered, where closing its connection now would reset it.
+          ? Effect.sleep(Duration.zero)
+          // Each side interruptible: in a finalizer they would not be, and the race would wait for its loser.
+          : Effect.raceFirst(
+            Effect.interruptible(Effect.sleep(delay)),
+            Effect.zipRight(
+              Effect.interruptible(draining.whenAtOnce),
+              Effect.logInfo("SIGINT: the rest of the shutdown delay skipped")
+            )
+          )
         stopped = true
         yield* Effect.logInfo("closing the listener", { inFlight })
         void server.stop(false)

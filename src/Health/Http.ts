@@ -11,7 +11,8 @@ import { HealthRepo } from "./HealthRepo.ts"
 const notReady = new ServiceUnavailable({ message: "The database does not answer." })
 const stopping = Effect.fail(new ServiceUnavailable({ message: "The server is shutting down." }))
 const starting = Effect.fail(new ServiceUnavailable({ message: "The server is starting; it is ready in a moment." }))
-const alive = Effect.succeed({ ok: true as const, status: "alive" as const })
+// Frozen: the edge encodes it once (`Endpoint.ts`).
+const alive = Effect.succeed(Object.freeze({ ok: true as const, status: "alive" as const }))
 
 /**
  * How long one answer of the database serves readiness: probes, which need no key, may come at any

@@ -74,6 +74,10 @@ export const series = {
     "Requests whose writes shared one group commit."
   ),
   databaseUnavailable: counter("db_unavailable_total", "Requests answered 503 because the database could not be used."),
+  logLinesDropped: counter(
+    "log_lines_dropped_total",
+    "Log lines dropped because stderr's pipe stayed full past its bound (8 MiB waiting)."
+  ),
   residentMemory: gauge("process_resident_memory_bytes", "Resident memory size in bytes."),
   cpuSeconds: counter("process_cpu_seconds_total", "User and system CPU time spent, in seconds."),
   startTime: gauge("process_start_time_seconds", "Start time of the process since the Unix epoch, in seconds."),

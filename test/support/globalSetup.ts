@@ -57,15 +57,7 @@ export default async function setup() {
   // Tests). The tests of the source's own start (its command line after the heap-size restart)
   // still run `bun src/main.ts`.
   const binary = join(root, "campaign-api")
-  const built = Bun.spawnSync([
-    "bun",
-    "build",
-    fileURLToPath(new URL("../../src/main.ts", import.meta.url)),
-    "--compile",
-    "--bytecode",
-    "--outfile",
-    binary
-  ])
+  const built = Bun.spawnSync(["bun", fileURLToPath(new URL("../../deploy/build.ts", import.meta.url)), binary])
   if (built.exitCode !== 0) throw new Error(`building the binary for the child processes failed:\n${built.stderr}`)
   process.env["CAMPAIGN_API_TEST_BINARY"] = binary
 
