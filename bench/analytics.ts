@@ -1,5 +1,5 @@
 /**
- * The analytics curve (README, Analytics): one campaign of 10,000, 100,000 and 1,000,000
+ * The analytics curve (docs/integrators.md, Analytics): one campaign of 10,000, 100,000 and 1,000,000
  * activations, on SQLite and on PostgreSQL, each database made as a database of the release before
  * the counts (migrations 0001–0003), filled with activations directly, then upgraded by the
  * binary's own migrations, which fill the counts as they do for any stored activations. Times one
@@ -285,7 +285,7 @@ const isolation = async (backend: string, generator: string) => {
       LOG_LEVEL: "warn",
       RATE_LIMIT_MAX: "1000000000",
       // Each run opens the generator's connections anew, and the server counts a connection its
-      // client closed for up to 30 s (README, Operating it, Connections): by the fourth run of a
+      // client closed for up to 30 s (docs/operators.md, Operating it, Connections): by the fourth run of a
       // minute the one address would be at 1,024, and the server would close the connections it
       // takes for idle, a request written on one but not yet read by a stalled server with it.
       CONNECTIONS_PER_ADDRESS: "65536",

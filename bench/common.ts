@@ -261,7 +261,7 @@ export const seedReadsPostgres = async (url: string) => {
  * brand (`seedPages`), 3,000 creators of 100 each and the creator they ask for, whose 20 are the
  * campaign's oldest, so that a plan that walked the campaign to find that creator's would walk all
  * of it. A page of 20 for each combination of the list's filters, from the top and from the
- * middle of the campaign (`startingAfter`): README, Reliability (indexes and counts).
+ * middle of the campaign (`startingAfter`): docs/operators.md, Reliability (indexes and counts).
  */
 export const pagedActivations = 300_000
 const pagedCampaign = "0c1a2b3c-4d5e-4f60-8a7b-300000000000"

@@ -1,5 +1,5 @@
 /**
- * What migration 0007's trigger costs a write (README, Reliability: indexes and counts): new
+ * What migration 0007's trigger costs a write (docs/operators.md, Reliability: indexes and counts): new
  * creator-days written as the repository writes them, 64 to a statement in a transaction of their
  * own (a batch of activations, each of a creator new to the campaign that day, the trigger's most
  * work), into a database migrated up to 0006 and one migrated up to 0007, in turns, on SQLite and
@@ -43,7 +43,7 @@ const dir = mkdtempSync(join(tmpdir(), "campaign-api-first-days-"))
 const sqlite = async (release: keyof typeof releases, turn: number) => {
   const file = join(dir, `${turn}-${release.replaceAll(" ", "-")}.sqlite`)
   await migrateSqlite(file, releases[release])
-  // The server's settings (README, Reliability): WAL and a synchronous commit.
+  // The server's settings (docs/operators.md, Reliability): WAL and a synchronous commit.
   const db = new Database(file)
   db.run("PRAGMA journal_mode = WAL")
   db.run("PRAGMA synchronous = FULL")

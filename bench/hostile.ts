@@ -32,7 +32,7 @@ const logFile = join(work, "server.log")
 const serverCommand = (process.env["HOSTILE_SERVER"] ?? `${process.execPath} src/main.ts serve`).split(" ")
 const wanted = (process.env["HOSTILE_ATTACKS"] ?? "").split(",").map((a) => a.trim()).filter((a) => a !== "")
 const budgetMs = 10 * 60_000
-/** The README's bound for a key created with the command line to reach a server on PostgreSQL (Running several instances). */
+/** The bound of docs/operators.md for a key created with the command line to reach a server on PostgreSQL (Running several instances). */
 const keyPropagationMs = 1_000
 
 const children: Array<ReturnType<typeof Bun.spawn>> = []
@@ -808,7 +808,7 @@ const attacks: Record<string, Attack> = {
    * for 5 s. On PostgreSQL, the transactions the database counted over the flood (and the lag of
    * its statistics after it) against as long a quiet window just before (the generation's poll):
    * the difference is what the made-up ids cost the database, at most 20 statements a second
-   * (a refused key id is read again at most once per 50 ms, for all of them: README, Running
+   * (a refused key id is read again at most once per 50 ms, for all of them: docs/operators.md, Running
    * several instances), counted over the flood's own seconds.
    */
   "unknown-flood": async (server, key) => {

@@ -1,5 +1,5 @@
 /**
- * How soon a change to a key counts on every instance (README, Running several instances): two
+ * How soon a change to a key counts on every instance (docs/operators.md, Running several instances): two
  * instances on one PostgreSQL and one Redis, and three kinds of trial, each `KEYS_TRIALS` times in
  * turn, each trial a key of its own:
  *
@@ -177,7 +177,7 @@ const main = async () => {
       return key
     }
 
-    // Warmed up first: the first requests of a process wait for the compiler (README, Start-up).
+    // Warmed up first: the first requests of a process wait for the compiler (docs/operators.md, Operating it: Start-up).
     for (let i = 0; i < 2_000; i++) await whoamiStatus(servers[i % 2]!, first.apiKey)
     // For scale: whoami with a key both have answered before.
     const usedKeyMs: Array<number> = []

@@ -1,5 +1,5 @@
 /**
- * How long the binary takes to turn ready (README, Operating it: Start-up): starts it `RUNS` times,
+ * How long the binary takes to turn ready (docs/operators.md, Operating it: Start-up): starts it `RUNS` times,
  * each on a new SQLite file with the warm-up on, and prints the log's `warmed up` milliseconds, the
  * time from the start to the first `/readyz` 200, and how much of the machine's cores other
  * processes took meanwhile (from /proc/stat, less the server's own CPU time): the figure grows with

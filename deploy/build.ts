@@ -1,5 +1,5 @@
 /**
- * `bun run build`: the single binary (README, The single binary), `bun build src/main.ts --compile
+ * `bun run build`: the single binary (docs/operators.md, The single binary), `bun build src/main.ts --compile
  * --bytecode` with nothing of the machine it was built on in it. `bun deploy/build.ts [outfile]`;
  * dist/campaign-api by default.
  *

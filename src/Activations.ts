@@ -14,7 +14,7 @@ export class Activations extends Context.Tag("Activations")<Activations, {
   }) => Effect.Effect<Activation>
   /** The brand's activation with this id (in any letter case); none for another brand's. */
   readonly find: (brandId: string, id: string) => Effect.Effect<Option.Option<Activation>>
-  /** A page of the brand's activations, newest first (README, Reads). */
+  /** A page of the brand's activations, newest first (docs/integrators.md, Reads). */
   readonly list: (brandId: string, page: Page) => Effect.Effect<ReadonlyArray<Activation>>
 }>() {
   static readonly Live = Layer.effect(
@@ -26,7 +26,7 @@ export class Activations extends Context.Tag("Activations")<Activations, {
       // The layer's clock (a test's TestClock, in tests), read without an effect of its own.
       const clock = yield* Effect.clock
       return {
-        // A pipeline, not `Effect.gen`, as every step a request runs (README, Layout: the request path).
+        // A pipeline, not `Effect.gen`, as every step a request runs (docs/contributing.md, Layout: the request path).
         activate: ({ by, campaignId, creatorId, request }) =>
           Effect.flatMap(ids.uuid, (id) => {
             const now = clock.unsafeCurrentTimeMillis()

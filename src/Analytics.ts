@@ -82,7 +82,7 @@ const makeLines = () => {
 }
 
 /**
- * A campaign's numbers (README, Analytics), from the counts kept as it is activated. A brand's calls
+ * A campaign's numbers (docs/integrators.md, Analytics), from the counts kept as it is activated. A brand's calls
  * are answered one at a time, so one brand's calls never take more than one read's share of the
  * database from the others; and they wait in a bounded line (`analyticsLine`), so that calls no one
  * will read do not pile up behind it: a call past its bounds is refused with `ConcurrencyLimited`.

@@ -16,7 +16,7 @@ import { IdentityApi } from "./Identity/Api.ts"
 import { version } from "./Version.ts"
 
 /**
- * What the docs page opens with (README, For integrators): how to authenticate and the first call,
+ * What the docs page opens with (docs/integrators.md): how to authenticate and the first call,
  * then what every answer has; the HTTP server's fine print last.
  */
 const description = [
@@ -30,7 +30,7 @@ const description = [
   "## Every answer",
   "Every error the service answers is `{ \"ok\": false, \"code\": \"…\", \"message\": \"…\" }`. Every authenticated response carries `RateLimit` and `RateLimit-Policy` headers, and `Api-Key-Expires` when the secret sent has an end.",
   "## HTTP fine print",
-  "The README's HTTP reference says all of it; in short:",
+  "The HTTP reference (docs/http-reference.md in the repository) says all of it; in short:",
   [
     "- A request body is JSON in UTF-8. A body without `Content-Type` is read as JSON, and a byte order mark (U+FEFF) before it is ignored. A `Content-Type` other than `application/json`, a `charset` other than `utf-8` or a `Content-Encoding` other than `identity` is 415 `UNSUPPORTED_MEDIA_TYPE`.",
     "- A `Host` missing (HTTP/1.0), given more than once or not a `host[:port]` is 400 `VALIDATION_ERROR`, before the route is read.",
@@ -58,7 +58,7 @@ const definition = HttpApi.make("campaign-api")
   .addError(Envelope(NotFound))
   .addError(Envelope(MethodNotAllowed))
   // And any may carry a query parameter its operation does not take, or one twice, or a Host that
-  // names no host (README, Errors).
+  // names no host (docs/integrators.md, Errors).
   .addError(Envelope(ValidationError))
   .addError(Envelope(InternalError))
   .addError(Envelope(ServiceUnavailable))

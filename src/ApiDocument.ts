@@ -28,7 +28,7 @@ const isDecodeErrorRef = (schema: Json) => schema.$ref === "#/components/schemas
 
 const header = (description: string, schema: Json = { type: "string" }) => ({ description, schema })
 
-/** The headers on every answer of the service (README, For integrators), declared once and referred to. */
+/** The headers on every answer of the service (docs/http-reference.md, Headers on every answer), declared once and referred to. */
 const everyAnswer: Json = {
   "X-Request-Id": {
     ...header("The request's id, as the service's log names it: a new UUID, or the one a trusted reverse proxy sent."),
@@ -69,7 +69,7 @@ const afterTheKey = new Set(["200", "304", "400", "403", "409", "413", "415", "4
 
 /**
  * The code of an answer that comes after the key and carries none of the key's quota headers: the
- * analytics' brand line, which is no measure of the key's quota (README, Analytics).
+ * analytics' brand line, which is no measure of the key's quota (docs/integrators.md, Analytics).
  */
 const notTheQuota = "`CONCURRENCY_LIMITED`"
 const quotaHeaders = new Set(["RateLimit-Policy", "RateLimit"])
@@ -158,11 +158,11 @@ interface Declaration {
   readonly errorCases: Readonly<Record<string, string>>
 }
 
-/** Said of every operation's 400: the edge refuses these on each (README, Errors). */
+/** Said of every operation's 400: the edge refuses these on each (docs/integrators.md, Errors). */
 const unknownQuery =
   "A query parameter the operation does not take, or one given twice, is `VALIDATION_ERROR` naming it; so is a `Host` that is missing (HTTP/1.0), given more than once or not a `host[:port]`."
 
-/** Said of each operation that takes a JSON body, in its description and its 415 (README, Errors). */
+/** Said of each operation that takes a JSON body, in its description and its 415 (docs/integrators.md, Errors). */
 const jsonBody =
   "The body is JSON in UTF-8, at most 16 KiB. A body without `Content-Type` is read as JSON; a byte order mark (U+FEFF) before it is ignored."
 const unsupportedBody =

@@ -61,7 +61,7 @@ export interface UpdatedKey {
   readonly expiresAt: DateTime.Utc | null
   /**
    * When the secret a rolled key had before stops, if the update's expiry brought that forward:
-   * a key's expiry covers both its secrets (README, The key command line). Null otherwise.
+   * a key's expiry covers both its secrets (docs/operators.md, The key command line). Null otherwise.
    */
   readonly graceCutTo: DateTime.Utc | null
 }
@@ -73,7 +73,7 @@ export interface RolledKey {
   readonly previousSecretEndsAt: DateTime.Utc
 }
 
-/** How long a rolled key's previous secret may keep working at most (README, The key command line). */
+/** How long a rolled key's previous secret may keep working at most (docs/operators.md, The key command line). */
 export const maxGrace = Duration.days(30)
 
 const dateOrNull = (millis: number | null) => millis === null ? null : DateTime.unsafeMake(millis)
@@ -171,7 +171,7 @@ export class ApiKeys extends Context.Tag("ApiKeys")<ApiKeys, {
       // absent at that generation is refused without asking the database. On PostgreSQL each
       // change is announced as it commits and its key read again at once, which moves the cache's
       // generation on; the poll's generation catches any change whose announcement was missed
-      // (README, Running several instances).
+      // (docs/operators.md, Running several instances).
       let cache: { readonly generation: number; readonly keys: Map<string, Cached> } | undefined
       // Every read that writes the cache, one at a time: each starts after the one before it ended,
       // so it sees at least as much, and what it writes never undoes a newer write.

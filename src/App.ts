@@ -49,7 +49,7 @@ export const servicesWith = <E>(ids: Layer.Layer<Ids, E>) =>
     Layer.provideMerge(Layer.mergeAll(ApiKeys.Live, KeyUsage.Live)),
     Layer.provideMerge(Layer.merge(ReposLive, GroupCommit.Live)),
     Layer.provideMerge(SqlServerLive),
-    // Before the database: a start refused for a REDIS_URL that does not answer opens none (README, Configuration).
+    // Before the database: a start refused for a REDIS_URL that does not answer opens none (docs/operators.md, Configuration).
     Layer.provideMerge(RateLimit.Live),
     Layer.provideMerge(Layer.mergeAll(ids, AppConfig.Live, Draining.Live, Warming.Live, DatabaseOutage.Live))
   )
@@ -57,7 +57,7 @@ export const servicesWith = <E>(ids: Layer.Layer<Ids, E>) =>
 export const ServicesLive = servicesWith(Ids.Live)
 
 /**
- * The start-up log names the database in use, and what this start created of it (README,
+ * The start-up log names the database in use, and what this start created of it (docs/operators.md,
  * Configuration); once the server listens, so that a start refused for its address or port says
  * that one sentence and nothing else.
  */
@@ -86,7 +86,7 @@ const handlers = {
 
 /**
  * The API as HttpApiBuilder serves it, from the same handlers and middleware as the edge: what
- * the differential test serves through the library's own web handler (README, Tests).
+ * the differential test serves through the library's own web handler (docs/contributing.md, Tests).
  */
 export const ApiLive = HttpApiBuilder.api(CampaignApi).pipe(
   Layer.provide(groupsLive(CampaignApi, handlers)),
@@ -95,7 +95,7 @@ export const ApiLive = HttpApiBuilder.api(CampaignApi).pipe(
 
 /**
  * What the edge serves: the definition and the handler of each endpoint, the same record the
- * groups of `ApiLive` are made of (README, Layout: the request path).
+ * groups of `ApiLive` are made of (docs/contributing.md, Layout: the request path).
  */
 export const EdgeLive = Effect.gen(function*() {
   const options: EdgeOptions<typeof CampaignApi> = {
@@ -123,7 +123,7 @@ export const ServerLive = Layer.merge(DatabaseAnnounced, WarmUpRuns(copy)).pipe(
   Layer.provide(MiddlewareLive),
   Layer.provide(ServicesLive),
   // Bound before the services open the database: a start refused for HOST or PORT opens none
-  // (README, Configuration).
+  // (docs/operators.md, Configuration).
   Layer.provide(Listener.Live),
   // Built before the services and the server, which ask for it once each; its listener outlives
   // the server's drain.

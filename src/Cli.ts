@@ -8,7 +8,7 @@ import { backUp, databaseToBackUp } from "./Database/Backup.ts"
 import { SqlLive } from "./Database/Sql.ts"
 import { version } from "./Version.ts"
 
-// The server is loaded only when it is started: a key command does not wait for it (README, The key
+// The server is loaded only when it is started: a key command does not wait for it (docs/operators.md, The key
 // command line).
 const serve = Command.make(
   "serve",
@@ -16,7 +16,7 @@ const serve = Command.make(
   () => Effect.flatMap(Effect.promise(() => import("./App.ts")), ({ ServerLive }) => Layer.launch(ServerLive))
 ).pipe(
   Command.withDescription(
-    "Start the HTTP API, configured by environment variables alone, each optional (serve --help lists them; see the README's Configuration)."
+    "Start the HTTP API, configured by environment variables alone, each optional (serve --help lists them; see docs/operators.md, Configuration)."
   )
 )
 
@@ -31,7 +31,7 @@ const backup = Command.make("backup", {
     Effect.flatMap((target) => backUp(file, announced(target, SqlLive))),
     Effect.flatMap((written) => Console.log(`Backup written: ${written.file} (${written.bytes} bytes).`)),
     Effect.catchTags({
-      // Refused, or failed: one sentence and exit 1 (README, Backups).
+      // Refused, or failed: one sentence and exit 1 (docs/operators.md, Backups).
       BackupRefused: (refused) => failWith(1, refused.message),
       SqlError: (error) =>
         failWith(1, `No backup was written: ${error.cause instanceof Error ? error.cause.message : error.message}.`)
@@ -68,7 +68,7 @@ const withoutLibraryErrors = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   Console.consoleWith((console) => Effect.withConsole(effect, { ...console, error: () => Effect.void }))
 
 /**
- * The program on the command line `commandLine` (README, The key command line; Exit codes). A
+ * The program on the command line `commandLine` (docs/operators.md, The key command line; Exit codes). A
  * usage error is one sentence on stderr, and fails as a `ValidationError`: exit 2.
  */
 export const cli = (commandLine: CommandLine) => {
@@ -85,7 +85,7 @@ export const cli = (commandLine: CommandLine) => {
       Effect.tapError((error) =>
         ValidationError.isValidationError(error) ? say(usageSentence(tree, commandLine.args, error)) : Effect.void
       ),
-      // No database where one must be: one sentence, exit 1 (README, Exit codes).
+      // No database where one must be: one sentence, exit 1 (docs/operators.md, Exit codes).
       Effect.catchTag("NoDatabase", (missing) => failWith(1, missing.message))
     )
 }

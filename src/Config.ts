@@ -140,7 +140,7 @@ export const ServerConfig = Config.all({
 })
 
 /**
- * METRICS_PORT and METRICS_HOST: Prometheus's `GET /metrics` on a listener of its own (README,
+ * METRICS_PORT and METRICS_HOST: Prometheus's `GET /metrics` on a listener of its own (docs/operators.md,
  * Operating it: Metrics), so that the API's port never shows it; unset, no listener at all. The
  * same port as the API's is refused here: otherwise the metrics listener, bound first, would make
  * the API's PORT the one said to be taken.
@@ -189,13 +189,13 @@ const seconds = (name: "SHUTDOWN_DELAY_SECONDS", max: number) =>
 /**
  * SHUTDOWN_DELAY_SECONDS: after SIGTERM, how long requests are still served (each answer closing
  * its connection, `/readyz` 503) before the listener closes, so a load balancer moves traffic away
- * first; SIGINT skips it (README, Operating it: Shutdown).
+ * first; SIGINT skips it (docs/operators.md, Operating it: Shutdown).
  */
 export const ShutdownConfig = seconds("SHUTDOWN_DELAY_SECONDS", 300)
 
 /**
  * CONNECTIONS_PER_ADDRESS and CONNECTIONS_PER_PROXY: how many connections one peer address may
- * hold, a trusted proxy's apart (README, Operating it: Connections).
+ * hold, a trusted proxy's apart (docs/operators.md, Operating it: Connections).
  */
 export const ConnectionsConfig = Config.all({
   perAddress: positiveInt("CONNECTIONS_PER_ADDRESS"),
@@ -273,7 +273,7 @@ export class AppConfig extends Context.Tag("Config/AppConfig")<AppConfig, {
 
 /**
  * TRUSTED_PROXIES: the reverse proxies whose client (in TRUSTED_PROXY_HEADER) and `X-Request-Id`
- * are believed (README, Configuration); unset, none: the socket's peer is the client.
+ * are believed (docs/operators.md, Configuration); unset, none: the socket's peer is the client.
  */
 export const TrustedProxiesConfig = variable("TRUSTED_PROXIES", {
   unset: [] as ReadonlyArray<Cidr>,
@@ -296,7 +296,7 @@ export type ProxyHeader = "x-forwarded-for" | "forwarded"
 const proxyHeaders: ReadonlyArray<ProxyHeader> = ["x-forwarded-for", "forwarded"]
 
 /**
- * TRUSTED_PROXY_HEADER: the one forwarding header the trusted proxies write (README, Deployment:
+ * TRUSTED_PROXY_HEADER: the one forwarding header the trusted proxies write (docs/operators.md, Deployment:
  * Behind a reverse proxy). Only that one is read: behind a proxy that writes `Forwarded`, an
  * `X-Forwarded-For` can only be the client's own, passed on unread by the proxy.
  */
@@ -315,7 +315,7 @@ export const TrustedProxyHeaderConfig = variable("TRUSTED_PROXY_HEADER", {
 
 /**
  * Every variable a command reads, read together before anything starts: a start with three bad
- * values names all three, not the first one each time (README, Configuration).
+ * values names all three, not the first one each time (docs/operators.md, Configuration).
  */
 export const ServeConfig = Config.all([
   ServerConfig,

@@ -30,7 +30,7 @@ export const declaredEndpoints = (definition: HttpApi.HttpApi.Any): ReadonlyArra
  * handler in each declared middleware in turn, so the last declared runs first; the API's wrap its
  * router, outside the rest (at @effect/platform 0.97.2, whose HttpApiBuilder is 0.94.5's: the
  * API's, then the endpoint's from the last declared to the first, then its group's). This is the
- * order of checks (README, Errors).
+ * order of checks (docs/integrators.md, Errors).
  */
 export const middlewareOf = ({ api, endpoint, group }: Declared): ReadonlyArray<HttpApiMiddleware.TagClassAny> => {
   // HttpApiBuilder's map of an endpoint's middleware: its group's first, each key once.

@@ -1,7 +1,7 @@
 import { Context, Deferred, Effect, Exit, Layer } from "effect"
 
 /**
- * Whether the server has been told to stop, and whether at once (README, Operating it: Shutdown).
+ * Whether the server has been told to stop, and whether at once (docs/operators.md, Operating it: Shutdown).
  * The web server starts it on SIGTERM or SIGINT; readiness answers 503 from then on, so a load
  * balancer takes the instance out of rotation while its requests are still served. SIGINT, Ctrl-C
  * at a terminal, has no balancer to wait for: from it on, whenever it comes, `atOnce` is true and

@@ -139,7 +139,7 @@ export class Idempotency extends Context.Tag("Idempotency")<Idempotency, {
       }
 
       // The operation's writes and its stored response commit together, or neither does. A pipeline,
-      // not `Effect.gen`, as every step a request runs (README, Layout: the request path).
+      // not `Effect.gen`, as every step a request runs (docs/contributing.md, Layout: the request path).
       const attempt = <E>(
         request: IdempotentRequest,
         fingerprint: string,

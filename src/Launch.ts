@@ -3,7 +3,7 @@ import * as ConfigError from "effect/ConfigError"
 import { configProblems, StartupError } from "./Config.ts"
 
 /**
- * A bad configuration as the process ends on it (README, Exit codes): every bad variable at once,
+ * A bad configuration as the process ends on it (docs/operators.md, Exit codes): every bad variable at once,
  * one sentence each, or the one configured path, address or port that cannot be used; exit 78.
  */
 export const withConfigurationExit = <A, E, R>(self: Effect.Effect<A, E, R>) =>

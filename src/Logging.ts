@@ -20,9 +20,9 @@ import { makeLineWriter } from "./Logging/Stderr.ts"
 import { series } from "./Metrics/Series.ts"
 
 /**
- * One access-log line's fields: who sent it (README, Operating it: Logs); the key's id and brand, never the key. A refused key (a 401) keeps
+ * One access-log line's fields: who sent it (docs/operators.md, Operating it: Logs); the key's id and brand, never the key. A refused key (a 401) keeps
  * its id when it parses and its brand when it is known, and `reason` (null on every other line) says
- * why: support can tell from the log what the answer must not (README, Operating it).
+ * why: support can tell from the log what the answer must not (docs/operators.md, Operating it).
  */
 export type AccessLogFields = {
   readonly clientAddress: string
@@ -38,7 +38,7 @@ export type AccessLogFields = {
 
 /**
  * What a request's key was, as its access line says it: its id and brand when known, and why it
- * was refused (401s only; README, Operating it). Never the key.
+ * was refused (401s only; docs/operators.md, Operating it). Never the key.
  */
 export interface KeyNote {
   readonly keyId: string | null

@@ -6,7 +6,7 @@ import { commandLine } from "./Cli/CommandLine.ts"
  *
  * JavaScriptCore sizes its heap from the machine's memory: on a machine of many gigabytes it let the
  * heap grow to several times what was live before collecting. Told the machine has 1 GiB
- * (`BUN_JSC_forceRAMSize`), it collects sooner (README, Operating it: Memory; bench/BENCHMARKS.md).
+ * (`BUN_JSC_forceRAMSize`), it collects sooner (docs/operators.md, Operating it: Memory; bench/BENCHMARKS.md).
  * It is a sizing hint, not a limit. JavaScriptCore
  * reads it only from the environment, when the runtime starts, so `serve` sets it by replacing
  * itself (`execve`: the same process id and command line, the environment it was started with

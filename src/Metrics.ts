@@ -3,7 +3,7 @@ import { MetricsConfig, type StartupError, TracingConfig } from "./Config.ts"
 import type { Recorder } from "./Metrics/Series.ts"
 
 /**
- * What the service counts (README, Operating it: Metrics), asked for once by the edge and each
+ * What the service counts (docs/operators.md, Operating it: Metrics), asked for once by the edge and each
  * service that counts, when it is built. Always provided: by `MetricsLive` in the server, by
  * `MetricsOff` where tests build services alone, so that a layer left without it does not compile.
  */

@@ -1,4 +1,4 @@
-/** The command line as a program: its layers, its console and its exit codes (README, Exit codes). */
+/** The command line as a program: its layers, its console and its exit codes (docs/operators.md, Exit codes). */
 import { CliConfig, ValidationError } from "@effect/cli"
 import * as BunContext from "@effect/platform-bun/BunContext"
 import * as BunRuntime from "@effect/platform-bun/BunRuntime"

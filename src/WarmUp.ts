@@ -9,7 +9,7 @@ import { type AccessLogOutput, UnwrittenAccessLines } from "./Logging.ts"
 import { type Metrics, MetricsOff } from "./Metrics.ts"
 
 /**
- * Whether a new server is still warming up (README, Operating it: Start-up). From before it
+ * Whether a new server is still warming up (docs/operators.md, Operating it: Start-up). From before it
  * listens until its request path has run on a private copy of the service, `/readyz` answers 503,
  * while every other request is served as always.
  */
@@ -165,7 +165,7 @@ const privateSocket = Effect.acquireRelease(
 export type Copy = (socket: string) => Layer.Layer<ApiKeys, unknown, Metrics | AccessLogOutput>
 
 /**
- * The warm-up (README, Operating it: Start-up): the request path run on a private copy of the
+ * The warm-up (docs/operators.md, Operating it: Start-up): the request path run on a private copy of the
  * service, the same layers on an in-memory database of their own (a fresh build: `Effect.provide`
  * memoizes nothing of the server's) behind a `Bun.serve` of their own on a private Unix socket, so
  * that its requests take the server's own path (Bun's router, the edge's handlers for each route)

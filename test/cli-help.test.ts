@@ -39,7 +39,7 @@ describe("the command line's reading", () => {
     }
     expect(read("serve")).toEqual({ bareServe: true, command: "serve", words: ["serve"] })
     expect(read("serve", "--help")).toEqual({ bareServe: false, command: "serve", words: ["serve"] })
-    // The heap is sized for this serve too (README, Operating it: Memory): the level is not the command.
+    // The heap is sized for this serve too (docs/operators.md, Operating it: Memory): the level is not the command.
     expect(read("--log-level", "debug", "serve")).toEqual({ bareServe: false, command: "serve", words: [] })
     expect(read("--completions", "bash")).toEqual({ bareServe: false, command: undefined, words: [] })
     expect(read("keys", "create", "--brand", brandId, "--json")).toEqual({

@@ -24,7 +24,7 @@ describe("keys command line", () => {
       const lines = created.stdout.trim().split("\n")
       expect(lines).toHaveLength(1)
       const key = JSON.parse(lines[0]!)
-      // keys show --json's fields, and the secret first (README, The key command line).
+      // keys show --json's fields, and the secret first (docs/operators.md, The key command line).
       expect(Object.keys(key)).toEqual([
         "apiKey",
         "keyId",
@@ -233,7 +233,7 @@ describe("keys command line", () => {
           stderr:
             `PORT=${port}: another process on this machine is listening on port ${port}; stop it or choose another PORT.`
         })
-        // The metrics' listener the same (README, Operating it: Metrics).
+        // The metrics' listener the same (docs/operators.md, Operating it: Metrics).
         const metricsTaken = await runCli(["serve"], {
           DATABASE_URL: tempDatabase(),
           METRICS_PORT: port,
@@ -689,7 +689,7 @@ describe.each(backends)("a key's life through the command line, against a runnin
       expect(Date.parse(laterEnd)).toBeGreaterThanOrEqual(from + 30 * day)
       expect(Date.parse(laterEnd)).toBeLessThanOrEqual(until + 30 * day)
       expect(later.stdout).toBe(
-        `Updated API key ${created.keyId}: expires ${laterEnd}. It applies from the next request on (within 1 s on PostgreSQL).\n`
+        `Updated API key ${created.keyId}: expires ${laterEnd}. It applies from the next request on, on every instance (on PostgreSQL as soon as the change is announced: milliseconds, 1 s at worst).\n`
       )
       await backend.afterKeyChange()
       const beforeCut = await whoami(server.url, created.apiKey)
@@ -701,7 +701,7 @@ describe.each(backends)("a key's life through the command line, against a runnin
       const shown = await cliJson(["keys", "show", created.keyId], env)
       expect(Date.parse(shown.expiresAt) - Date.parse(laterEnd)).toBeLessThan(-27 * day)
       expect(cut.stdout).toBe(
-        `Updated API key ${created.keyId}: expires ${shown.expiresAt}. It applies from the next request on (within 1 s on PostgreSQL). The secret it had before its last roll now stops then too, before its grace would have ended: a key's expiry covers both its secrets.\n`
+        `Updated API key ${created.keyId}: expires ${shown.expiresAt}. It applies from the next request on, on every instance (on PostgreSQL as soon as the change is announced: milliseconds, 1 s at worst). The secret it had before its last roll now stops then too, before its grace would have ended: a key's expiry covers both its secrets.\n`
       )
       const text = await runCli(["keys", "show", created.keyId], env)
       expect(text.stdout).toMatch(new RegExp(`previous secret: +works until ${shown.expiresAt}, last used`))
@@ -714,7 +714,7 @@ describe.each(backends)("a key's life through the command line, against a runnin
       // No expiry: the key's secret no longer expires; the grace cut short is not given back.
       const cleared = await runCli(["keys", "update", created.keyId, "--no-expiry"], env)
       expect(cleared.stdout).toBe(
-        `Updated API key ${created.keyId}: no expiry. It applies from the next request on (within 1 s on PostgreSQL).\n`
+        `Updated API key ${created.keyId}: no expiry. It applies from the next request on, on every instance (on PostgreSQL as soon as the change is announced: milliseconds, 1 s at worst).\n`
       )
       expect(await cliJson(["keys", "show", created.keyId], env)).toMatchObject({ expiresAt: null, status: "active" })
       await backend.afterKeyChange()

@@ -27,7 +27,7 @@ const read = <A>(config: Effect.Effect<A, unknown>, variables: Record<string, st
     Either.mapLeft((error) => configProblems(error as Parameters<typeof configProblems>[0]))
   )
 
-describe("configuration (README, Configuration)", () => {
+describe("configuration (docs/operators.md, Configuration)", () => {
   it.each([
     ["PORT", "abc", "PORT=abc: not a port number; use one from 0 to 65535 (0 picks a free port)."],
     ["PORT", "70000", "PORT=70000: not a port number; use one from 0 to 65535 (0 picks a free port)."],
@@ -139,7 +139,7 @@ describe("configuration (README, Configuration)", () => {
   })
 })
 
-describe("the table of variables (README, Configuration)", () => {
+describe("the table of variables (docs/operators.md, Configuration)", () => {
   /** The names `config` asks the environment for, read from exactly these variables. */
   const namesRead = (config: Effect.Effect<unknown, unknown>, variables: Record<string, string> = {}) => {
     const asked = new Set<string>()
@@ -207,7 +207,7 @@ describe("serve with a bad configuration", () => {
   })
 })
 
-describe("a start refused for a busy PORT or an unreachable REDIS_URL (README, Configuration)", () => {
+describe("a start refused for a busy PORT or an unreachable REDIS_URL (docs/operators.md, Configuration)", () => {
   /** The migrations a SQLite database has had. */
   const migrationsOf = (database: string) => {
     const db = new Database(database, { readonly: true })
@@ -269,7 +269,7 @@ describe("the start-up log", () => {
   })
 })
 
-describe("TRUSTED_PROXIES (README, Configuration)", () => {
+describe("TRUSTED_PROXIES (docs/operators.md, Configuration)", () => {
   it.each([
     ["127.0.0.1", [{ address: "127.0.0.1", prefix: 32, family: "ipv4" }]],
     ["10.0.0.0/8, fd00::/8", [{ address: "10.0.0.0", prefix: 8, family: "ipv4" }, {

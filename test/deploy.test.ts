@@ -21,7 +21,7 @@ const systemdAnalyze = spawnSync(["sh", "-c", "command -v systemd-analyze"]).std
 const missing = systemdAnalyze === "" ? "systemd-analyze is not installed" : undefined
 if (missing !== undefined) console.log(`deploy.test.ts: ${missing}: the unit file's verification is skipped`)
 
-describe("the systemd unit in deploy/ (README, Deployment)", () => {
+describe("the systemd unit in deploy/ (docs/operators.md, Deployment)", () => {
   it.skipIf(missing !== undefined && !process.env["CI"])("passes systemd-analyze verify without a warning", () => {
     // Its ExecStart pointed at a program that exists here: systemd checks that the command is executable.
     const copy = join(dirname(tempDatabase()), "campaign-api.service")
@@ -58,7 +58,7 @@ describe("the systemd unit in deploy/ (README, Deployment)", () => {
   })
 })
 
-describe("the single binary (README, The single binary)", () => {
+describe("the single binary (docs/operators.md, The single binary)", () => {
   const binary = process.env["CAMPAIGN_API_TEST_BINARY"]
   const checkout = root.endsWith("/") ? root : `${root}/`
 

@@ -1,10 +1,10 @@
 /**
- * The same App layers served twice (README, Tests; Layout: the request path): by HttpApiBuilder's
+ * The same App layers served twice (docs/contributing.md, Tests; Layout: the request path): by HttpApiBuilder's
  * own web handler and by the edge, each on a database of its own, with ids and secrets from a
  * predictable source and a clock that stands still, so that both can answer every request alike.
  * Every request goes to both, in the same order. Where the layers decide the answer (a route
  * spelled as declared, a body within the limits), status, headers and body are the same, the body
- * byte for byte. Where the edge answers itself on purpose (README, Layout: what the edge adds), the
+ * byte for byte. Where the edge answers itself on purpose (docs/contributing.md, Layout: what the edge adds), the
  * library's answer goes through one adapter on its side, its API middleware, and status and code
  * are compared where the library has an equivalent.
  */
@@ -287,7 +287,7 @@ describe.each(backends)("HttpApiBuilder's server and the edge on $name", (backen
   /** The ids the activations get, in order: the predictable source's. */
   const activationId = (n: number) => `0190a1b2-c3d4-7e5f-8a6b-${n.toString(16).padStart(12, "0")}`
 
-  it("answer every endpoint and documented status alike, in the README's order of checks", async () => {
+  it("answer every endpoint and documented status alike, in the order of checks of docs/integrators.md", async () => {
     const body = JSON.stringify({ socialUsername: "@jane", plannedPostAt: "2026-12-01" })
     const keyed = (key: string) => ({ ...json, "idempotency-key": key })
     const probes: Array<Probe> = [

@@ -1,7 +1,7 @@
 /**
  * The edge's `fetch` in process, with test doubles where a real store is not the point: each
  * endpoint runs the middleware its definition declares in the order HttpApiBuilder runs them,
- * which is the order of checks (README, Errors); the same layers served by HttpApiBuilder's own web
+ * which is the order of checks (docs/integrators.md, Errors); the same layers served by HttpApiBuilder's own web
  * handler answer the same.
  */
 import { HttpApiBuilder, HttpServer } from "@effect/platform"
@@ -470,7 +470,7 @@ describe("the edge's own", () => {
         middlewareOf(endpoint).map((tag) => tag.key)
       ])
     )
-    // The README's order of checks for its operations (an endpoint added later is read the same way).
+    // The order of checks of docs/integrators.md for its operations (an endpoint added later is read the same way).
     expect(declared).toMatchObject({
       "activations.activate": ["ApiKeys/CampaignsWriteKey", "Idempotency/RequireIdempotencyKey", "JsonBody"],
       "activations.get": ["ApiKeys/CampaignsReadKey"],

@@ -387,7 +387,7 @@ describe("the database's -wal and -shm files", () => {
         expect((await call(server.url, { path: "/readyz" })).status).toBe(200)
         rmSync(`${database}${suffix}`)
         expectEnvelope(await activate(server.url, { apiKey: key.apiKey, key: uniqueKey() }), 503, "SERVICE_UNAVAILABLE")
-        // Readiness asks the database at most once a second (README, Operating it: Health).
+        // Readiness asks the database at most once a second (docs/operators.md, Operating it: Health).
         await eventually(
           "/readyz to answer 503",
           async () => (await call(server.url, { path: "/readyz" })).status === 503

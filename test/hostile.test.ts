@@ -78,7 +78,7 @@ const isWellFormed = (text: string): boolean => {
   }
 }
 
-/** README's rules for the activate body, written independently of src/. */
+/** docs/integrators.md's rules for the activate body, written independently of src/. */
 const isValidBody = (value: unknown): boolean => {
   if (typeof value !== "object" || value === null || Array.isArray(value)) return false
   if (!Object.keys(value).every((key) => key === "socialUsername" || key === "plannedPostAt")) return false
@@ -352,7 +352,7 @@ describe("hostile headers", () => {
     })
   })
 
-  /** README: 1 to 255 visible ASCII characters; a double-quoted value (RFC 9651 string) is unquoted first. */
+  /** docs/integrators.md, Idempotency: 1 to 255 visible ASCII characters; a double-quoted value (RFC 9651 string) is unquoted first. */
   const idempotencyKeyOutcome = (raw: string): "missing" | "invalid" | "valid" => {
     const value = trimOws(raw)
     if (value === "" || value === "\"\"") return "missing"
@@ -504,7 +504,7 @@ describe("hostile paths", () => {
   })
 })
 
-describe("claimed client addresses (README, Deployment: Behind a reverse proxy)", () => {
+describe("claimed client addresses (docs/operators.md, Deployment: Behind a reverse proxy)", () => {
   const badKey = `cak_${"b".repeat(16)}_${"0".repeat(64)}`
 
   it("never logs or tallies an address with a zone id, or longer than an address is: the trusted proxy is named instead", async () => {

@@ -21,7 +21,7 @@ import { type CreatedTestKey, createKey, revokeKey, startServer } from "./suppor
 
 describe.each(backends)("on $name", (backend) => {
   let database: string
-  // In process (README, Tests): the raw wire of a server built from its layers here.
+  // In process (docs/contributing.md, Tests): the raw wire of a server built from its layers here.
   let server: InProcessServer
   let writer: CreatedTestKey
   let reader: CreatedTestKey
@@ -394,7 +394,7 @@ describe.each(backends)("on $name", (backend) => {
   })
 
   describe("POST /v1/creators/{creatorId}/campaigns/{campaignId}/activate", () => {
-    it("creates an ACTIVE record with exactly the fields the README lists", async () => {
+    it("creates an ACTIVE record with exactly the fields docs/integrators.md lists", async () => {
       const result = await activateAsWriter({
         key: uniqueKey(),
         body: { socialUsername: "@jane.doe", plannedPostAt: "2026-12-01" }
@@ -408,7 +408,7 @@ describe.each(backends)("on $name", (backend) => {
         ["activatedAt", "campaignId", "creatorId", "id", "plannedPostAt", "socialUsername", "status"]
       )
       expect(result.json.ok).toBe(true)
-      // A UUID of version 7 (README: the record's id).
+      // A UUID of version 7 (docs/integrators.md: the record's id).
       expect(activation.id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
       expect(activation.campaignId).toBe(campaignId)
       expect(activation.creatorId).toBe(creatorId)
@@ -617,7 +617,7 @@ describe.each(backends)("on $name", (backend) => {
         [{ socialUsername: "@a", plannedPostAt: "2026-02-30" }, "plannedPostAt must be a real calendar date"],
         [{ socialUsername: "@a", plannedPostAt: "2026-12-01T00:00:00Z" }, "plannedPostAt"],
         [{ socialUsername: "@a", plannedPostAt: 20261201 }, "plannedPostAt"],
-        // Each day is an entry of the campaign's analytics: the window bounds them (README, Validation).
+        // Each day is an entry of the campaign's analytics: the window bounds them (docs/integrators.md, activate).
         [
           { socialUsername: "@a", plannedPostAt: "1999-12-31" },
           "plannedPostAt must be a date from 2000-01-01 to 2099-12-31"

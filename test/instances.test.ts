@@ -12,7 +12,7 @@ import { createKey, type Environment, revokeKey, runCli, type RunningServer, sta
 import { logLines } from "./support/telemetry.ts"
 
 /**
- * Several instances of the service on one PostgreSQL and one Redis, as the README's "Running
+ * Several instances of the service on one PostgreSQL and one Redis, as docs/operators.md's "Running
  * several instances" describes; and the faults of those two, through a link the test can cut.
  */
 const skip = sharedSkipped !== undefined
@@ -24,7 +24,7 @@ const startPair = async (database: string, env: Environment = {}) => {
 
 const ok = (answer: Answer) => answer.status === 200
 
-/** Trials of a key made then used at once (README, Running several instances). */
+/** Trials of a key made then used at once (docs/operators.md, Running several instances). */
 const trials = 200
 
 /**
@@ -97,7 +97,7 @@ describe.skipIf(skip)("two instances on one PostgreSQL + Redis", () => {
     )
     expect(created.code).toBe(0)
     const { apiKey, keyId } = JSON.parse(created.stdout) as { apiKey: string; keyId: string }
-    // At once, no wait and no retry (README, Running several instances).
+    // At once, no wait and no retry (docs/operators.md, Running several instances).
     expect([(await whoami(b.url, apiKey)).status, (await whoami(a.url, apiKey)).status]).toEqual([200, 200])
 
     const revoked = await runCli(["keys", "revoke", keyId], { DATABASE_URL: database })
@@ -359,7 +359,7 @@ describe.skipIf(skip)("faults of PostgreSQL and Redis", () => {
       await eventually("the log to be written", () => outageLines().length > 0)
       expect(outageLines()[0]!.cause).toEqual(expect.any(String))
       expect([...statuses.keys()].sort()).toEqual([200, 503])
-      // Readiness's last answer serves it for up to a second (README, Operating it: Health).
+      // Readiness's last answer serves it for up to a second (docs/operators.md, Operating it: Health).
       await eventually(
         "/readyz to answer 200",
         async () => (await call(server.url, { path: "/readyz" })).status === 200

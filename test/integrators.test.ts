@@ -5,7 +5,7 @@ import { call } from "./support/client.ts"
 import { root, runCli, type RunningServer, startServer, tempDatabase, testTmp } from "./support/server.ts"
 
 /**
- * The two ways README, Typed client for TypeScript, gives an integrator, followed from an empty
+ * The two ways docs/integrators.md, Typed client for TypeScript, gives an integrator, followed from an empty
  * directory outside the checkout: the project in test/integrators/<way> (its package.json, bun.lock,
  * tsconfig.json and main.ts) is copied there, installed from its lockfile, compiled by its own strict
  * tsc and run with Node against a running server. A lockfile that no longer installs frozen (a new
@@ -17,7 +17,7 @@ import { root, runCli, type RunningServer, startServer, tempDatabase, testTmp } 
 const fixtures = join(root, "test/integrators")
 /**
  * Building the client, installing a project from the registry (or Bun's cache) and a strict tsc
- * take a minute on an idle machine and several on a loaded one (README, Tests): a bound for a hang.
+ * take a minute on an idle machine and several on a loaded one (docs/contributing.md, Tests): a bound for a hang.
  */
 const integratorDeadlineMs = 15 * 60_000
 const brandId = "0b6f8c1e-4f5a-4c2b-9d7e-1a2b3c4d5e6f"
@@ -103,7 +103,7 @@ const expectTheServersAnswers = async (printed: any, conflict: string) => {
   expect(printed.conflict).toBe(conflict)
 }
 
-describe("an integrator's project outside the checkout (README, Typed client for TypeScript)", () => {
+describe("an integrator's project outside the checkout (docs/integrators.md, Typed client for TypeScript)", () => {
   it("uses the Effect client package built from the definition: strict tsc, then every operation", async () => {
     const dir = await project("effect")
     const installed = JSON.parse(readFileSync(join(dir, "node_modules/campaign-api-client/package.json"), "utf8"))

@@ -170,7 +170,7 @@ describe("requests per connection", () => {
   })
 })
 
-describe("connections per address (README, Operating it: Connections)", () => {
+describe("connections per address (docs/operators.md, Operating it: Connections)", () => {
   let limited: InProcessServer
   let key: CreatedTestKey
   const proxy = "127.0.0.3"
@@ -398,7 +398,7 @@ describe("connections per address (README, Operating it: Connections)", () => {
   })
 })
 
-describe("the process's descriptors (README, Operating it: Connections)", () => {
+describe("the process's descriptors (docs/operators.md, Operating it: Connections)", () => {
   /**
    * `use` on a server on `database` that may open at most 200 files and sockets (soft and hard: Bun
    * raises its soft limit to the hard one as it starts); then it must stop cleanly.

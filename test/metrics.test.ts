@@ -1,5 +1,5 @@
 /**
- * Metrics (README, Operating it: Metrics): each counter moves by exactly what a test did, on both
+ * Metrics (docs/operators.md, Operating it: Metrics): each counter moves by exactly what a test did, on both
  * backends, against a server built in process; no client-chosen value adds a series; the text is
  * what `promtool check metrics` accepts; and a real Prometheus scrapes the binary's listener and
  * answers a PromQL query with the requests made.
@@ -243,7 +243,7 @@ describe("the database's unavailability in metrics", () => {
       expect(away(requestCount("GET", "/readyz", 503))).toBe(1)
       const back = await delta(metricsUrl, async () => {
         expect((await activate(server.url, { apiKey, key: uniqueKey() })).status).toBe(200)
-        // Readiness's last answer serves it for up to a second (README, Operating it: Health).
+        // Readiness's last answer serves it for up to a second (docs/operators.md, Operating it: Health).
         await eventually(
           "/readyz to answer 200",
           async () => (await call(server.url, { path: "/readyz" })).status === 200

@@ -84,7 +84,7 @@ const readErrors = {
   "503": ["SERVICE_UNAVAILABLE"]
 }
 
-/** The README's error codes (Errors) for each operation, by status. */
+/** The error codes of docs/integrators.md (Errors) for each operation, by status. */
 const contractErrors: Record<string, Record<string, Array<string>>> = {
   "activations.activate": {
     "400": ["IDEMPOTENCY_KEY_REQUIRED", "MALFORMED_JSON", "VALIDATION_ERROR"],
@@ -100,7 +100,7 @@ const contractErrors: Record<string, Record<string, Array<string>>> = {
   },
   "activations.get": readErrors,
   "activations.list": readErrors,
-  // The brand's line (README, Analytics) refuses with a 429 of its own.
+  // The brand's line (docs/integrators.md, Analytics) refuses with a 429 of its own.
   "analytics.campaign": { ...readErrors, "429": ["CONCURRENCY_LIMITED", "RATE_LIMITED"] },
   "identity.whoami": {
     ...unknownQuery,
@@ -135,7 +135,7 @@ describe("GET /openapi.json", () => {
     await expect(`${JSON.stringify(document, null, 2)}\n`).toMatchFileSnapshot("__snapshots__/openapi.json")
   })
 
-  it("has exactly the definition's operations and HEAD on each GET, the README's nine among them, and every $ref resolves", () => {
+  it("has exactly the definition's operations and HEAD on each GET, the nine of docs/integrators.md among them, and every $ref resolves", () => {
     const listed = operations().map(({ method, operation, path }) => [operation.operationId, method, path]).sort()
     expect(listed).toEqual(
       declaredOperations.flatMap(({ documentPath, method, operationId }) => [
@@ -177,7 +177,7 @@ describe("GET /openapi.json", () => {
     expect(Object.keys(document.components.schemas)).not.toContain("Issue")
   })
 
-  it("documents every error response as the envelope with exactly the README's codes", () => {
+  it("documents every error response as the envelope with exactly the codes of docs/integrators.md", () => {
     for (const [operationId, expected] of Object.entries(contractErrors)) {
       const responses: Json = operation(operationId).responses
       const documented = Object.fromEntries(
@@ -214,7 +214,7 @@ describe("GET /openapi.json", () => {
     const scopes = Object.fromEntries(
       declaredOperations.map(({ operationId, scope }) => [operationId, scope === undefined ? [] : [scope]])
     )
-    // Each scope that grants the one required is an alternative: a writer may read (README, Reads).
+    // Each scope that grants the one required is an alternative: a writer may read (docs/integrators.md, Reads).
     for (const { operationId } of declaredOperations) {
       expect(operation(operationId).security).toEqual(
         secured.includes(operationId)
@@ -227,7 +227,7 @@ describe("GET /openapi.json", () => {
     expect(operation("activations.list").security).toEqual([{ bearer: ["campaigns:read"] }, {
       bearer: ["campaigns:write"]
     }])
-    // And those are the README's scopes (README, Reads and Analytics).
+    // And those are the scopes of docs/integrators.md (docs/integrators.md, Reads and Analytics).
     expect(scopes).toMatchObject({
       "activations.activate": ["campaigns:write"],
       "activations.get": ["campaigns:read"],
@@ -413,7 +413,7 @@ describe("GET /openapi.json", () => {
         // A 405 is answered before the key is read, a 401 refuses it; a route's 404, a 500 or a 503
         // may come before the key is checked: there the RateLimit headers may be missing.
         const limited = secured.includes(operationId) && status !== "401" && status !== "405"
-        // Nor does a 429 that is no measure of the key's quota (README, Analytics: the brand's line).
+        // Nor does a 429 that is no measure of the key's quota (docs/integrators.md, Analytics: the brand's line).
         const unmetered = status === "429" && contractErrors[operationId]!["429"]!.includes("CONCURRENCY_LIMITED")
         const always = limited && !["404", "500", "503"].includes(status) && !unmetered
         for (const name of ["RateLimit", "RateLimit-Policy"]) {

@@ -59,7 +59,7 @@ describe("the documents", () => {
     // Each form its own validator (RFC 9110 §8.8.3): the gzip form's is not the page's.
     expect(gzipped.headers["etag"]).not.toBe(plain.headers["etag"])
     expect(gzipped.headers["cache-control"]).toBe("no-cache")
-    // No other site may frame the one HTML page (README, For integrators).
+    // No other site may frame the one HTML page (docs/http-reference.md, Headers on every answer).
     expect(plain.headers["content-security-policy"]).toBe("frame-ancestors 'none'")
     expect(plain.headers["x-content-type-options"]).toBe("nosniff")
     const again = await get("/docs", [["if-none-match", plain.headers["etag"]!]])
@@ -152,7 +152,7 @@ describe("health", () => {
   })
 })
 
-describe("the warm-up (README, Operating it: Start-up)", () => {
+describe("the warm-up (docs/operators.md, Operating it: Start-up)", () => {
   it("by default /readyz is 503 until the request path has run on a private copy, and the copy leaves nothing in the database, the log, the metrics or the network", async () => {
     const warmed = tempDatabase()
     const key = await createKey(warmed)
@@ -232,7 +232,7 @@ describe("the warm-up (README, Operating it: Start-up)", () => {
   })
 })
 
-describe("what a killed warm-up leaves (README, Operating it: Start-up)", () => {
+describe("what a killed warm-up leaves (docs/operators.md, Operating it: Start-up)", () => {
   it("a start removes the private directories its user's killed servers left, and nothing of another's", async () => {
     const temporary = mkdtempSync(join(testTmp(), "campaign-api-tmp-"))
     const database = tempDatabase()
@@ -270,7 +270,7 @@ describe("what a killed warm-up leaves (README, Operating it: Start-up)", () => 
   })
 })
 
-describe("the heap's sizing (README, Operating it)", () => {
+describe("the heap's sizing (docs/operators.md, Operating it)", () => {
   /** A NUL-separated file of /proc/<pid> (`environ`, `cmdline`) as its entries (as src/Memory.ts reads its own: importing it would run it). */
   const procEntries = (pid: number, file: "environ" | "cmdline") =>
     readFileSync(`/proc/${pid}/${file}`, "utf8").split("\0").slice(0, -1)
@@ -772,7 +772,7 @@ describe("tracing", () => {
       expect(activation[0]!.traceId).toBe(parent.traceId)
     })
 
-    it("exports the metrics next to the spans: the requests by route and status, the activation created (README, Operating it: Metrics)", () => {
+    it("exports the metrics next to the spans: the requests by route and status, the activation created (docs/operators.md, Operating it: Metrics)", () => {
       // The last export, made when the server stopped, holds every count.
       const last = (name: string) => collector.metrics().filter((metric) => metric.name === name).at(-1)
       const whoamiPoints = last("http_server_request_duration_seconds")!.histogram.dataPoints.filter((point: any) =>

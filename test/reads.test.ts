@@ -1,5 +1,5 @@
 /**
- * The reads (README, Reads and Analytics), on both backends, against a server built in process:
+ * The reads (docs/integrators.md, Reads and Analytics), on both backends, against a server built in process:
  * the raw wire of each answer, brand isolation tried with every read, paging walked while
  * activations keep arriving, and analytics against an oracle computed from the records.
  */
@@ -270,7 +270,7 @@ describe.each(backends)("reads on $name", (backend) => {
           Effect.runPromise
         )
 
-    /** What the README says the answer is, computed from the records. */
+    /** What docs/integrators.md says the answer is, computed from the records. */
     const oracle = (
       records: ReadonlyArray<Seeded>,
       brandId: string,

@@ -263,7 +263,7 @@ describe.each(lifecycleDatabases)("ApiKeysRepo's key lifecycle on %s", (_, datab
         })
         expect(yield* repo.update(row.keyId, { rateLimit: null }, 0)).toBeDefined()
         expect((yield* find(row.keyId))?.rateLimit).toBeNull()
-        // Every instance learns of it through the generation (README, Running several instances).
+        // Every instance learns of it through the generation (docs/operators.md, Running several instances).
         expect(yield* committed).toBeGreaterThan(before)
       }))
 
@@ -340,7 +340,7 @@ describe.each(lifecycleDatabases)("ApiKeysRepo's key lifecycle on %s", (_, datab
 /**
  * The key service on the live repository on PostgreSQL, through a link the test can slow and
  * whose traffic it counts; on TestClock, so the generation's poll, and a refused key's read
- * after the one before it, run only when a test moves the clock past them (README, Running
+ * after the one before it, run only when a test moves the clock past them (docs/operators.md, Running
  * several instances).
  */
 describe.skipIf(sharedSkipped !== undefined)("ApiKeys on PostgreSQL", () => {

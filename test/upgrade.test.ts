@@ -1,5 +1,5 @@
 /**
- * Upgrading in place (README, Reads): a database the previous release made and filled (its
+ * Upgrading in place (docs/integrators.md, Reads): a database the previous release made and filled (its
  * migrations, 0001 and 0002, and its records) is migrated at start, and every old record reads
  * back; its keys keep working.
  */
@@ -256,7 +256,7 @@ describe.each(backends)("upgrading a database of the release before plannedPostA
         }],
         unscheduled: 1
       })
-      // Validation comes before the idempotency step (README, Errors): the stored answer is not reached.
+      // Validation comes before the idempotency step (docs/integrators.md, Errors): the stored answer is not reached.
       for (const [i, activation] of outside.entries()) {
         const { body, path } = requestOf(activation)
         const retry = await call(server.url, {

@@ -10,7 +10,7 @@ export default defineConfig({
     // One fork: other pools have exited 0 after running only some files, printing no summary.
     pool: "forks",
     poolOptions: { forks: { singleFork: true } },
-    // A bound for a test that hangs, not a measure: a loaded machine may take minutes (README, Tests).
+    // A bound for a test that hangs, not a measure: a loaded machine may take minutes (docs/contributing.md, Tests).
     testTimeout: testDeadlineMs,
     hookTimeout: testDeadlineMs
   }

@@ -1,5 +1,5 @@
 /**
- * The HTTP layer byte for byte (README, For integrators: the HTTP reference): `Host`, the
+ * The HTTP layer byte for byte (docs/integrators.md: the HTTP reference): `Host`, the
  * documents' validators per content coding, the media type, charset and coding of a body, a
  * leading byte order mark, the documents as operations of the OpenAPI document, and each request
  * Bun's parser answers itself, each sent as raw bytes on a socket of its own.
@@ -88,7 +88,7 @@ const creating = async <A>(send: () => Promise<A>) => {
   return { result, created: countRows(database, "activations") - before }
 }
 
-describe("Host (RFC 9112 §3.2; README, Errors)", () => {
+describe("Host (RFC 9112 §3.2; docs/integrators.md, Errors)", () => {
   const whoamiWith = (hostLines: ReadonlyArray<string>, version = "1.1") =>
     send(request(`GET /v1/whoami HTTP/${version}`, [...hostLines, `Authorization: Bearer ${reader.apiKey}`]))
 
@@ -233,7 +233,7 @@ describe("the documents' validators, one per content coding (RFC 9110 §8.8.3)",
   })
 })
 
-describe("a request body's media type, charset and coding (README, Errors)", () => {
+describe("a request body's media type, charset and coding (docs/integrators.md, Errors)", () => {
   const activateWith = (extra: ReadonlyArray<string>, payload: string | Uint8Array) => {
     const bytes = typeof payload === "string" ? Buffer.from(payload, "utf8") : payload
     return creating(async () =>
@@ -477,7 +477,7 @@ describe("a client that goes away", () => {
   })
 })
 
-describe("what Bun answers itself (README, For integrators: the HTTP reference)", () => {
+describe("what Bun answers itself (docs/integrators.md: the HTTP reference)", () => {
   /** Exactly Bun's own answer: a status line and `Connection: close`, nothing else, and the connection closed. */
   const expectBare = async (bytes: Uint8Array, status: number) => {
     const { closed, outcome } = await send(bytes, { closing: true })

@@ -68,7 +68,7 @@ export const spawnServer = (
 ): { readonly spawned: Spawned; readonly url: string } => {
   const port = freePort()
   const spawned = spawn(["taskset", "-c", serverCpu, ...cmd], {
-    // Stopped between scenarios: no balancer to wait for (README, Operating it: Shutdown).
+    // Stopped between scenarios: no balancer to wait for (docs/operators.md, Operating it: Shutdown).
     env: { SHUTDOWN_DELAY_SECONDS: "0", ...env, PORT: String(port), HOST: "127.0.0.1", DATABASE_URL: databaseFile },
     timeoutMs: budgetMs,
     ...(stderrFile === undefined ? {} : { stderrFile })
@@ -87,7 +87,7 @@ export const startServer = async (
   const startedAt = performance.now()
   const { spawned, url } = spawnServer(cmd, env, databaseFile, stderrFile)
   const startupMs = await waitForWhoami(spawned, url, apiKey, { startedAt, intervalMs: 20, timeoutMs: 60_000 })
-  // Measured once ready, as a balancer sends traffic: not while the server warms up (README, Operating it: Start-up).
+  // Measured once ready, as a balancer sends traffic: not while the server warms up (docs/operators.md, Operating it: Start-up).
   await waitForReady(url, { intervalMs: 20, startedAt, timeoutMs: 60_000 })
   console.log(
     `${name} up on ${url} (pid ${spawned.process.pid}, CPU ${serverCpu}) after ${

@@ -1,6 +1,6 @@
 /**
  * `bun run build:client`: the typed Effect client as a package of its own in dist/client
- * (README, Typed client for TypeScript). It holds the HttpApi definition and nothing else: its
+ * (docs/integrators.md, Typed client for TypeScript). It holds the HttpApi definition and nothing else: its
  * JavaScript bundled into one module with effect and @effect/platform left to the integrator as
  * peer dependencies at the exact versions this checkout is built and tested with, and its .d.ts.
  */
@@ -33,7 +33,7 @@ const bundle = await Bun.build({
 })
 if (!bundle.success) fail(bundle.logs.join("\n"))
 
-// The definition holds no server code (README, Typed client for TypeScript): anything it reaches
+// The definition holds no server code (docs/integrators.md, Typed client for TypeScript): anything it reaches
 // besides src/ and the peers would be bundled into, or required by, every integrator's program.
 for (const [input, { imports }] of Object.entries(bundle.metafile!.inputs)) {
   const path = relative(root, join(process.cwd(), input))

@@ -53,7 +53,7 @@ interface Pages<R> {
 
 /**
  * One statement per combination of filters, so that each is served by the index that begins with
- * the brand and every filter it has, and walks only the rows of its page (README, Reliability:
+ * the brand and every filter it has, and walks only the rows of its page (docs/operators.md, Reliability:
  * indexes and counts).
  */
 const pageStatements = (sql: SqlClient.SqlClient): Pages<Statement.Statement<Stored>> => {
@@ -92,7 +92,7 @@ const pageOf = <R>(pages: Pages<R>, brandId: string, { below, campaignId, creato
 
 /**
  * The statement `list` runs for a page, as it runs it: for reading its plan (the tests hold each
- * combination of filters to its index, README, Reliability: indexes and counts).
+ * combination of filters to its index, docs/operators.md, Reliability: indexes and counts).
  */
 export const pageStatement = (
   sql: SqlClient.SqlClient
@@ -103,7 +103,7 @@ export const pageStatement = (
 
 /**
  * Activation records. Writes join the caller's transaction (and its batch, see GroupCommit). Every
- * read takes the brand: there is no query path to another brand's records (README, Reads). Reads
+ * read takes the brand: there is no query path to another brand's records (docs/integrators.md, Reads). Reads
  * see only what is committed. SQL errors are defects.
  */
 export class ActivationsRepo extends Context.Tag("Activations/ActivationsRepo")<ActivationsRepo, {

@@ -23,7 +23,7 @@ const activate = HttpApiEndpoint.post("activate", "/creators/:creatorId/campaign
   .addError(Envelope(ValidationError))
   .addError(Envelope(IdempotencyConflict))
   .addError(Envelope(IdempotencyInProgress))
-  // The order of checks (README, Errors) as HttpApiBuilder runs an endpoint's middleware: the last
+  // The order of checks (docs/integrators.md, Errors) as HttpApiBuilder runs an endpoint's middleware: the last
   // declared first. So the key (401, 429, 403), then the Idempotency-Key (400), then the body (415,
   // 413, 400), all before the path, query and payload are decoded (400).
   .middleware(JsonBody)

@@ -6,7 +6,7 @@ import type { ReadSql } from "../Database/Sql.ts"
 import type { Table } from "../Database/WriteOrder.ts"
 import type { Activation } from "../Domain/Activation.ts"
 
-/** One campaign's activations of one brand, counted (README, Analytics). */
+/** One campaign's activations of one brand, counted (docs/integrators.md, Analytics). */
 export interface Counts {
   readonly byDay: ReadonlyArray<{ readonly date: string; readonly activations: number }>
   readonly byPlannedDay: ReadonlyArray<{ readonly date: string; readonly posts: number }>
@@ -86,7 +86,7 @@ const creatorDayKey = (row: CreatorDayRow) => `${row.brand_id} ${row.campaign_ke
 const creatorKey = (row: CreatorRow) => `${row.brand_id} ${row.campaign_key} ${row.creator_key}`
 
 /**
- * A campaign's numbers in a range of days, from the counts kept as it is activated (README,
+ * A campaign's numbers in a range of days, from the counts kept as it is activated (docs/integrators.md,
  * Analytics), each read a page at a time in key order from its table's primary key (the tests read
  * their plans): the pairs of activated day and planned day, and the creators of each day counted
  * by the day each was active before it (0007), of which a range counts those from before it.
@@ -114,7 +114,7 @@ export const countStatements = (sql: SqlClient.SqlClient, limit: number = pageRo
 })
 
 /**
- * A campaign's counts, kept as it is activated (README, Analytics): `add` gives an activation's
+ * A campaign's counts, kept as it is activated (docs/integrators.md, Analytics): `add` gives an activation's
  * rows to the caller's transaction (and its batch, see GroupCommit); `read` reads those of a range
  * of days, a page at a time, as committed.
  */

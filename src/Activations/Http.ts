@@ -13,7 +13,7 @@ import { addResponseHeaders, etagOf, jsonText, notModified } from "../Responses.
 /**
  * The answers' JSON, written directly: every field of a stored record is a string (or null) that
  * the schemas' encoders pass through as they are, so encoding twenty records through them cost a
- * page more than its query (README, Performance). The keys are in the schemas' order (the
+ * page more than its query (docs/operators.md, Performance). The keys are in the schemas' order (the
  * repository builds records so), and a test holds these bytes to the encoders' own.
  */
 export const recordJson = (activation: Activation): string => JSON.stringify({ ok: true, activation })
@@ -33,7 +33,7 @@ const stillInProgress = (error: IdempotencyInProgress) =>
   Effect.zipRight(addResponseHeaders({ "retry-after": "1" }), Effect.fail(error))
 
 /**
- * The activations' endpoints (README, API), once the middleware their definition declares have
+ * The activations' endpoints (docs/integrators.md, API), once the middleware their definition declares have
  * passed (`Activations/Api.ts`): activate, under its Idempotency-Key, and the reads of one
  * brand's records, where another brand's record answers as one that does not exist.
  */

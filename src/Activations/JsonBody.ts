@@ -45,7 +45,7 @@ const refused = {
 }
 
 /**
- * `JsonBody` (README, Errors): 415 for another media type, another charset than UTF-8 or a coded
+ * `JsonBody` (docs/integrators.md, Errors): 415 for another media type, another charset than UTF-8 or a coded
  * body, and 413 for a declared length past the limit, from the headers alone; no `Content-Type`
  * is JSON; then the body, read and parsed once (400 MALFORMED_JSON). The
  * server reading it may refuse it itself, with the error it is answered with (the edge bounds a

@@ -24,7 +24,7 @@ const limited = (error: ConcurrencyLimited) =>
     Effect.fail(error)
   )
 
-/** GET /v1/campaigns/{campaignId}/analytics (README, Analytics): the brand's activations of it, counted. */
+/** GET /v1/campaigns/{campaignId}/analytics (docs/integrators.md, Analytics): the brand's activations of it, counted. */
 export const AnalyticsHandlers = Effect.gen(function*() {
   const analytics = yield* Analytics
   const campaign = HttpApiBuilder.handler(

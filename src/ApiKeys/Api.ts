@@ -19,7 +19,7 @@ const bearer = HttpApiSecurity.apiKey({ key: "Authorization", in: "header" }).pi
 /**
  * "This endpoint needs an API key, any valid one": its bearer scheme and its two refusals (401,
  * then 429 past the key's rate limit) go into the OpenAPI document and the typed client; every
- * answer from then on carries the key's `RateLimit` headers (README, Rate limiting).
+ * answer from then on carries the key's `RateLimit` headers (docs/integrators.md, Rate limiting).
  */
 export class ApiKeyAuth extends HttpApiMiddleware.Tag<ApiKeyAuth>()("ApiKeys/ApiKeyAuth", {
   failure: Schema.Union(Envelope(Unauthorized), Envelope(RateLimited)),
@@ -27,7 +27,7 @@ export class ApiKeyAuth extends HttpApiMiddleware.Tag<ApiKeyAuth>()("ApiKeys/Api
   security: { bearer }
 }) {}
 
-/** A key's checks with a scope: 401, then 429, then 403 when the key lacks the scope (README, Errors). */
+/** A key's checks with a scope: 401, then 429, then 403 when the key lacks the scope (docs/integrators.md, Errors). */
 export const withScope = {
   failure: Schema.Union(Envelope(Unauthorized), Envelope(RateLimited), Envelope(Forbidden)),
   provides: CurrentKey,
@@ -44,7 +44,7 @@ export const withScope = {
  * declarations cannot name a class a function returns.)
  */
 export class CampaignsReadKey extends HttpApiMiddleware.Tag<CampaignsReadKey>()("ApiKeys/CampaignsReadKey", withScope) {
-  /** `campaigns:write` grants it too (README, Scopes). */
+  /** `campaigns:write` grants it too (docs/integrators.md, Authentication). */
   static readonly scope = "campaigns:read" satisfies Scope
   declare readonly scopedKey: typeof CampaignsReadKey.scope
 }

@@ -85,7 +85,7 @@ export class ApiKeysRepo extends Context.Tag("ApiKeys/ApiKeysRepo")<ApiKeysRepo,
   /**
    * A number that changes whenever any process adds, changes or deletes a key: cheap
    * enough to read on every request, so that a cache of `list` knows when to load again. Exact on
-   * SQLite; on PostgreSQL the last poll's, at most a second old (README, Running several instances).
+   * SQLite; on PostgreSQL the last poll's, at most a second old (docs/operators.md, Running several instances).
    */
   readonly generation: Effect.Effect<number>
   /**

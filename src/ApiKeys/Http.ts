@@ -46,7 +46,7 @@ const limitText = (limit: RateLimitPolicy, whose: string): LimitText => ({
 })
 
 /**
- * The keys' middleware (README, Errors): the bearer key (401 with `WWW-Authenticate: Bearer`, its
+ * The keys' middleware (docs/integrators.md, Errors): the bearer key (401 with `WWW-Authenticate: Bearer`, its
  * reason noted for the log only), then its rate limit, its own or the server's (429 with
  * `Retry-After`), then, for the middleware that check one, its scope (403). Every answer from the
  * rate limit on carries the `RateLimit` headers, an error's included, and `Api-Key-Expires` when

@@ -6,7 +6,7 @@ import { ApiKeysRepo, type SecretUse } from "./ApiKeysRepo.ts"
 const usageResolution = Duration.minutes(1)
 
 /**
- * When each key's secrets were last used (README, The key command line: last used), to the
+ * When each key's secrets were last used (docs/operators.md, The key command line: last used), to the
  * minute, each secret by its digest. A request only notes it in memory; the notes are written in
  * the background, in one batch a minute, and once more when the server stops gracefully, so
  * nothing noted is lost. A batch that fails is kept and written with the next.

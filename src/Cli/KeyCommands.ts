@@ -42,7 +42,7 @@ const create = Command.make("create", {
       expiresIn: options.expiresIn,
       rateLimit: Option.getOrNull(options.rateLimit)
     })
-    // The key as `keys show --json` prints it, and its secret first (README, The key command line).
+    // The key as `keys show --json` prints it, and its secret first (docs/operators.md, The key command line).
     if (options.json) return yield* Console.log(JSON.stringify({ apiKey, ...jsonRow(info, yield* DateTime.now) }))
     yield* Console.log([
       "API key created. Store it now: it is shown only this once.",
@@ -87,8 +87,9 @@ const list = Command.make("list", {
 
 const noActiveKey = (keyId: string) => failWith(1, `No active API key with id ${keyId}.`)
 
-/** When a change reaches the servers (README, Running several instances). */
-const takesEffect = "from the next request on (within 1 s on PostgreSQL)"
+/** When a change reaches the servers (docs/operators.md, Running several instances). */
+const takesEffect =
+  "from the next request on, on every instance (on PostgreSQL as soon as the change is announced: milliseconds, 1 s at worst)"
 
 const revoke = Command.make(
   "revoke",
@@ -235,7 +236,7 @@ const update = Command.make("update", {
         [`Updated API key ${keyId}: ${[...said, ...expiry].join("; ")}. It applies ${takesEffect}.`, ...cut].join(" ")
       )
     }),
-    // Opened once the usage is known good: a usage error is exit 2 whatever the database (README, Exit codes).
+    // Opened once the usage is known good: a usage error is exit 2 whatever the database (docs/operators.md, Exit codes).
     Effect.provide(keysAnnounced(KeysOfExistingLive))
   )
 }).pipe(

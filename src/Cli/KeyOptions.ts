@@ -56,7 +56,7 @@ export const nameOption = Options.text("name").pipe(
 
 const rateLimitMessage = takes("--rate-limit")
 
-/** `600/60`: 600 requests per 60 seconds (README, The key command line). */
+/** `600/60`: 600 requests per 60 seconds (docs/operators.md, The key command line). */
 const RateLimitText = Schema.transformOrFail(
   Schema.String,
   Schema.Struct({
@@ -116,7 +116,7 @@ export const GraceText = Schema.transformOrFail(Schema.String, Schema.DurationFr
 }).annotations({ message: () => ({ message: graceMessage, override: true }) })
 
 /**
- * `--expires-in 30`: the key expires 30 days from the command (README, The key command line), for
+ * `--expires-in 30`: the key expires 30 days from the command (docs/operators.md, The key command line), for
  * `keys create` and `keys update` alike.
  */
 export const expiresInOption = (description: string) =>
@@ -148,7 +148,7 @@ const notAKeyId = (command: string, typed: string) => {
 
 /**
  * The key `keys <command>` acts on: its id as `keys list` shows it, never the whole key, whose
- * secret would stay in the shell's history and show in the process list (README, The key command line).
+ * secret would stay in the shell's history and show in the process list (docs/operators.md, The key command line).
  */
 export const keyIdArg = (command: string, what: string) =>
   Args.text({ name: "keyId" }).pipe(

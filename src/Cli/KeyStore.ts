@@ -5,7 +5,7 @@ import { checkedFirst, KeysConfig } from "../Config.ts"
 import { SqlExistingLive, SqlLive } from "../Database/Sql.ts"
 import { Ids } from "../Ids.ts"
 
-/** The key store on the server's database, as the key commands use it (README, The key command line). */
+/** The key store on the server's database, as the key commands use it (docs/operators.md, The key command line). */
 const keysOn = <E, R>(sql: Layer.Layer<Layer.Layer.Success<typeof SqlLive>, E, R>) =>
   ApiKeys.Live.pipe(
     Layer.provide(ApiKeysRepo.Live),
@@ -20,5 +20,5 @@ const keysOn = <E, R>(sql: Layer.Layer<Layer.Layer.Success<typeof SqlLive>, E, R
  */
 export const KeysLive = keysOn(SqlLive)
 
-/** The same for the other key commands, which refuse a database that is not there (README, The key command line). */
+/** The same for the other key commands, which refuse a database that is not there (docs/operators.md, The key command line). */
 export const KeysOfExistingLive = keysOn(SqlExistingLive)

@@ -36,7 +36,7 @@ interface ListedKey {
 /**
  * A column of `keys list`. A table wider than the output gives way column by column, from the
  * lowest `priority` up: first each takes its `short` form, then, if that is still too wide, each
- * is dropped (README, The key command line). A column without a priority is always shown whole,
+ * is dropped (docs/operators.md, The key command line). A column without a priority is always shown whole,
  * except the one that `fills`: it is cut with `…` to the width the others leave, down to
  * `fills` columns before anything else gives way.
  */
@@ -127,7 +127,7 @@ export const table = (listed: ReadonlyArray<ListedKey>, width: number) => {
 
 /**
  * The width the table fits in: the terminal's; when the output is not a terminal, `COLUMNS` if
- * it is a whole number above 0, else 80 (README, The key command line).
+ * it is a whole number above 0, else 80 (docs/operators.md, The key command line).
  */
 export const outputWidth = process.stdout.isTTY && process.stdout.columns > 0
   ? Effect.succeed(process.stdout.columns)

@@ -1,4 +1,4 @@
-/** A key as the key commands print it, in text and in JSON (README, The key command line). */
+/** A key as the key commands print it, in text and in JSON (docs/operators.md, The key command line). */
 import { DateTime } from "effect"
 import type { ApiKeyInfo } from "../Domain/ApiKey.ts"
 
@@ -22,7 +22,7 @@ export const status = (key: ApiKeyInfo, now: DateTime.Utc) =>
 export const shownName = (name: string | null) =>
   name === null || name === "" ? "-" : name.replace(/[\p{Cc}\p{Zl}\p{Zp}]/gu, (c) => JSON.stringify(c).slice(1, -1))
 
-/** A key as `keys list --json` and `keys show --json` print it (README, The key command line). */
+/** A key as `keys list --json` and `keys show --json` print it (docs/operators.md, The key command line). */
 export const jsonRow = (key: ApiKeyInfo, now: DateTime.Utc) => ({
   keyId: key.keyId,
   brandId: key.brandId,

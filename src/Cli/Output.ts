@@ -8,13 +8,13 @@ import { databaseName, type DatabaseTarget } from "../Config.ts"
  */
 export const say = (sentence: string) => Effect.sync(() => console.error(sentence))
 
-/** One sentence on stderr and the exit code: 2 for a usage error, 1 for a key that is not there (README, Exit codes). */
+/** One sentence on stderr and the exit code: 2 for a usage error, 1 for a key that is not there (docs/operators.md, Exit codes). */
 export const failWith = (code: 1 | 2, sentence: string) =>
   Effect.zipRight(say(sentence), Effect.sync(() => void (process.exitCode = code)))
 
 /**
  * What a command that opens the database says first, on stderr so that `--json` output stays one
- * line: which database (README, The key command line). A SQLite file that `keys create` is about
+ * line: which database (docs/operators.md, The key command line). A SQLite file that `keys create` is about
  * to make is said to be new, as it may be the wrong directory or DATABASE_URL.
  */
 const databaseNotice = (target: DatabaseTarget) =>

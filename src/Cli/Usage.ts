@@ -1,5 +1,5 @@
 /**
- * Usage errors in the service's own words: what is wrong, then the fix (README, The key command
+ * Usage errors in the service's own words: what is wrong, then the fix (docs/operators.md, The key command
  * line). @effect/cli finds what is wrong with a command line; what it says is put into a sentence
  * of our own here, with the command line as it was typed to say it precisely. A hint names
  * `--help` without naming the program, which may have been started as the binary, `bun
@@ -282,5 +282,5 @@ export const usageProblem = (tree: CommandTree, args: ReadonlyArray<string>): st
 export const helpFor = (tree: CommandTree, args: ReadonlyArray<string>): ReadonlyArray<string> | undefined =>
   args.includes("--help") || args.includes("-h") ? [...locate(tree, args).words, "--help"] : undefined
 
-/** The usage error for `sentence`: printed by the caller, exit 2 (README, Exit codes). */
+/** The usage error for `sentence`: printed by the caller, exit 2 (docs/operators.md, Exit codes). */
 export const usageError = (said: string) => ValidationError.invalidArgument(HelpDoc.p(said))

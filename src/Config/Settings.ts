@@ -2,7 +2,7 @@ import { Config, ConfigError, Data, Effect, Either, Layer, LogLevel, Option } fr
 import { isIP } from "node:net"
 
 /**
- * How a variable of the environment is read (README, Configuration): the table of every variable
+ * How a variable of the environment is read (docs/operators.md, Configuration): the table of every variable
  * the server reads, and the parsing each one's value goes through, with the one sentence an
  * operator reads when it is wrong.
  */
@@ -41,7 +41,7 @@ interface Setting {
 }
 
 /**
- * Every variable the server reads (README, Configuration): its default and what it is for, in one
+ * Every variable the server reads (docs/operators.md, Configuration): its default and what it is for, in one
  * line. The parsing below reads only these names, and `serve --help` lists them, so the two say
  * the same. A `default` is read exactly as a value set to it would be: the default shown is the
  * one used. Without one, an unset variable means what `meaning` says.
@@ -121,7 +121,7 @@ type Unset<N extends Name, A> = (typeof settings)[N] extends { readonly default:
 
 /**
  * One environment variable of `settings`: set (or unset with a default), `parse` gives its value
- * or what is wrong with it, and the failure is the whole sentence the operator reads (README,
+ * or what is wrong with it, and the failure is the whole sentence the operator reads (docs/operators.md,
  * Configuration): `NAME=value: what is wrong; what to do.` A variable that may hold a password
  * (`secret` in `settings`) is named without its value: `NAME is what is wrong; what to do.`
  */

@@ -5,7 +5,7 @@ import { dirname, resolve } from "node:path"
 import { DatabaseConfig, databaseName, type DatabaseTarget } from "../Config.ts"
 import { NoDatabase } from "./Services.ts"
 
-/** Why no backup was written, as the one sentence `backup` prints before it exits 1 (README, Backups). */
+/** Why no backup was written, as the one sentence `backup` prints before it exits 1 (docs/operators.md, Backups). */
 export class BackupRefused extends Data.TaggedError("BackupRefused")<{ readonly message: string }> {}
 
 type SqliteTarget = Extract<DatabaseTarget, { _tag: "sqlite" }>
@@ -73,7 +73,7 @@ const syncToDisk = (fd: number, file: string) => {
 
 /**
  * Writes a copy of the database that `database` opens to the new file `destination`, and says
- * where and how many bytes (README, Backups). `VACUUM INTO` reads the database in one read
+ * where and how many bytes (docs/operators.md, Backups). `VACUUM INTO` reads the database in one read
  * transaction, so the copy is the database as one moment saw it, every write committed before
  * that moment and none after; in WAL mode the server's writes go on meanwhile. The database is
  * opened only once the new file is there, and a copy that fails leaves no file behind.

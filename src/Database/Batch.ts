@@ -196,7 +196,7 @@ const workOf = (piece: Piece) =>
  * takes its locks in that one order. A piece that fails on its own, or whose row a statement
  * refuses, has its rows left out; a refused one runs again knowing that answer, before any other
  * row of it is written. Neither needs a savepoint or the others run again (a savepoint per piece
- * every time was a large part of an activation's CPU: README, Performance). Only a piece that ran
+ * every time was a large part of an activation's CPU: docs/operators.md, Performance). Only a piece that ran
  * a statement itself and then failed or was refused (or, run again, gave a row to a table already
  * written) makes the batch roll back and run again with each piece in its own savepoint, the pieces
  * in key order, their inserts that may be refused at once, their other rows after the last piece.

@@ -49,8 +49,8 @@ type Probe = Effect.Effect<KeyChanges, never, SqlClient.SqlClient | DatabaseFile
 
 /**
  * How the server learns that the keys changed, cheaply enough to ask on every request
- * (README, Reliability): on SQLite the wal-index header and `PRAGMA data_version`, on PostgreSQL
- * each change announced by a notification, with a poll of the counter behind it (README, Running
+ * (docs/operators.md, Reliability): on SQLite the wal-index header and `PRAGMA data_version`, on PostgreSQL
+ * each change announced by a notification, with a poll of the counter behind it (docs/operators.md, Running
  * several instances).
  */
 export const keyChanges = Effect.flatMap(DatabaseConfig, (target): Probe =>
@@ -188,7 +188,7 @@ const decodeAnnouncement = Schema.decodeUnknownOption(
  *
  * While the database does not answer, the last reading is trusted for `generationTrustedFor`
  * (counted from when the read started, so a reading always reflects every commit made that long
- * ago), then no key is vouched for (503) rather than one that may have been revoked since: README,
+ * ago), then no key is vouched for (503) rather than one that may have been revoked since: docs/operators.md,
  * Running several instances.
  *
  * Nothing is asked before the first request asks the generation: the key commands, which build

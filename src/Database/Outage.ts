@@ -6,7 +6,7 @@ import { Metrics } from "../Metrics.ts"
 const logInterval = Duration.seconds(10)
 
 /**
- * What a database outage costs the log (README, Operating it): every request, and every readiness
+ * What a database outage costs the log (docs/operators.md, Operating it): every request, and every readiness
  * probe, that the database could not serve is counted (`db_unavailable_total`), but only an
  * outage's first failure is logged with its cause; those that follow within the interval are
  * counted, and the next line says how many there were (`moreSinceLastLine`). A line for the last

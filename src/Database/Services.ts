@@ -23,7 +23,7 @@ export class DatabaseFile extends Context.Tag("Database/DatabaseFile")<DatabaseF
 }
 
 /**
- * No SQLite database at the path DATABASE_URL names, and a command that must not make one (README,
+ * No SQLite database at the path DATABASE_URL names, and a command that must not make one (docs/operators.md,
  * The key command line): most likely DATABASE_URL is mistyped or relative to another directory,
  * and a new, empty database there would only hide it.
  */
@@ -34,7 +34,7 @@ export class NoDatabase extends Data.TaggedError("NoDatabase")<{ readonly path: 
 }
 
 /**
- * Which database this process opened, as the start-up log names it (README, Configuration): the
+ * Which database this process opened, as the start-up log names it (docs/operators.md, Configuration): the
  * SQLite file's absolute path or PostgreSQL's host and database, never a password; and whether
  * the SQLite file (`created`) and its directory (`createdDirectory`) were made by this start.
  */

@@ -21,7 +21,7 @@ const makeSqlLive = (options: { readonly busyTimeoutMs: number; readonly create:
 export const SqlLive = makeSqlLive({ busyTimeoutMs: Duration.toMillis(busyTimeout), create: true })
 
 /**
- * The same for a command that must not make a database (README, The key command line): a SQLite
+ * The same for a command that must not make a database (docs/operators.md, The key command line): a SQLite
  * file that is not there fails with `NoDatabase`, and nothing is made, its directory included.
  */
 export const SqlExistingLive = makeSqlLive({ busyTimeoutMs: Duration.toMillis(busyTimeout), create: false })

@@ -57,7 +57,7 @@ const createPrivateFile = (filename: string, create: boolean) =>
       if (existing !== undefined && !looksLikeDatabase(filename)) {
         throw unusable(filename, "is not a SQLite database", "point it at this service's database or at a new path")
       }
-      // A missing directory is made, and the start-up log says so (README, Configuration).
+      // A missing directory is made, and the start-up log says so (docs/operators.md, Configuration).
       const createdDirectory = makePrivateDirectories(dirname(name))
       closeSync(openSync(filename, "a", 0o600))
       chmodSync(filename, 0o600)

@@ -44,7 +44,7 @@ const daysFrom = (first: string, last: string) => () => (fc: typeof FastCheck) =
 
 /**
  * The days a post can be planned for: each planned day is an entry of its campaign's analytics, so
- * the window bounds that answer (README, Analytics). Dates of this shape order as strings.
+ * the window bounds that answer (docs/integrators.md, Analytics). Dates of this shape order as strings.
  */
 const plannedPostWindow = { first: "2000-01-01", last: "2099-12-31" } as const
 const outsideWindow = `plannedPostAt must be a date from ${plannedPostWindow.first} to ${plannedPostWindow.last}`
@@ -182,7 +182,7 @@ export const ActivationIdPath = Schema.Struct({
 const notAPageLimit = "limit must be a whole number from 1 to 100"
 
 /**
- * A page size, 1 to 100, in any decimal spelling of it (README, Reads): leading zeros, a `+` and a
+ * A page size, 1 to 100, in any decimal spelling of it (docs/integrators.md, Reads): leading zeros, a `+` and a
  * fractional part of zeros, as a client that writes the document's integer its own way may send it.
  */
 const pageLimitSpelling = /^\+?0*(?:[1-9]\d?|100)(?:\.0+)?$/
@@ -217,7 +217,7 @@ const PageLimit = Schema.transform(
 
 /**
  * `GET /v1/activations`'s query parameters, all optional; any other is refused, naming it
- * (README, Reads).
+ * (docs/integrators.md, Reads).
  */
 export const ListActivationsQuery = Schema.Struct({
   creatorId: Schema.optional(Uuid("creatorId")),
@@ -283,7 +283,7 @@ export const AnalyticsQuery = Schema.Struct({
 export type AnalyticsQuery = typeof AnalyticsQuery.Type
 
 /**
- * A brand's line for its analytics calls (README, Analytics): one answered at a time, at most
+ * A brand's line for its analytics calls (docs/integrators.md, Analytics): one answered at a time, at most
  * `waiting` others waiting their turn, none of them longer than `longestWaitSeconds`; a call past
  * either bound is refused rather than queued.
  */

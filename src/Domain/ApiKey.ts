@@ -5,7 +5,7 @@ export type Scope = typeof Scope.Type
 
 /**
  * Whether a key with `scopes` may do what `required` grants: a key that may write campaigns may
- * read them too, as Stripe's and GitHub's write permissions include read (README, Reads).
+ * read them too, as Stripe's and GitHub's write permissions include read (docs/integrators.md, Reads).
  */
 export const grants = (scopes: ReadonlyArray<Scope>, required: Scope): boolean =>
   grantedBy(required).some((scope) => scopes.includes(scope))

@@ -45,7 +45,7 @@ export type ApiError =
   | InternalError
   | ServiceUnavailable
 
-/** The status and code of every error: the one table the README's error rows live in. */
+/** The status and code of every error: the one table docs/integrators.md's error rows live in. */
 const wireCodes = {
   ValidationError: [400, "VALIDATION_ERROR"],
   MalformedJson: [400, "MALFORMED_JSON"],
@@ -100,7 +100,7 @@ export const Envelope = <E extends ApiError>(cls: ErrorClass<E>) => {
   ).annotations({ ...HttpApiSchema.annotations({ status }), identifier: code, title: code })
 }
 
-/** Why a presented key was refused (README, Operating it): `missing` covers any header that is not Bearer credentials. */
+/** Why a presented key was refused (docs/operators.md, Operating it): `missing` covers any header that is not Bearer credentials. */
 export type RefusalReason =
   | "missing"
   | "malformed"

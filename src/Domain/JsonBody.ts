@@ -2,7 +2,7 @@ import { HttpApiMiddleware } from "@effect/platform"
 import { Schema } from "effect"
 import { Envelope, MalformedJson, PayloadTooLarge, UnsupportedMediaType } from "./Errors.ts"
 
-/** Bodies above this are refused with 413 (README, Errors). */
+/** Bodies above this are refused with 413 (docs/integrators.md, Errors). */
 export const maxBodyBytes = 16 * 1024
 /** A body that has not fully arrived by then is given up on, so slow senders cannot hold the server. */
 export const bodyTimeoutMs = 10_000
@@ -12,7 +12,7 @@ export const bodyTimeoutMs = 10_000
  */
 export const maxBodyChunks = 256
 
-/** Each way a JSON body is refused (README, Errors), whoever finds it: the middleware or the server reading the body. */
+/** Each way a JSON body is refused (docs/integrators.md, Errors), whoever finds it: the middleware or the server reading the body. */
 export const bodyRefusals = {
   unsupported: new UnsupportedMediaType({ message: "Content-Type must be application/json." }),
   charset: new UnsupportedMediaType({
@@ -33,7 +33,7 @@ export const bodyRefusals = {
 /**
  * "This endpoint takes a JSON body": 415 for another media type, another charset than UTF-8 or a
  * `Content-Encoding`, 413 past the size limit, 400
- * MALFORMED_JSON, each before the payload is decoded (README, Errors). The body is read once,
+ * MALFORMED_JSON, each before the payload is decoded (docs/integrators.md, Errors). The body is read once,
  * here: the endpoint's payload schema then decodes what it parsed to.
  */
 export class JsonBody extends HttpApiMiddleware.Tag<JsonBody>()("JsonBody", {

@@ -2,7 +2,7 @@ import { BlockList, isIP } from "node:net"
 import type { Cidr, ProxyHeader } from "../Config.ts"
 
 /**
- * Who sent a request, as the log tells it (README, Operating it: Logs): the client's address, the
+ * Who sent a request, as the log tells it (docs/operators.md, Operating it: Logs): the client's address, the
  * request's id (echoed in `X-Request-Id`), and the id the caller gave its request when that one is
  * not believed.
  */
@@ -74,7 +74,7 @@ const unmapped = (address: string): string => {
 
 /**
  * The client an address stands for wherever clients are counted (connections per address, the 401
- * tally; README, Operating it: Connections): an IPv4 address as it is, an IPv4-mapped one as its
+ * tally; docs/operators.md, Operating it: Connections): an IPv4 address as it is, an IPv4-mapped one as its
  * IPv4 address, and an IPv6 address by its /64, the least a network hands one subscriber, so that a
  * client does not get a budget per address of its prefix.
  */
@@ -114,7 +114,7 @@ export const trustedBy = (proxies: ReadonlyArray<Cidr>): (address: string) => bo
 
 /**
  * How the edge tells who sent a request, from the socket's peer, `TRUSTED_PROXIES` and
- * `TRUSTED_PROXY_HEADER` (README, Deployment: Behind a reverse proxy). A peer that is not a trusted
+ * `TRUSTED_PROXY_HEADER` (docs/operators.md, Deployment: Behind a reverse proxy). A peer that is not a trusted
  * proxy is the client, and its `X-Request-Id` is logged as `clientRequestId` beside an id of the
  * server's own, so that no caller can make its requests collide with another's in the log. A
  * trusted proxy's `X-Request-Id` is the request's id; its client is the last address of `header`

@@ -11,7 +11,7 @@ const requestsPerConnectionWindowMs = 10_000
 /**
  * Descriptors kept from connections for everything else the process opens: the database's files or
  * PostgreSQL's pool, Redis, the log, the metrics listener and its scrapes, the OTLP export, the
- * warm-up's copy (README, Operating it: Connections).
+ * warm-up's copy (docs/operators.md, Operating it: Connections).
  */
 const descriptorReserve = 256
 
@@ -96,7 +96,7 @@ export interface ConnectionCounts {
 }
 
 /**
- * The connections the server holds, counted per client address (README, Operating it:
+ * The connections the server holds, counted per client address (docs/operators.md, Operating it:
  * Connections): the socket peer's, an IPv6 address by its /64 (`clientKeyOf`). Bun tells the
  * server nothing when a connection opens or closes: a connection is known by its peer's address
  * and port from its first request on, and counts until it can no longer be open: while a request

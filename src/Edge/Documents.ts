@@ -231,7 +231,7 @@ export const docsPage = (api: HttpApi.HttpApi.Any, publicUrl: string): Effect.Ef
       prepare("text/javascript; charset=utf-8", immutable, scriptBytes, ["br", "gzip"])
     )
     return {
-      // The one HTML page: no other site may frame it (README, For integrators).
+      // The one HTML page: no other site may frame it (docs/http-reference.md, Headers on every answer).
       page: { ...page, headers: { "content-security-policy": "frame-ancestors 'none'" } },
       script: (name) => name === scriptName ? Option.some(prepared) : Option.none()
     }
@@ -278,7 +278,7 @@ const serverUrl = Effect.gen(function*() {
  * The handlers of the definition's documents (`DocumentsApi.ts`), for both servers. `GET /`: what
  * this service is and where its documents are, from the definition's title and version; their
  * URLs are PUBLIC_URL's when it is set, and without it the server does not know the address its
- * clients use, and names their paths alone (README, For integrators). The OpenAPI document is made
+ * clients use, and names their paths alone (docs/integrators.md, API). The OpenAPI document is made
  * by the first request that asks for it and served from its bytes from then on.
  */
 export const documentHandlers = (api: HttpApi.HttpApi.Any) =>

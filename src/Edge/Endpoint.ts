@@ -39,7 +39,7 @@ const notAQueryParameter = (name: string) =>
 
 /**
  * The query's decoder: one sentence for a parameter the endpoint does not take, or one it takes
- * given more than once (README, Errors). An endpoint that declares no query parameters refuses
+ * given more than once (docs/integrators.md, Errors). An endpoint that declares no query parameters refuses
  * any; the library's own server would ignore them, and a typo or a parameter meant for another
  * operation passes silently there.
  */

@@ -146,8 +146,7 @@ export interface Answering {
 }
 
 /**
- * The web response: the reply, the request id, and what every answer carries (README, For
- * integrators: `X-Content-Type-Options: nosniff`, so that no browser reads a JSON answer as
+ * The web response: the reply, the request id, and what every answer carries (docs/integrators.md: `X-Content-Type-Options: nosniff`, so that no browser reads a JSON answer as
  * anything else).
  */
 export const toWebResponse = ({ bodyRead, request, requestId }: Answering, reply: Reply): Response => {
@@ -157,12 +156,12 @@ export const toWebResponse = ({ bodyRead, request, requestId }: Answering, reply
     "x-request-id": requestId,
     ...reply.headers
   }
-  // HEAD answers as GET would, headers included (README, For integrators).
+  // HEAD answers as GET would, headers included (docs/http-reference.md, HEAD).
   if (request.method === "HEAD") headers["date"] = httpDate()
   // The rest of an unread body is still on the connection: it cannot carry another request.
   const closing = !bodyRead && hasBody(request)
   if (closing) headers["connection"] = "close"
-  // The one answer without a body (README, For integrators): nothing to give a type to.
+  // The one answer without a body (docs/integrators.md, Reads): nothing to give a type to.
   if (reply.status === 304) delete headers["content-type"]
   const response = new Response(reply.body, { status: reply.status, headers })
   if (closing) closingResponses.add(response)

@@ -36,7 +36,7 @@ export type Unmatched =
  * The routes matched by a path: a route's own spelling or with a trailing slash, in its letter
  * case; `//`, `;params` or percent-encoding never match. A known path with another method is 405
  * with `Allow`, anything else is 404. A parameter matches one segment with no `%` or `;` in it, so
- * that a percent-encoded path is no route, as the README says. On a server, Bun's table matches
+ * that a percent-encoded path is no route, as docs/http-reference.md says. On a server, Bun's table matches
  * every spelling first (`Edge.ts`), and this routes what it hands on; in process (tests, the
  * bench) every request comes here.
  */
@@ -178,7 +178,7 @@ const hostRefusals = {
 }
 
 /**
- * What a request's `Host` is refused with, if it is (README, Errors): a server MUST answer 400 to
+ * What a request's `Host` is refused with, if it is (docs/integrators.md, Errors): a server MUST answer 400 to
  * a request with none, with more than one, or with one that is not a host (RFC 9112 §3.2). Bun
  * refuses an HTTP/1.1 request without one itself (a bare 400); it hands on an HTTP/1.0 one without
  * it, one given twice as the two values joined with ", " (a space no host holds), and any value
@@ -212,7 +212,7 @@ export const makeRouter = (routes: ReadonlyArray<Route>, serve: Run) => {
 
   /**
    * Each request, its `Host` first: a request without a valid one is refused before its path is
-   * read (README, Errors: the order of checks), as Bun's own refusals are.
+   * read (docs/integrators.md, Errors: the order of checks), as Bun's own refusals are.
    */
   const run: Run = (route, request, path, params, peer) => {
     const refusal = hostRefusal(request, peer)
@@ -233,8 +233,7 @@ export const makeRouter = (routes: ReadonlyArray<Route>, serve: Run) => {
    * Bun resolves dot segments (`/./`, `/../`, `%2e`) and `\` in a path before anyone sees it, so
    * `/v1/x/../whoami` arrives as `/v1/whoami`; but its table matches only a path sent as spelled.
    * Every spelling of every route is in it with each method Bun routes by name: such a request
-   * that comes here was sent in no route's spelling, whatever its path now reads (README, For
-   * integrators: 404). Bun routes no other method by name, so those come here whatever their
+   * that comes here was sent in no route's spelling, whatever its path now reads (docs/http-reference.md, Route spellings: 404). Bun routes no other method by name, so those come here whatever their
    * spelling, and are routed by their path. Without a peer, in process (tests, the bench), any
    * request comes here, and is routed by its path.
    */

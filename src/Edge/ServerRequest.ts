@@ -33,9 +33,9 @@ const unsupported = (request: EdgeRequest, what: string) =>
 
 /**
  * The library's `HttpServerRequest` as the edge makes it for a request, once, for the middleware
- * and the handler (README, Layout: the request path). Headers are made into the library's record
+ * and the handler (docs/contributing.md, Layout: the request path). Headers are made into the library's record
  * only if asked for. The body is read at most once, when first asked for, bounded in size, chunks
- * and time (README, Errors): a body past a bound is refused with the error it is answered with,
+ * and time (docs/integrators.md, Errors): a body past a bound is refused with the error it is answered with,
  * the `cause` of the `RequestError` (the JSON body's middleware answers it). Its text and its JSON
  * are kept, so reading it again costs nothing, and whether it was read says whether the connection
  * can carry another request.

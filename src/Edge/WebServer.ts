@@ -92,7 +92,7 @@ type Routes = Record<
 >
 
 /**
- * The API's listener, bound before anything else of the server is built (README, Configuration):
+ * The API's listener, bound before anything else of the server is built (docs/operators.md, Configuration):
  * a start refused for its address or port has opened no database. Requests that arrive before the
  * server hands it its routes (`serve`) wait for them.
  */
@@ -150,13 +150,13 @@ const listen = <E>(
 
 /**
  * The API on the `Listener`: Bun's own router hands each API request to its handler. On SIGTERM
- * (README, Operating it: Shutdown) it first keeps serving for SHUTDOWN_DELAY_SECONDS with
+ * (docs/operators.md, Operating it: Shutdown) it first keeps serving for SHUTDOWN_DELAY_SECONDS with
  * `/readyz` at 503 and every answer closing its connection, so that a load balancer moves its
  * clients elsewhere before anything is refused (SIGINT skips the delay, or the rest of it: no
  * balancer waits on a terminal's Ctrl-C); then it stops listening, answers late arrivals on
  * open connections with a 503 envelope, waits for what is in flight, and only then lets the
  * layers (the database) close. The edge it serves is what the composition root (`App.ts`) hands it.
- * Each connection counts against its peer address's limit and the process's (README, Operating it:
+ * Each connection counts against its peer address's limit and the process's (docs/operators.md, Operating it:
  * Connections): a request over either is answered 503 and its connection closed.
  */
 export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Effect.Effect<EdgeOptions<Api>, E, R>) =>
@@ -295,7 +295,7 @@ export const WebServerLive = <Api extends HttpApi.HttpApi.Any, E, R>(options: Ef
         ? `Listening on ${server.url.href}`
         : `Listening on http://${server.hostname}:${server.port}`
     ).pipe(
-      // What the connections are limited to (README, Operating it: Connections); null: no limit known.
+      // What the connections are limited to (docs/operators.md, Operating it: Connections); null: no limit known.
       Effect.annotateLogs({
         connectionsPerAddress: perAddress,
         connectionsPerProxy: perProxy,

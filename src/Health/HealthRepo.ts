@@ -3,7 +3,7 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Context, Effect, Layer } from "effect"
 import { DatabaseFile } from "../Database/Sql.ts"
 
-/** Whether the database answers, for readiness (README, Operating it: Health). */
+/** Whether the database answers, for readiness (docs/operators.md, Operating it: Health). */
 export class HealthRepo extends Context.Tag("Health/HealthRepo")<HealthRepo, {
   readonly database: "sqlite" | "postgres"
   /**

@@ -16,7 +16,7 @@ const alive = Effect.succeed(Object.freeze({ ok: true as const, status: "alive" 
 
 /**
  * How long one answer of the database serves readiness: probes, which need no key, may come at any
- * rate, and the database is asked at most once per this long whatever it is (README, Operating it).
+ * rate, and the database is asked at most once per this long whatever it is (docs/operators.md, Operating it).
  */
 const readinessCheckedEvery = Duration.seconds(1)
 
@@ -28,7 +28,7 @@ export const HealthHandlers = Effect.gen(function*() {
   const warming = yield* Warming
   const outage = yield* DatabaseOutage
   // A failure is one the database could not serve, as an activation's would be: counted and logged
-  // as the outage's other failures are (README, Operating it), so that an outage with no traffic
+  // as the outage's other failures are (docs/operators.md, Operating it), so that an outage with no traffic
   // but the probes shows, and a probe every few milliseconds adds no line of its own.
   const databaseAnswers = yield* Effect.cachedWithTTL(
     repo.ping.pipe(

@@ -7,7 +7,7 @@ export class IdempotencyKey extends Context.Tag("Idempotency/IdempotencyKey")<Id
 
 /**
  * "This endpoint runs once per `Idempotency-Key`": 400 without one, 400 naming the rule for one
- * that breaks it, before the body is read (README, Errors), and the key, decoded once, for the
+ * that breaks it, before the body is read (docs/integrators.md, Errors), and the key, decoded once, for the
  * handler. The endpoint declares the header too (`setHeaders`), so that the OpenAPI document shows
  * it and typed clients send it.
  */

@@ -14,7 +14,7 @@ const keyRequired = Effect.fail(
 const decode = Schema.decodeUnknownEither(IdempotencyKeyHeader)
 
 /**
- * `RequireIdempotencyKey` (README, Idempotency): 400 IDEMPOTENCY_KEY_REQUIRED unless an
+ * `RequireIdempotencyKey` (docs/integrators.md, Idempotency): 400 IDEMPOTENCY_KEY_REQUIRED unless an
  * `Idempotency-Key` is there, 400 VALIDATION_ERROR naming the rule unless it keeps the header's
  * schema, and otherwise the key, unquoted, for the handler.
  */

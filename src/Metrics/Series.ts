@@ -1,7 +1,7 @@
 import { Metric, MetricBoundaries, MetricLabel } from "effect"
 
 /**
- * The service's series (README, Operating it: Metrics), kept in Effect's metric registry: the
+ * The service's series (docs/operators.md, Operating it: Metrics), kept in Effect's metric registry: the
  * Prometheus listener renders it and, with tracing on, `@effect/opentelemetry` exports the same
  * registry over OTLP. Names are the Prometheus spelling; label keys are OpenTelemetry's attribute
  * names, as the spans carry them, and the Prometheus text spells their dots as underscores.

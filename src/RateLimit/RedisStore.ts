@@ -76,7 +76,7 @@ const startTimeout = Duration.seconds(5)
  * This store owns its client, so an outage is one warning in the service's log and its end one
  * more, and a command fails at once while disconnected (no offline queue) rather than waiting:
  * the rate limit then fails open (see RateLimit). At start, though, a Redis that does not answer
- * refuses the start with one sentence, as an unreachable PostgreSQL does (README, Rate limiting):
+ * refuses the start with one sentence, as an unreachable PostgreSQL does (docs/integrators.md, Rate limiting):
  * a mistyped REDIS_URL would otherwise be a server with no rate limit at all.
  */
 export const makeRedis = (url: Redacted.Redacted<string>) =>

@@ -36,7 +36,7 @@ export class RateLimitStore extends Context.Tag("RateLimit/RateLimitStore")<Rate
 
   /**
    * Redis at `url`, shared by every instance. Its client is loaded only when REDIS_URL is set:
-   * the single instance does not pay for ioredis at start (README, Layout).
+   * the single instance does not pay for ioredis at start (docs/contributing.md, Layout).
    */
   static readonly redis = (url: Redacted.Redacted<string>) =>
     Layer.unwrapEffect(

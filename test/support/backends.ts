@@ -19,7 +19,7 @@ export interface Backend {
   readonly count: (database: string, sql: string, ...params: Array<string>) => Promise<number>
   /** Runs one statement, as an operator (or an accident) would from outside. */
   readonly exec: (database: string, sql: string) => Promise<void>
-  /** When the README promises that a created, revoked or expired key is seen. */
+  /** When docs/operators.md promises that a created, revoked or expired key is seen. */
   readonly keysSeen: string
   /** Waits as long as that promise allows: nothing on SQLite, the whole second on PostgreSQL. */
   readonly afterKeyChange: () => Promise<void>

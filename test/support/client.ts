@@ -36,7 +36,7 @@ export interface Call {
 
 /**
  * How long `call` waits for a whole answer: past the server's own bound on reading a body (10 s,
- * README), short of a test's timeout, so that a request left hanging fails as itself.
+ * docs/integrators.md, Errors), short of a test's timeout, so that a request left hanging fails as itself.
  */
 const answerTimeoutMs = stateDeadlineMs
 

@@ -1,7 +1,7 @@
 import { expect } from "@effect/vitest"
 import type { Answer, RawResponse } from "./client.ts"
 
-/** The error codes of the README (Errors) and their statuses. */
+/** The error codes of docs/integrators.md (Errors) and their statuses. */
 export const errorStatus: Readonly<Record<string, number>> = {
   VALIDATION_ERROR: 400,
   MALFORMED_JSON: 400,

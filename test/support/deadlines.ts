@@ -1,6 +1,6 @@
 /**
  * How long a test waits for a state (a server listening, an answer, a log line, a poll's effect)
- * before it fails. What takes a second on an idle machine takes many on a loaded one (README,
+ * before it fails. What takes a second on an idle machine takes many on a loaded one (docs/contributing.md,
  * Tests), so a wait is for the state, and its deadline only decides when a test that will fail
  * says so: minutes, never a figure a slow run could reach.
  */

@@ -7,7 +7,7 @@ import type { Scope } from "../../src/Domain/ApiKey.ts"
 /**
  * The operations the definition declares, as the tests read them: what a test that covers every
  * operation, scope or probe iterates over, so that a new endpoint is checked by those tests without
- * a list to extend. What the README states of the existing operations stays written out where a
+ * a list to extend. What docs/integrators.md states of the existing operations stays written out where a
  * test checks it.
  */
 export interface DeclaredOperation {

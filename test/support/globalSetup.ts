@@ -53,7 +53,7 @@ export default async function setup() {
   process.env["CAMPAIGN_API_TEST_RUN"] = run
 
   // The single binary, built once as `bun run build` builds it: a child started from it is up in
-  // a third of the time a child transpiling src/ takes, and the tests exercise what ships (README,
+  // a third of the time a child transpiling src/ takes, and the tests exercise what ships (docs/contributing.md,
   // Tests). The tests of the source's own start (its command line after the heap-size restart)
   // still run `bun src/main.ts`.
   const binary = join(root, "campaign-api")

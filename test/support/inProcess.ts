@@ -10,7 +10,7 @@ export interface InProcessServer {
 
 /**
  * The server built from its layers in this process, as `serve` builds it, listening on a free
- * loopback port: the HTTP contract on the raw wire without a child process (README, Tests). Its
+ * loopback port: the HTTP contract on the raw wire without a child process (docs/contributing.md, Tests). Its
  * log is off; what the log says is tested on a real process.
  */
 export const serveInProcess = async (database: string, env: Environment = {}): Promise<InProcessServer> => {

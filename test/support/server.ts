@@ -46,8 +46,8 @@ export interface StartOptions {
 }
 
 /**
- * A child stops at once on SIGTERM unless a test asks for the drain window (README, Operating it:
- * Shutdown), and is ready without the warm-up unless a test asks for it (README, Operating it:
+ * A child stops at once on SIGTERM unless a test asks for the drain window (docs/operators.md, Operating it:
+ * Shutdown), and is ready without the warm-up unless a test asks for it (docs/operators.md, Operating it:
  * Start-up), so that a test may ask `/readyz` the moment the server listens.
  */
 const spawnMain = (
@@ -185,7 +185,7 @@ export interface CreatedTestKey {
 }
 
 /**
- * The README's bound for a change to a key (a revocation, a roll, an update) to reach every
+ * The bound of docs/operators.md for a change to a key (a revocation, a roll, an update) to reach every
  * instance on a shared database, whether or not the instance heard it announced (Running several
  * instances). A key created is taken at once.
  */
@@ -193,7 +193,7 @@ export const keyPropagationBound = 1000
 
 /**
  * Creates a key in the server's database the way the CLI does, without a process per key. Every
- * running server takes it from the moment it returns, on PostgreSQL as on SQLite (README, Running
+ * running server takes it from the moment it returns, on PostgreSQL as on SQLite (docs/operators.md, Running
  * several instances), so a test uses it at once.
  */
 export const createKey = (

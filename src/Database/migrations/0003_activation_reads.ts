@@ -2,7 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
- * The indexes of the reads (README, Reads and Analytics), each beginning with the brand, so that
+ * The indexes of the reads (docs/integrators.md, Reads and Analytics), each beginning with the brand, so that
  * every read is a range of one brand's entries. Ids are compared as stored (lowercase); path ids are
  * stored as sent, in any letter case, so the filters compare them lowercased, and so do the
  * indexes. SQL both SQLite and PostgreSQL accept.

@@ -2,7 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
- * A campaign's numbers kept as it is activated (README, Analytics), so that its analytics read a
+ * A campaign's numbers kept as it is activated (docs/integrators.md, Analytics), so that its analytics read a
  * few rows per day instead of every activation: activations per (activated day, planned day),
  * which creators activated on which day (the distinct creators of a range of days), and which
  * creators activated at all (those of the whole campaign, without a scan of every day). Written in each activation's own transaction (an answered

@@ -2,7 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
- * What a key needs to live as a credential (README, The key command line): the secret it had
+ * What a key needs to live as a credential (docs/operators.md, The key command line): the secret it had
  * before its last roll and when that one ends, a rate limit of its own, and when each of its
  * secrets was last used (by the secret's digest, so that a use is told apart from the other
  * secret's, whichever instance writes it and whenever). Last use has a table of its own: it is

@@ -2,7 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
- * The distinct creators of a range of days, from a few rows per day (README, Reliability: indexes
+ * The distinct creators of a range of days, from a few rows per day (docs/operators.md, Reliability: indexes
  * and counts). Before, a range counted `DISTINCT creator_key` over every creator-day in it: a
  * million creators were a million rows read and sorted, on SQLite on the event loop, and every
  * other brand's requests waited behind it.

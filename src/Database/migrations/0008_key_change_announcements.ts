@@ -2,7 +2,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
 /**
- * On PostgreSQL, every change to a key is announced to the instances that listen (README, Running
+ * On PostgreSQL, every change to a key is announced to the instances that listen (docs/operators.md, Running
  * several instances): the trigger of migration 0002, now for each row, also sends
  * `pg_notify('api_keys_changed', '{"keyId":…,"generation":…}')` with the key's id and the
  * generation it moved to (a TRUNCATE: `keyId` null, every key). A notification is sent when its
