@@ -1,17 +1,29 @@
 import { Chunk, Clock, Context, DateTime, Deferred, Duration, Effect, FiberId, Layer, Option, Queue } from "effect"
 import { timingSafeEqual } from "node:crypto"
-import { type ApiKeyRow, ApiKeysRepo, type KeyChangesRequested, type SecretUse } from "./ApiKeys/ApiKeysRepo.ts"
+import { type ApiKeyRow, ApiKeysRepo, type SecretUse } from "./ApiKeys/ApiKeysRepo.ts"
 import {
-  ApiKeyInfo,
-  type Authenticated,
-  type BrandId,
-  type KeyId,
-  type RateLimitPolicy,
-  type Scope
-} from "./Domain/ApiKey.ts"
+  type CreatedKey,
+  type CreateOptions,
+  dateOrNull,
+  type KeyUpdate,
+  maxGrace,
+  type RolledKey,
+  toInfo,
+  type UpdatedKey
+} from "./ApiKeys/KeyInfo.ts"
+import type { ApiKeyInfo, Authenticated, BrandId, KeyId, RateLimitPolicy, Scope } from "./Domain/ApiKey.ts"
 import { KeyRefused, type RefusalReason } from "./Domain/Errors.ts"
 import { Ids } from "./Ids.ts"
 import { spans } from "./Spans.ts"
+
+export {
+  type CreatedKey,
+  type CreateOptions,
+  type KeyUpdate,
+  maxGrace,
+  type RolledKey,
+  type UpdatedKey
+} from "./ApiKeys/KeyInfo.ts"
 
 /** `cak_<keyId>_<secret>`: a public 16-character id and 256 random bits as hex. */
 const keyFormat = /^cak_([a-z0-9]{16})_([0-9a-f]{64})$/
@@ -36,69 +48,6 @@ const rereadWaitedFor = Duration.seconds(1)
 
 const refused = (reason: RefusalReason, keyId: KeyId, brandId: BrandId | null) =>
   Effect.fail(new KeyRefused({ reason, keyId, brandId }))
-
-export interface CreateOptions {
-  readonly brandId: BrandId
-  readonly scopes: ReadonlyArray<Scope>
-  readonly name: Option.Option<string>
-  readonly expiresIn: Option.Option<Duration.Duration>
-  readonly rateLimit?: RateLimitPolicy | null
-}
-
-export interface CreatedKey {
-  readonly apiKey: string
-  readonly info: ApiKeyInfo
-}
-
-/** What `update` may change; an absent field stays as it is, and an expiry of null is none. */
-export interface KeyUpdate extends Omit<KeyChangesRequested, "expiresAt"> {
-  /** From now, as at create; null: the key no longer expires. */
-  readonly expiresIn?: Duration.Duration | null
-}
-
-/** A key as an update left it. */
-export interface UpdatedKey {
-  readonly expiresAt: DateTime.Utc | null
-  /**
-   * When the secret a rolled key had before stops, if the update's expiry brought that forward:
-   * a key's expiry covers both its secrets (docs/operators.md, The key command line). Null otherwise.
-   */
-  readonly graceCutTo: DateTime.Utc | null
-}
-
-/** A rolled key: its new secret, printed once, and when the secret it had stops working. */
-export interface RolledKey {
-  readonly apiKey: string
-  readonly keyId: KeyId
-  readonly previousSecretEndsAt: DateTime.Utc
-}
-
-/** How long a rolled key's previous secret may keep working at most (docs/operators.md, The key command line). */
-export const maxGrace = Duration.days(30)
-
-const dateOrNull = (millis: number | null) => millis === null ? null : DateTime.unsafeMake(millis)
-
-const toInfo = (row: ApiKeyRow, uses: ReadonlyArray<SecretUse>, now: number): ApiKeyInfo => {
-  const previousWorks = row.previousSecretEndsAt !== null && row.previousSecretEndsAt > now && row.revokedAt === null
-  const previousUse = previousWorks ? uses.find((use) => use.secretSha256 === row.previousSecretSha256) : undefined
-  const lastUse = uses.reduce<number | null>(
-    (latest, use) => latest === null || use.at > latest ? use.at : latest,
-    null
-  )
-  return new ApiKeyInfo({
-    keyId: row.keyId as KeyId,
-    brandId: row.brandId as BrandId,
-    name: row.name,
-    scopes: row.scopes as ReadonlyArray<Scope>,
-    createdAt: DateTime.unsafeMake(row.createdAt),
-    expiresAt: dateOrNull(row.expiresAt),
-    revokedAt: dateOrNull(row.revokedAt),
-    previousSecretEndsAt: previousWorks ? dateOrNull(row.previousSecretEndsAt) : null,
-    rateLimit: row.rateLimit,
-    lastUsedAt: dateOrNull(lastUse),
-    previousSecretLastUsedAt: dateOrNull(previousUse?.at ?? null)
-  })
-}
 
 /** The earlier of two ends, null being never. */
 const earlier = (a: number | null, b: number | null) => a === null ? b : b === null ? a : Math.min(a, b)
