@@ -16,6 +16,7 @@ import {
 } from "effect"
 import { LogLevelConfig } from "./Config.ts"
 import type { RefusalReason } from "./Domain/Errors.ts"
+import { encodeAccessLine, type LineSink, makeScratchSink } from "./Logging/AccessLine.ts"
 import { makeLineWriter } from "./Logging/Stderr.ts"
 import { series } from "./Metrics/Series.ts"
 
@@ -182,28 +183,9 @@ export const jsonLine = (
 
 const jsonLines = Logger.make((options) => stderrLines.write(jsonLine(options)))
 
-/** The fields of an access line, by name: an annotation of the same name gives way to the field. */
-const accessFieldNames: ReadonlySet<string> = new Set<keyof AccessLogFields>([
-  "clientAddress",
-  "clientRequestId",
-  "method",
-  "route",
-  "status",
-  "durationMs",
-  "keyId",
-  "brandId",
-  "reason"
-])
-
-/** A string or null as JSON. */
-const text = (value: string | null): string => (value === null ? "null" : JSON.stringify(value))
-
 /**
- * The access line exactly as `jsonLine` writes it (services.test holds the two equal), from a
- * template: the request's values written into it as they are, the annotations (the request's id)
- * each as its own JSON, no record of the whole line made and stringified, no `Date` unless the
- * millisecond changed (bench/BENCHMARKS.md, As fast at the default log level). An annotation that
- * shares a field's name, or a value JSON cannot write (a cycle), takes the record's way.
+ * The access line exactly as `jsonLine` writes it (services.test holds the two equal), as a
+ * string: encoded as the server writes it (`Logging/AccessLine.ts`), or by the record's way.
  */
 export const accessLine = (
   annotations: HashMap.HashMap<string, unknown>,
@@ -212,31 +194,15 @@ export const accessLine = (
   fiberId: FiberId.FiberId,
   now: number
 ): string => {
-  let annotated = ""
-  let plain = true
-  HashMap.forEach(annotations, (value, key) => {
-    if (!plain) return
-    if (accessFieldNames.has(key)) return plain = false
-    try {
-      const json = JSON.stringify(value)
-      if (json !== undefined) annotated += `${JSON.stringify(key)}:${json},`
-    } catch {
-      plain = false
-    }
-  })
-  if (!plain) return recordAccessLine(annotations, fields, spans, fiberId, now)
-  return `{"message":"request","logLevel":"INFO","timestamp":"${
-    isoTimestamp(now)
-  }","annotations":{${annotated}"clientAddress":${text(fields.clientAddress)},"clientRequestId":${
-    text(fields.clientRequestId)
-  },"method":${JSON.stringify(fields.method)},"route":${
-    JSON.stringify(fields.route)
-  },"status":${fields.status},"durationMs":${fields.durationMs},"keyId":${text(fields.keyId)},"brandId":${
-    text(fields.brandId)
-  },"reason":${text(fields.reason)}},"spans":${
-    List.isNil(spans) ? "{}" : JSON.stringify(spansObject(spans, now))
-  },"fiberId":${JSON.stringify(fiberLabel(fiberId))}}`
+  if (!encodeAccessLine(scratch.sink, annotations, fields, spans, fiberId, now, spansJson, fiberLabel)) {
+    return recordAccessLine(annotations, fields, spans, fiberId, now)
+  }
+  return scratch.line()
 }
+
+const scratch = makeScratchSink()
+
+const spansJson = (spans: List.List<LogSpan.LogSpan>, now: number) => JSON.stringify(spansObject(spans, now))
 
 /** The access line as one record of its fields, stringified: what `jsonLine` makes of it. */
 const recordAccessLine = (
@@ -259,23 +225,23 @@ const recordAccessLine = (
   })
 }
 
-/** The access line, from the request's fiber: its own annotations, log spans and id. */
-const lineOf = (fiber: Fiber.RuntimeFiber<unknown, unknown>, fields: AccessLogFields) =>
-  accessLine(
-    fiber.getFiberRef(FiberRef.currentLogAnnotations),
-    fields,
-    fiber.getFiberRef(FiberRef.currentLogSpan),
-    fiber.id(),
-    Date.now()
-  )
+/** Writes the access line into `sink` from the request's fiber: its own annotations, log spans and id. */
+const writeLine = (sink: LineSink, fiber: Fiber.RuntimeFiber<unknown, unknown>, fields: AccessLogFields) => {
+  const annotations = fiber.getFiberRef(FiberRef.currentLogAnnotations)
+  const spans = fiber.getFiberRef(FiberRef.currentLogSpan)
+  const now = Date.now()
+  if (!encodeAccessLine(sink, annotations, fields, spans, fiber.id(), now, spansJson, fiberLabel)) {
+    sink.write(recordAccessLine(annotations, fields, spans, fiber.id(), now))
+  }
+}
 
-const accessLines = AccessLogOutput.of((fiber, fields) => stderrLines.write(lineOf(fiber, fields)))
+const accessLines = AccessLogOutput.of((fiber, fields) => writeLine(stderrLines, fiber, fields))
 
-/** Access lines made as the JSON logging makes them, and dropped: the warm-up's (`WarmUp.ts`). */
-export const UnwrittenAccessLines = Layer.succeed(
-  AccessLogOutput,
-  AccessLogOutput.of((fiber, fields) => void lineOf(fiber, fields))
-)
+/** Access lines encoded as the JSON logging encodes them, and dropped: the warm-up's (`WarmUp.ts`). */
+export const UnwrittenAccessLines = Layer.sync(AccessLogOutput, () => {
+  const { sink } = makeScratchSink()
+  return AccessLogOutput.of((fiber, fields) => writeLine(sink, fiber, fields))
+})
 
 /**
  * Logs go to stderr, so stdout carries only what a command prints (`keys create --json`

@@ -1183,6 +1183,53 @@ describe("the access line", () => {
     expect(JSON.parse(noFiber).fiberId).toBe("")
   })
 
+  it("is spelled as the generic JSON line for any text, number, annotation and fiber (property)", () => {
+    const text = fc.oneof(fc.string(), fc.string({ unit: "binary" }), fc.constantFrom("", "\u2028", "\ud800", "\u007f"))
+    const nullable = fc.option(text, { nil: null })
+    const duration = fc.oneof(
+      fc.integer({ min: 0, max: 2_000_000_000_000 }).map((micros) => Math.round(micros) / 1000),
+      fc.double({ noNaN: false }),
+      fc.constantFrom(0, 0.001, 0.1, 0.999, 1, 10, 999_999_999.999, 1e9, 1e21, -0.5)
+    )
+    const annotation = fc.tuple(
+      fc.oneof(fc.string(), fc.constantFrom("requestId", "0", "9lives", "__proto__", "status", "toString")),
+      fc.oneof(text, fc.integer(), fc.double(), fc.boolean(), fc.constant(null), fc.dictionary(fc.string(), text))
+    )
+    fc.assert(
+      fc.property(
+        fc.record({
+          clientAddress: text,
+          clientRequestId: nullable,
+          method: text,
+          route: text,
+          status: fc.oneof(fc.integer({ min: 100, max: 599 }), duration),
+          durationMs: duration,
+          keyId: nullable,
+          brandId: nullable,
+          reason: fc.option(fc.constantFrom("unknown key" as const, "revoked" as const), { nil: null })
+        }),
+        fc.array(annotation, { maxLength: 4 }),
+        fc.oneof(fc.nat().map((id) => FiberId.runtime(id, 0)), fc.constant(FiberId.none)),
+        fc.integer({ min: 0, max: 4_102_444_800_000 }),
+        (drawn, pairs, id, at) => {
+          const annotations = HashMap.fromIterable(pairs)
+          const line = accessLine(annotations, drawn, List.nil(), id, at)
+          const expected = jsonLine({
+            annotations,
+            cause: Cause.empty,
+            date: new Date(at),
+            fiberId: id,
+            logLevel: LogLevel.Info,
+            message: ["request", drawn],
+            spans: List.nil()
+          })
+          expect(line).toBe(expected)
+        }
+      ),
+      { numRuns: 2_000 }
+    )
+  })
+
   it("is the line users read: every key in place, quotes escaped, and every one of many annotations", () => {
     expect(accessLine(HashMap.make(["requestId", "req-1"]), fields, List.nil(), fiberId, now)).toBe(
       String

@@ -19,6 +19,17 @@ import { constants, fstatSync, openSync, writeSync } from "node:fs"
 export interface LineWriter {
   /** Adds a line (without its newline); written with the turn's others, or dropped and counted. */
   readonly write: (line: string) => void
+  /**
+   * Room for one line of at most `bytes` bytes, its newline included, for a line encoded straight
+   * into the writer's buffer (the access line, `Logging/AccessLine.ts`): the offset in `buffer()`
+   * to write it at, or -1 when it is dropped (and counted). `commit` is given the line's end before
+   * anything else is written.
+   */
+  readonly reserve: (bytes: number) => number
+  /** The buffer that `reserve`'s offset is in, until the next `reserve` or `write`. */
+  readonly buffer: () => Uint8Array
+  /** The line reserved for is written up to `end` (its newline included). */
+  readonly commit: (end: number) => void
   /** How many lines were dropped since the process started. */
   readonly dropped: () => number
 }
@@ -40,7 +51,13 @@ const writableFd = (fd: number): number => {
 }
 
 /** The buffer's first size, and the size it goes back to once empty after a burst. */
-const initialSize = 64 * 1024
+const initialSize = 128 * 1024
+
+/**
+ * Past this many bytes waiting, they are written at once rather than at the turn's end: a turn
+ * of many requests needs no larger buffer, and no copy into one.
+ */
+const flushAt = 64 * 1024
 
 export const makeLineWriter = (
   fd: number,
@@ -104,22 +121,38 @@ export const makeLineWriter = (
     while (!writeOut() && Date.now() < until) Bun.sleepSync(1)
   })
 
+  const reserve = (bytes: number): number => {
+    if (retry !== undefined && end - start + bytes > bound) {
+      dropped++
+      onDropped(1)
+      return -1
+    }
+    if (end + bytes > buffer.length) makeRoom(bytes)
+    return end
+  }
+  const commit = (written: number) => {
+    end = written
+    if (retry !== undefined) return
+    if (end - start >= flushAt) {
+      if (!writeOut()) retry = setTimeout(flush, 1)
+    } else if (!scheduled) {
+      scheduled = true
+      setImmediate(flush)
+    }
+  }
+
   return {
     write: (line) => {
-      const bytes = Buffer.byteLength(line) + 1
-      if (retry !== undefined && end - start + bytes > bound) {
-        dropped++
-        onDropped(1)
-        return
-      }
-      if (end + bytes > buffer.length) makeRoom(bytes)
-      end += buffer.write(line, end)
-      buffer[end++] = 10
-      if (!scheduled && retry === undefined) {
-        scheduled = true
-        setImmediate(flush)
-      }
+      // UTF-8 takes at most three bytes for each of a string's UTF-16 units: no count of them first.
+      const at = reserve(line.length * 3 + 1)
+      if (at < 0) return
+      const written = at + buffer.write(line, at)
+      buffer[written] = 10
+      commit(written + 1)
     },
+    reserve,
+    buffer: () => buffer,
+    commit,
     dropped: () => dropped
   }
 }
