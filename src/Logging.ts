@@ -16,26 +16,11 @@ import {
 } from "effect"
 import { LogLevelConfig } from "./Config.ts"
 import type { RefusalReason } from "./Domain/Errors.ts"
-import { encodeAccessLine, type LineSink, makeScratchSink } from "./Logging/AccessLine.ts"
+import { type AccessLogFields, type LineSink, makeAccessLineEncoder, makeScratchSink } from "./Logging/AccessLine.ts"
 import { makeLineWriter } from "./Logging/Stderr.ts"
 import { series } from "./Metrics/Series.ts"
 
-/**
- * One access-log line's fields: who sent it (docs/operators.md, Operating it: Logs); the key's id and brand, never the key. A refused key (a 401) keeps
- * its id when it parses and its brand when it is known, and `reason` (null on every other line) says
- * why: support can tell from the log what the answer must not (docs/operators.md, Operating it).
- */
-export type AccessLogFields = {
-  readonly clientAddress: string
-  readonly clientRequestId: string | null
-  readonly method: string
-  readonly route: string
-  readonly status: number
-  readonly durationMs: number
-  readonly keyId: string | null
-  readonly brandId: string | null
-  readonly reason: RefusalReason | null
-}
+export type { AccessLogFields }
 
 /**
  * What a request's key was, as its access line says it: its id and brand when known, and why it
@@ -183,6 +168,13 @@ export const jsonLine = (
 
 const jsonLines = Logger.make((options) => stderrLines.write(jsonLine(options)))
 
+/** The access line's encoder, with the parts it shares with every JSON line. */
+const encodeAccessLine = makeAccessLineEncoder({
+  timestamp: isoTimestamp,
+  spans: (spans, now) => JSON.stringify(spansObject(spans, now)),
+  fiberLabel
+})
+
 /**
  * The access line exactly as `jsonLine` writes it (services.test holds the two equal), as a
  * string: encoded as the server writes it (`Logging/AccessLine.ts`), or by the record's way.
@@ -194,15 +186,13 @@ export const accessLine = (
   fiberId: FiberId.FiberId,
   now: number
 ): string => {
-  if (!encodeAccessLine(scratch.sink, annotations, fields, spans, fiberId, now, spansJson, fiberLabel)) {
+  if (!encodeAccessLine(scratch.sink, annotations, fields, spans, fiberId, now)) {
     return recordAccessLine(annotations, fields, spans, fiberId, now)
   }
   return scratch.line()
 }
 
 const scratch = makeScratchSink()
-
-const spansJson = (spans: List.List<LogSpan.LogSpan>, now: number) => JSON.stringify(spansObject(spans, now))
 
 /** The access line as one record of its fields, stringified: what `jsonLine` makes of it. */
 const recordAccessLine = (
@@ -229,9 +219,10 @@ const recordAccessLine = (
 const writeLine = (sink: LineSink, fiber: Fiber.RuntimeFiber<unknown, unknown>, fields: AccessLogFields) => {
   const annotations = fiber.getFiberRef(FiberRef.currentLogAnnotations)
   const spans = fiber.getFiberRef(FiberRef.currentLogSpan)
+  const fiberId = fiber.id()
   const now = Date.now()
-  if (!encodeAccessLine(sink, annotations, fields, spans, fiber.id(), now, spansJson, fiberLabel)) {
-    sink.write(recordAccessLine(annotations, fields, spans, fiber.id(), now))
+  if (!encodeAccessLine(sink, annotations, fields, spans, fiberId, now)) {
+    sink.write(recordAccessLine(annotations, fields, spans, fiberId, now))
   }
 }
 

@@ -1,5 +1,5 @@
-import type { FiberId } from "effect"
-import { HashMap, List, type LogSpan } from "effect"
+import { type FiberId, HashMap, List, type LogSpan } from "effect"
+import type { RefusalReason } from "../Domain/Errors.ts"
 
 /**
  * The access line encoded straight into the bytes it is written as: the line of `jsonLine`'s
@@ -19,8 +19,13 @@ export interface LineSink {
   readonly write: (line: string) => void
 }
 
-/** The fields of an access line, in the order the line writes them. */
-export type AccessLineFields = {
+/**
+ * One access-log line's fields: who sent it (docs/operators.md, Operating it: Logs); the key's id and brand, never the key. A refused key (a 401) keeps
+ * its id when it parses and its brand when it is known, and `reason` (null on every other line) says
+ * why: support can tell from the log what the answer must not (docs/operators.md, Operating it).
+ * In the order the line writes them.
+ */
+export type AccessLogFields = {
   readonly clientAddress: string
   readonly clientRequestId: string | null
   readonly method: string
@@ -29,7 +34,7 @@ export type AccessLineFields = {
   readonly durationMs: number
   readonly keyId: string | null
   readonly brandId: string | null
-  readonly reason: string | null
+  readonly reason: RefusalReason | null
 }
 
 const ascii = (text: string): Uint8Array => Uint8Array.from(text, (char) => char.charCodeAt(0))
@@ -75,7 +80,7 @@ const stringBound = (text: string | null): number => (text === null ? 4 : text.l
 const numberBound = 24
 
 /** The fields named like an annotation: an annotation of a field's name gives way to the field. */
-const fieldNames: ReadonlySet<string> = new Set<keyof AccessLineFields>([
+const fieldNames: ReadonlySet<string> = new Set<keyof AccessLogFields>([
   "clientAddress",
   "clientRequestId",
   "method",
@@ -136,23 +141,28 @@ const clearGathered = () => {
   count = 0
 }
 
-/** The ISO time of a millisecond, kept for the next line of the same millisecond. */
-let timestampMillis = Number.NaN
-let timestamp = ""
+/** What the access line spells as every JSON line does (`Logging.ts`): made there, given once. */
+export interface SharedParts {
+  /** The ISO time of a millisecond (kept for the next line of the same millisecond). */
+  readonly timestamp: (now: number) => string
+  /** A list of log spans as JSON, each label with the milliseconds since it began. */
+  readonly spans: (spans: List.List<LogSpan.LogSpan>, now: number) => string
+  /** A fiber id other than one fiber's (`#id`), as a label. */
+  readonly fiberLabel: (fiberId: FiberId.FiberId) => string
+}
 
 /**
- * Encodes `jsonLine`'s access line into `sink`; false when it must take the record's way
- * (`gathered` false), with nothing written.
+ * The encoder of `jsonLine`'s access line into a sink: false when the line must take the record's
+ * way (`gathered` false), with nothing written.
  */
-export const encodeAccessLine = (
+export const makeAccessLineEncoder = (shared: SharedParts) =>
+(
   sink: LineSink,
   annotations: HashMap.HashMap<string, unknown>,
-  fields: AccessLineFields,
+  fields: AccessLogFields,
   spans: List.List<LogSpan.LogSpan>,
   fiberId: FiberId.FiberId,
-  now: number,
-  spansJson: (spans: List.List<LogSpan.LogSpan>, now: number) => string,
-  fiberLabel: (fiberId: FiberId.FiberId) => string
+  now: number
 ): boolean => {
   gathered = true
   annotationBytes = 0
@@ -161,13 +171,10 @@ export const encodeAccessLine = (
     clearGathered()
     return false
   }
-  if (now !== timestampMillis) {
-    timestampMillis = now
-    timestamp = new Date(now).toISOString()
-  }
-  const spansText = List.isNil(spans) ? undefined : spansJson(spans, now)
+  const timestamp = shared.timestamp(now)
+  const spansText = List.isNil(spans) ? undefined : shared.spans(spans, now)
   const runtimeId = fiberId._tag === "Runtime" ? fiberId.id : -1
-  const label = runtimeId < 0 ? fiberLabel(fiberId) : undefined
+  const label = runtimeId < 0 ? shared.fiberLabel(fiberId) : undefined
   const bound = constantBytes + timestamp.length + annotationBytes + stringBound(fields.clientAddress) +
     stringBound(fields.clientRequestId) + stringBound(fields.method) + stringBound(fields.route) +
     stringBound(fields.keyId) + stringBound(fields.brandId) + stringBound(fields.reason) + 3 * numberBound +
