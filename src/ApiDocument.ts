@@ -1,4 +1,4 @@
-import type { HttpApi } from "@effect/platform"
+import type * as HttpApi from "@effect/platform/HttpApi"
 import { Context, Option } from "effect"
 import { scopeOf } from "./ApiKeys/Api.ts"
 import {

@@ -1,4 +1,4 @@
-import { HttpApiBuilder } from "@effect/platform"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
 import { Effect, Layer, Option } from "effect"
 import { Activations } from "./Activations.ts"
 import { ActivationsRepo } from "./Activations/ActivationsRepo.ts"

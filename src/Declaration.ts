@@ -1,4 +1,7 @@
-import type { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware } from "@effect/platform"
+import type * as HttpApi from "@effect/platform/HttpApi"
+import type * as HttpApiEndpoint from "@effect/platform/HttpApiEndpoint"
+import type * as HttpApiGroup from "@effect/platform/HttpApiGroup"
+import type * as HttpApiMiddleware from "@effect/platform/HttpApiMiddleware"
 import { Context } from "effect"
 
 /**

@@ -1,11 +1,9 @@
-import {
-  type HttpApi,
-  HttpApiBuilder,
-  type HttpApiEndpoint,
-  type HttpApiGroup,
-  type HttpApiMiddleware,
-  type HttpServerResponse
-} from "@effect/platform"
+import type * as HttpApi from "@effect/platform/HttpApi"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
+import type * as HttpApiEndpoint from "@effect/platform/HttpApiEndpoint"
+import type * as HttpApiGroup from "@effect/platform/HttpApiGroup"
+import type * as HttpApiMiddleware from "@effect/platform/HttpApiMiddleware"
+import type * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Effect, Layer } from "effect"
 import type * as Types from "effect/Types"
 

@@ -1,4 +1,6 @@
-import { Headers, HttpApp, HttpServerResponse } from "@effect/platform"
+import * as Headers from "@effect/platform/Headers"
+import * as HttpApp from "@effect/platform/HttpApp"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Effect, type Fiber, FiberRef, Option } from "effect"
 
 /**

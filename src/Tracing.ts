@@ -14,11 +14,11 @@ export const TracingLive = Layer.unwrapEffect(
     }
     // Loaded only when tracing is on, and by deep imports: the package index loads the whole
     // OpenTelemetry SDK, which OTLP export does not need.
-    const [OtlpSerialization, OtlpTracer, { FetchHttpClient }] = yield* Effect.promise(() =>
+    const [OtlpSerialization, OtlpTracer, FetchHttpClient] = yield* Effect.promise(() =>
       Promise.all([
         import("@effect/opentelemetry/OtlpSerialization"),
         import("@effect/opentelemetry/OtlpTracer"),
-        import("@effect/platform")
+        import("@effect/platform/FetchHttpClient")
       ])
     )
     return OtlpTracer.layer({

@@ -1,4 +1,4 @@
-import { HttpServerRequest } from "@effect/platform"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { Effect, Layer } from "effect"
 import { isApiError, type MalformedJson, type PayloadTooLarge, type UnsupportedMediaType } from "../Domain/Errors.ts"
 import { bodyRefusals, JsonBody, maxBodyBytes } from "../Domain/JsonBody.ts"

@@ -1,4 +1,4 @@
-import type { HttpApi } from "@effect/platform"
+import type * as HttpApi from "@effect/platform/HttpApi"
 import { Context, Effect, Layer, Option, Redacted } from "effect"
 import { ApiKeys, malformedKey } from "../ApiKeys.ts"
 import { declaredEndpoints, middlewareOf } from "../Declaration.ts"

@@ -1,12 +1,10 @@
-import {
-  HttpApi,
-  HttpApiBuilder,
-  type HttpApiEndpoint,
-  HttpApiScalar,
-  HttpApp,
-  HttpServerResponse,
-  OpenApi
-} from "@effect/platform"
+import * as HttpApi from "@effect/platform/HttpApi"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
+import type * as HttpApiEndpoint from "@effect/platform/HttpApiEndpoint"
+import type * as HttpApiScalar from "@effect/platform/HttpApiScalar"
+import * as HttpApp from "@effect/platform/HttpApp"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import * as OpenApi from "@effect/platform/OpenApi"
 import { Context, Effect, Layer, Option } from "effect"
 import { brotliCompress, constants as zlib, gzip as gzipAsync } from "node:zlib"
 import { EdgeConfig, ServerConfig } from "../Config.ts"
@@ -115,33 +113,39 @@ const securitySchemeOf = (api: HttpApi.HttpApi.Any): string | undefined =>
 
 /**
  * `@effect/platform`'s Scalar page (web fonts off so nothing loads from outside), rendered once by
- * the platform's own handler rather than per request.
+ * the platform's own handler rather than per request. Its module is loaded here, by the first
+ * request for the page: it holds Scalar's script as a string of 3.4 MB, 8 MB of the heap once
+ * loaded, and a heap that keeps more live is let grow further before it is collected
+ * (bench/BENCHMARKS.md, Memory).
  */
 const scalarPage = (api: HttpApi.HttpApi.Any) =>
   Effect.gen(function*() {
-    const router = yield* HttpApiBuilder.Router.router
-    const handler = HttpApp.toWebHandler(router as HttpApp.Default<unknown>)
-    const response = yield* Effect.promise(() => handler(new Request(`http://localhost${documentRoutes.docs}`)))
-    return yield* Effect.promise(() => response.text())
-  }).pipe(
-    Effect.provide(
-      HttpApiScalar.layer({
-        path: documentRoutes.docs,
-        // Scalar's own options, not in @effect/platform's type: `showToolbar` because its toolbar
-        // offers to share the document and generate SDKs through outside services;
-        // `authentication` so that "Test Request" sends the key pasted in it from the start,
-        // instead of "No authentication selected" until the reader picks the scheme.
-        scalar: {
-          withDefaultFonts: false,
-          showToolbar: "never",
-          authentication: { preferredSecurityScheme: securitySchemeOf(api) }
-        } as HttpApiScalar.ScalarConfig
-      }).pipe(
-        Layer.provideMerge(HttpApiBuilder.Router.Live),
-        Layer.provide(Layer.succeed(HttpApi.Api, { api: api as never, context: Context.empty() }))
-      )
+    const HttpApiScalar = yield* Effect.promise(() => import("@effect/platform/HttpApiScalar"))
+    const layer = HttpApiScalar.layer({
+      path: documentRoutes.docs,
+      // Scalar's own options, not in @effect/platform's type: `showToolbar` because its toolbar
+      // offers to share the document and generate SDKs through outside services;
+      // `authentication` so that "Test Request" sends the key pasted in it from the start,
+      // instead of "No authentication selected" until the reader picks the scheme.
+      scalar: {
+        withDefaultFonts: false,
+        showToolbar: "never",
+        authentication: { preferredSecurityScheme: securitySchemeOf(api) }
+      } as HttpApiScalar.ScalarConfig
+    }).pipe(
+      Layer.provideMerge(HttpApiBuilder.Router.Live),
+      Layer.provide(Layer.succeed(HttpApi.Api, { api: api as never, context: Context.empty() }))
     )
-  )
+    return yield* Effect.provide(
+      Effect.gen(function*() {
+        const router = yield* HttpApiBuilder.Router.router
+        const handler = HttpApp.toWebHandler(router as HttpApp.Default<unknown>)
+        const response = yield* Effect.promise(() => handler(new Request(`http://localhost${documentRoutes.docs}`)))
+        return yield* Effect.promise(() => response.text())
+      }),
+      layer
+    )
+  })
 
 const scriptEnd = "</script>"
 

@@ -1,4 +1,6 @@
-import { type HttpApi, HttpApp, HttpServerRequest } from "@effect/platform"
+import type * as HttpApi from "@effect/platform/HttpApi"
+import * as HttpApp from "@effect/platform/HttpApp"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { type Cause, type Context, Effect, type Fiber, FiberRef, LogLevel } from "effect"
 import { TrustedProxiesConfig, TrustedProxyHeaderConfig } from "../Config.ts"
 import { DatabaseOutage } from "../Database/Outage.ts"

@@ -1,12 +1,10 @@
-import {
-  HttpApiBuilder,
-  HttpApiMiddleware,
-  HttpApiSchema,
-  type HttpApiSecurity,
-  HttpServerRequest,
-  HttpServerResponse,
-  UrlParams
-} from "@effect/platform"
+import * as HttpApiBuilder from "@effect/platform/HttpApiBuilder"
+import * as HttpApiMiddleware from "@effect/platform/HttpApiMiddleware"
+import * as HttpApiSchema from "@effect/platform/HttpApiSchema"
+import type * as HttpApiSecurity from "@effect/platform/HttpApiSecurity"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import * as UrlParams from "@effect/platform/UrlParams"
 import { Context, Effect, Either, Option, Redacted, Schema, SchemaAST as AST } from "effect"
 import { ArrayFormatter, type ParseError } from "effect/ParseResult"
 import { type Declared, middlewareOf } from "../Declaration.ts"

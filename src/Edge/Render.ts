@@ -1,4 +1,6 @@
-import { type HttpApp, HttpServerError, HttpServerResponse } from "@effect/platform"
+import type * as HttpApp from "@effect/platform/HttpApp"
+import * as HttpServerError from "@effect/platform/HttpServerError"
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import { Cause, Effect, HashSet, Option } from "effect"
 import { ArrayFormatter, isParseError } from "effect/ParseResult"
 import type * as ParseResult from "effect/ParseResult"

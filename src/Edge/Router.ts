@@ -1,4 +1,4 @@
-import type { HttpServerRequest } from "@effect/platform"
+import type * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { Effect } from "effect"
 import { isIPv6 } from "node:net"
 import { MethodNotAllowed, NotFound, ValidationError } from "../Domain/Errors.ts"

@@ -1,4 +1,5 @@
-import { HttpApp, HttpServerError } from "@effect/platform"
+import * as HttpApp from "@effect/platform/HttpApp"
+import * as HttpServerError from "@effect/platform/HttpServerError"
 import type { FiberId } from "effect"
 import {
   Cause,

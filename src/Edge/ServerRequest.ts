@@ -1,14 +1,12 @@
-import {
-  Cookies,
-  Headers,
-  HttpIncomingMessage,
-  type HttpMethod,
-  HttpServerError,
-  HttpServerRequest,
-  type Multipart,
-  type Socket,
-  UrlParams
-} from "@effect/platform"
+import * as Cookies from "@effect/platform/Cookies"
+import * as Headers from "@effect/platform/Headers"
+import * as HttpIncomingMessage from "@effect/platform/HttpIncomingMessage"
+import type * as HttpMethod from "@effect/platform/HttpMethod"
+import * as HttpServerError from "@effect/platform/HttpServerError"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
+import type * as Multipart from "@effect/platform/Multipart"
+import type * as Socket from "@effect/platform/Socket"
+import * as UrlParams from "@effect/platform/UrlParams"
 import { Effect, Inspectable, Option, Stream } from "effect"
 import type { ApiError } from "../Domain/Errors.ts"
 import { bodyRefusals } from "../Domain/JsonBody.ts"

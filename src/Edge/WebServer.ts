@@ -1,4 +1,4 @@
-import type { HttpApi } from "@effect/platform"
+import type * as HttpApi from "@effect/platform/HttpApi"
 import { Context, Deferred, Duration, Effect, FiberRef, Layer, Logger, LogLevel, Schedule } from "effect"
 import { ConnectionsConfig, ServerConfig, ShutdownConfig, StartupError, TrustedProxiesConfig } from "../Config.ts"
 import { InternalError, ServiceUnavailable } from "../Domain/Errors.ts"

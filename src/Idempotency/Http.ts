@@ -1,4 +1,4 @@
-import { HttpServerRequest } from "@effect/platform"
+import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
 import { Effect, Layer, ParseResult, Schema } from "effect"
 import { IdempotencyKeyRequired, ValidationError } from "../Domain/Errors.ts"
 import { IdempotencyKeyHeader, isMissingIdempotencyKey } from "../Domain/IdempotencyKey.ts"

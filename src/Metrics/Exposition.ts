@@ -245,10 +245,10 @@ const otlpExport = (endpoint: URL, serviceName: string) =>
       Promise.all([
         import("@effect/opentelemetry/OtlpSerialization"),
         import("@effect/opentelemetry/OtlpMetrics"),
-        import("@effect/platform")
+        import("@effect/platform/FetchHttpClient")
       ])
     ),
-    ([OtlpSerialization, OtlpMetrics, { FetchHttpClient }]) =>
+    ([OtlpSerialization, OtlpMetrics, FetchHttpClient]) =>
       OtlpMetrics.layer({
         url: new URL("v1/metrics", endpoint.href.endsWith("/") ? endpoint : `${endpoint.href}/`).href,
         resource: { serviceName, serviceVersion: version },
