@@ -44,11 +44,35 @@ const ownPaths: BunPlugin = {
   }
 }
 
+/**
+ * Scalar's script, the string of 3.4 MB that `@effect/platform`'s docs page inlines, made when the
+ * page is first asked for (`Edge/Documents.ts` imports its module then) instead of at start. The
+ * bundler hoists a module that only declares a constant to the top level, where it is evaluated
+ * with everything else, but evaluates a CommonJS module when it is first required: so the module's
+ * one export is given as CommonJS. Held from the start, the string was 6.5 MB of a heap that
+ * idles at some 20 MB, and the heap is let grow in proportion to what it holds before it is
+ * collected (bench/BENCHMARKS.md, Memory).
+ */
+const scalarScript = "/@effect/platform/dist/esm/internal/httpApiScalar.js"
+const scalarExport = "/* eslint-disable *//** @internal */export const javascript="
+const lateScalar: BunPlugin = {
+  name: "Scalar's script when the docs are asked for",
+  setup(build) {
+    build.onLoad({ filter: /\/@effect\/platform\/dist\/esm\/internal\/httpApiScalar\.js$/ }, ({ path }) => {
+      const contents = readFileSync(path, "utf8")
+      if (!path.endsWith(scalarScript) || !contents.startsWith(scalarExport)) {
+        throw new Error(`${path} no longer begins with the export deploy/build.ts makes CommonJS`)
+      }
+      return { contents: `exports.javascript=${contents.slice(scalarExport.length)}`, loader: "js" }
+    })
+  }
+}
+
 const built = await Bun.build({
   entrypoints: [join(root, "src/main.ts")],
   compile: { outfile },
   bytecode: true,
-  plugins: [ownPaths]
+  plugins: [lateScalar, ownPaths]
 })
 if (!built.success) {
   console.error(built.logs.join("\n"))
