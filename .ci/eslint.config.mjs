@@ -34,5 +34,18 @@ export default [
       "object-shorthand": "error",
       "require-yield": "off"
     }
+  },
+  {
+    // The binary bundles what src imports: the platform's index would bring every module it has,
+    // and evaluate them all at start (bench/BENCHMARKS.md, Memory).
+    files: ["src/**/*.ts"],
+    rules: {
+      "no-restricted-imports": ["error", {
+        paths: [{
+          name: "@effect/platform",
+          message: "Import the module by its own path (@effect/platform/HttpApi): the index brings the whole platform."
+        }]
+      }]
+    }
   }
 ]
