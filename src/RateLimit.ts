@@ -18,7 +18,8 @@ export type RateLimitStatus = "memory" | "redis" | "degraded"
 
 /**
  * A token bucket per API key, on `@effect/experimental`'s RateLimiter, in process memory or in
- * Redis (REDIS_URL). When Redis does not answer, requests are served without a limit (fail open):
+ * Redis (REDIS_URL); the memory store's buckets are charged directly, with the library's arithmetic
+ * (`RateLimit/Store.ts`). When Redis does not answer, requests are served without a limit (fail open):
  * an outage of the limiter's store must not become an outage of the API.
  */
 export class RateLimit extends Context.Tag("RateLimit")<RateLimit, {
@@ -63,6 +64,25 @@ export class RateLimit extends Context.Tag("RateLimit")<RateLimit, {
               retryAfterSeconds: Math.max(1, Math.ceil(millis / 1000))
             })
           ).pipe(Effect.orElseSucceed(() => unlimited))
+        const buckets = store.inProcess
+        if (buckets !== undefined) {
+          // The memory store, charged in one step: the library's own arithmetic for its refill
+          // interval, and its answer read as it reads it (`remaining` below 0 is exceeded).
+          const refillRateMillis = Duration.toMillis(Duration.unsafeDivide(window, limit.max))
+          return (keyId: string) =>
+            Effect.sync((): RateLimitDecision => {
+              const bucket = bucketOf(keyId)
+              const now = clock.unsafeCurrentTimeMillis()
+              const remaining = buckets.take(bucket, limit.max, refillRateMillis, now)
+              if (remaining > 0) return { allowed: true, remaining, retryAfterSeconds: 0 }
+              const millis = buckets.untilNextToken(bucket, refillMillis, now)
+              return {
+                allowed: remaining === 0,
+                remaining: 0,
+                retryAfterSeconds: Math.max(1, Math.ceil(millis / 1000))
+              }
+            })
+        }
         return (keyId: string) => {
           const bucket = bucketOf(keyId)
           return Effect.matchEffect(limiter.consume({ ...charge, key: bucket }), {

@@ -4,6 +4,7 @@ import { describe, expect, it, layer } from "@effect/vitest"
 import {
   Arbitrary,
   Cause,
+  Clock,
   Context,
   DateTime,
   Deferred,
@@ -21,6 +22,7 @@ import {
   Logger,
   LogLevel,
   LogSpan,
+  ManagedRuntime,
   Option,
   PubSub,
   Schema,
@@ -669,6 +671,77 @@ layer(RateLimitInMemory)("RateLimit (3 per 60 s)", (it) => {
       expect((yield* consume("refills")).allowed).toBe(true)
       expect((yield* consume("refills")).allowed).toBe(false)
     }))
+})
+
+describe("RateLimit's memory store", () => {
+  // The reference: the library's RateLimiter over the library's own in-process store, with the
+  // moment each bucket was first seen noted beside it for the wait until its next token.
+  const libraryMemory = Layer.effectContext(Effect.gen(function*() {
+    const library = yield* Effect.provide(RateLimiter.RateLimiterStore, RateLimiter.layerStoreMemory)
+    const firstSeen = new Map<string, number>()
+    const clock = yield* Effect.clock
+    const store = RateLimiter.RateLimiterStore.of({
+      ...library,
+      tokenBucket: (options) =>
+        Effect.suspend(() => {
+          if (!firstSeen.has(options.key)) firstSeen.set(options.key, clock.unsafeCurrentTimeMillis())
+          return library.tokenBucket(options)
+        })
+    })
+    return Context.make(RateLimiter.RateLimiterStore, store).pipe(Context.add(RateLimitStore, {
+      kind: "memory",
+      connected: () => true,
+      untilNextToken: (key, refillMillis, now) =>
+        Effect.succeed(refillMillis - ((now - (firstSeen.get(key) ?? now)) % refillMillis))
+    }))
+  }))
+
+  it("charges as the library's RateLimiter over its own store, for any keys, limits and pauses (property)", async () => {
+    const at = { millis: 1_764_700_000_000 }
+    const clock: Clock.Clock = {
+      [Clock.ClockTypeId]: Clock.ClockTypeId,
+      unsafeCurrentTimeMillis: () => at.millis,
+      currentTimeMillis: Effect.sync(() => at.millis),
+      unsafeCurrentTimeNanos: () => BigInt(at.millis) * 1_000_000n,
+      currentTimeNanos: Effect.sync(() => BigInt(at.millis) * 1_000_000n),
+      sleep: () => Effect.void
+    }
+    const runtimeOver = (store: Layer.Layer<RateLimiter.RateLimiterStore | RateLimitStore>) =>
+      ManagedRuntime.make(
+        RateLimit.layer.pipe(
+          Layer.provide(RateLimiter.layer),
+          Layer.provide(store),
+          Layer.provide(AppConfigTest),
+          Layer.provide(Layer.setClock(clock))
+        )
+      )
+    // Limits of their own as ApiKeys keeps them, one object per distinct limit; refill intervals
+    // of whole and of fractional milliseconds.
+    const own = [{ max: 2, windowSeconds: 10 }, { max: 7, windowSeconds: 1 }, { max: 1000, windowSeconds: 3600 }]
+    const step = fc.record({
+      key: fc.constantFrom("a", "b", "c"),
+      own: fc.constantFrom(null, ...own),
+      pause: fc.oneof(fc.constant(0), fc.integer({ min: 0, max: 300 }), fc.integer({ min: 0, max: 30_000 }))
+    })
+    await fc.assert(
+      fc.asyncProperty(fc.array(step, { maxLength: 80 }), async (steps) => {
+        const reference = runtimeOver(libraryMemory)
+        const measured = runtimeOver(RateLimitStore.memory)
+        try {
+          const charge = (runtime: typeof reference, keyId: string, limit: (typeof own)[number] | null) =>
+            runtime.runPromise(Effect.flatMap(RateLimit, (rateLimit) => rateLimit.consume(keyId, limit)))
+          for (const { key, own, pause } of steps) {
+            at.millis += pause
+            expect(await charge(measured, key, own)).toEqual(await charge(reference, key, own))
+          }
+        } finally {
+          await reference.dispose()
+          await measured.dispose()
+        }
+      }),
+      { numRuns: 300 }
+    )
+  })
 })
 
 /**

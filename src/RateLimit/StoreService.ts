@@ -10,6 +10,8 @@ export interface RateLimitStoreService {
   readonly kind: "memory" | "redis"
   /** Whether the store answers now (the memory store always does). */
   readonly connected: () => boolean
+  /** The memory store's buckets, charged without an effect; undefined on Redis, asked through the library. */
+  readonly inProcess?: InProcessBuckets
   /** Milliseconds until the key's bucket gains its next token, as the store has it. */
   readonly untilNextToken: (
     key: string,
@@ -22,4 +24,23 @@ export interface RateLimitStoreService {
 export interface BuiltStore {
   readonly library: Context.Tag.Service<RateLimiter.RateLimiterStore>
   readonly service: RateLimitStoreService
+}
+
+/** Token buckets in this process, with the arithmetic of the library's in-process store. */
+export interface InProcessBuckets {
+  /**
+   * `tokens` (1) taken from the key's bucket of `limit`, which gains one every `refillMillis`,
+   * unless too few are left (with `overflow`, taken all the same); what is left after the charge,
+   * below 0 when refused: the library's `tokenBucket` answer.
+   */
+  readonly take: (
+    key: string,
+    limit: number,
+    refillMillis: number,
+    now: number,
+    tokens?: number,
+    overflow?: boolean
+  ) => number
+  /** Milliseconds until the key's bucket gains its next token. */
+  readonly untilNextToken: (key: string, refillMillis: number, now: number) => number
 }
