@@ -6,13 +6,11 @@
  * Bun compiles a CommonJS module's `__dirname` and `__filename` in as the build machine's absolute
  * paths (oven-sh/bun#12509; oven-sh/bun#29066 would make them the binary's own `/$bunfs/root/…`).
  * A binary so built reads the checkout's files while the checkout exists, and so behaves otherwise
- * where it is deployed: msgpackr-extract loaded its native add-on from the checkout's node_modules,
- * ioredis read the checkout's package.json for the version it names to Redis. Here msgpackr's add-on
- * is left out, and msgpackr decodes in JavaScript, as it does wherever the add-on is not installed
- * (the service decodes no MessagePack: the package is bundled only because `@effect/platform`'s
- * index reaches its MsgPack module). Every other module's paths lie in the binary's own file
- * system, where nothing of theirs is: on every machine ioredis names its version as it always did
- * on a deployed host, `error-fetching-version`.
+ * where it is deployed: ioredis read the checkout's package.json for the version it names to Redis
+ * (and msgpackr-extract loaded its native add-on from the checkout, while `@effect/platform`'s index,
+ * which reaches its MsgPack module, was imported). Here every module's paths lie in the binary's
+ * own file system, where nothing of theirs is: on every machine ioredis names its version as it
+ * always did on a deployed host, `error-fetching-version`.
  */
 import type { BunPlugin } from "bun"
 import { readFileSync, statSync } from "node:fs"
@@ -28,11 +26,6 @@ const embedded = "/$bunfs/root"
 const ownPaths: BunPlugin = {
   name: "the binary's own paths",
   setup(build) {
-    build.onResolve({ filter: /^msgpackr-extract$/ }, () => ({ path: "msgpackr-extract", namespace: "left-out" }))
-    build.onLoad({ filter: /.*/, namespace: "left-out" }, () => ({
-      contents: "throw new Error('msgpackr-extract is left out of the binary')",
-      loader: "js"
-    }))
     build.onLoad({ filter: /\/node_modules\/.*\.[cm]?js$/ }, ({ path }) => {
       const contents = readFileSync(path, "utf8")
       if (!/\b__(dirname|filename)\b/.test(contents)) return undefined
