@@ -24,6 +24,7 @@ import {
   LogSpan,
   ManagedRuntime,
   Option,
+  ParseResult,
   PubSub,
   Schema,
   Scope as EffectScope,
@@ -48,7 +49,11 @@ import { databaseError } from "../src/Database/SqlErrors.ts"
 import { ActivateResponse, Activation, ActivationList, analyticsLine } from "../src/Domain/Activation.ts"
 import type { ApiKeyIdentity, BrandId, KeyId, Scope } from "../src/Domain/ApiKey.ts"
 import { ConcurrencyLimited, KeyRefused, type RefusalReason } from "../src/Domain/Errors.ts"
-import { IdempotencyKeyHeader, isMissingIdempotencyKey } from "../src/Domain/IdempotencyKey.ts"
+import {
+  decodeIdempotencyKeyHeader,
+  IdempotencyKeyHeader,
+  isMissingIdempotencyKey
+} from "../src/Domain/IdempotencyKey.ts"
 import { Draining } from "../src/Draining.ts"
 import { makeCallers } from "../src/Edge/Caller.ts"
 import { makeRenderer } from "../src/Edge/Render.ts"
@@ -1033,6 +1038,30 @@ describe("the Idempotency-Key header", () => {
   const decode = Schema.decodeUnknownEither(IdempotencyKeyHeader)
   const valid = (header: string) => Either.getOrUndefined(decode(header))
   const invalid = (header: string) => Either.isLeft(decode(header))
+
+  it("is decoded as its schema decodes it, for any header, plain keys without the schema (property)", () => {
+    const visible = fc.integer({ min: 0x21, max: 0x7e }).map((code) => String.fromCharCode(code))
+    const character = fc.oneof(visible, fc.constantFrom("\"", "\\", " ", "\t", "\u0000", "\u007f", "ä", "🔑"))
+    const header = fc.oneof(
+      fc.string({ unit: character, maxLength: 300 }),
+      // Plain keys about the longest allowed, and on either side of it.
+      fc.string({ unit: visible, minLength: 250, maxLength: 260 }),
+      fc.string({ unit: character, minLength: 250, maxLength: 260 }),
+      fc.string({ unit: character, maxLength: 20 }).map((inner) => `"${inner}"`),
+      fc.string()
+    )
+    const answer = (decoded: Either.Either<string, ParseResult.ParseError>) =>
+      Either.match(decoded, {
+        onLeft: (error) => ({ refused: ParseResult.ArrayFormatter.formatErrorSync(error)[0]!.message }),
+        onRight: (key) => ({ key })
+      })
+    fc.assert(
+      fc.property(header, (header) => {
+        expect(answer(decodeIdempotencyKeyHeader(header))).toEqual(answer(decode(header)))
+      }),
+      { numRuns: 5_000 }
+    )
+  })
 
   it("a missing, empty or empty-quoted header is missing", () => {
     for (const header of [null, "", "   ", "\"\""]) {

@@ -1,7 +1,7 @@
 import * as HttpServerRequest from "@effect/platform/HttpServerRequest"
-import { Effect, Layer, ParseResult, Schema } from "effect"
+import { Effect, Layer, ParseResult } from "effect"
 import { IdempotencyKeyRequired, ValidationError } from "../Domain/Errors.ts"
-import { IdempotencyKeyHeader, isMissingIdempotencyKey } from "../Domain/IdempotencyKey.ts"
+import { decodeIdempotencyKeyHeader, isMissingIdempotencyKey } from "../Domain/IdempotencyKey.ts"
 import { RequireIdempotencyKey } from "./Api.ts"
 
 const keyRequired = Effect.fail(
@@ -10,8 +10,6 @@ const keyRequired = Effect.fail(
       "The Idempotency-Key header is required: send a unique value per activation, and the same value to retry it."
   })
 )
-
-const decode = Schema.decodeUnknownEither(IdempotencyKeyHeader)
 
 /**
  * `RequireIdempotencyKey` (docs/integrators.md, Idempotency): 400 IDEMPOTENCY_KEY_REQUIRED unless an
@@ -25,7 +23,7 @@ export const RequireIdempotencyKeyLive = Layer.succeed(
     (request): Effect.Effect<string, IdempotencyKeyRequired | ValidationError> => {
       const header = request.headers["idempotency-key"]
       if (isMissingIdempotencyKey(header ?? null)) return keyRequired
-      const decoded = decode(header)
+      const decoded = decodeIdempotencyKeyHeader(header)
       return decoded._tag === "Right"
         ? Effect.succeed(decoded.right)
         : Effect.fail(
