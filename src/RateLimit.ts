@@ -67,7 +67,9 @@ export class RateLimit extends Context.Tag("RateLimit")<RateLimit, {
         const buckets = store.inProcess
         if (buckets !== undefined) {
           // The memory store, charged in one step: the library's own arithmetic for its refill
-          // interval, and its answer read as it reads it (`remaining` below 0 is exceeded).
+          // interval, and its answer read as it reads it (`remaining` below 0 is exceeded). That
+          // interval is a Duration's, and differs from `refillMillis` in its last digits where the
+          // window does not divide by the limit: each is kept where the library path used it.
           const refillRateMillis = Duration.toMillis(Duration.unsafeDivide(window, limit.max))
           return (keyId: string) =>
             Effect.sync((): RateLimitDecision => {

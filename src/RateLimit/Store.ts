@@ -11,7 +11,7 @@ export class RateLimitStore extends Context.Tag("RateLimit/RateLimitStore")<Rate
    * This process's memory: a token bucket per key, with the arithmetic of the library's in-process
    * store (`RateLimiter.layerStoreMemory`), kept here so that RateLimit charges it in one step
    * (`inProcess`) instead of through the RateLimiter's effects, which were 15 % of a whoami's time in
-   * process and 2.8 KB of what it allocated (bench/BENCHMARKS.md, As fast at the default log level). The
+   * process and 2.8 KB of what it allocated (bench/BENCHMARKS.md, The heap's contents and a limiter of the service's own). The
    * RateLimiter is given the same buckets, and a test holds the charges to the library's own store.
    * Each bucket refills on a fixed schedule from the moment it was first seen, which says when its
    * next token comes.
